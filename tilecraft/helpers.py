@@ -1,0 +1,79 @@
+"""Configuration (environment variables + Context) and small shared utilities."""
+from __future__ import annotations
+import contextlib, functools, operator, os
+from typing import Any, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any:
+  return functools.reduce(operator.mul, xs, start)
+
+def dedup(xs: Iterable[T]) -> list[T]:
+  return list(dict.fromkeys(xs))
+
+def all_same(xs: list) -> bool:
+  return all(x == xs[0] for x in xs)
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+  return [x for xs in xss for x in xs]
+
+def argsort(xs: list) -> list[int]:
+  return sorted(range(len(xs)), key=xs.__getitem__)
+
+def round_up(x: int, multiple: int) -> int:
+  return (x + multiple - 1) // multiple * multiple
+
+# ---- configuration -------------------------------------------------------------------------------
+# Every setting is read from the environment once and can be overridden for a block with Context.
+_overrides: dict[str, list[Any]] = {}
+
+def getenv(name: str, default: Any = 0) -> Any:
+  """The current value of a setting: the innermost Context override, else the env var, else default."""
+  if _overrides.get(name): return _overrides[name][-1]
+  val = os.environ.get(name)
+  if val is None: return default
+  return type(default)(val) if not isinstance(default, bool) else val not in ("", "0", "false", "False")
+
+class Context(contextlib.ContextDecorator):
+  """`with Context(DEBUG=2, BEAM=0): ...` overrides settings for the block (API)."""
+  def __init__(self, **settings: Any): self.settings = settings
+  def __enter__(self) -> "Context":
+    for k, v in self.settings.items(): _overrides.setdefault(k, []).append(v)
+    return self
+  def __exit__(self, *exc: Any) -> None:
+    for k in self.settings: _overrides[k].pop()
+
+class _Setting:
+  """A named setting that reads like an int: `if DEBUG >= 2:`."""
+  def __init__(self, name: str, default: Any): self.name, self.default = name, default
+  @property
+  def value(self) -> Any: return getenv(self.name, self.default)
+  def __bool__(self) -> bool: return bool(self.value)
+  def __int__(self) -> int: return int(self.value)
+  def __ge__(self, x: Any) -> bool: return self.value >= x
+  def __gt__(self, x: Any) -> bool: return self.value > x
+  def __le__(self, x: Any) -> bool: return self.value <= x
+  def __lt__(self, x: Any) -> bool: return self.value < x
+  def __eq__(self, x: Any) -> bool: return self.value == x
+  def __hash__(self) -> int: return hash(self.name)
+  def __repr__(self) -> str: return f"{self.name}={self.value!r}"
+
+DEBUG, NOOPT, BEAM, TC, TC_OPT = _Setting("DEBUG", 0), _Setting("NOOPT", 0), _Setting("BEAM", 0), _Setting("TC", 1), _Setting("TC_OPT", 0)
+CACHELEVEL = _Setting("CACHELEVEL", 2)
+
+def cache_dir() -> str:
+  """Where compiled binaries and the search database live (XDG cache dir by default)."""
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  path = os.path.join(base, "tilecraft")
+  os.makedirs(path, exist_ok=True)
+  return path
+
+@contextlib.contextmanager
+def temp_env(**kv: str) -> Iterator[None]:
+  old = {k: os.environ.get(k) for k in kv}
+  os.environ.update(kv)
+  try: yield
+  finally:
+    for k, v in old.items():
+      if v is None: os.environ.pop(k, None)
+      else: os.environ[k] = v

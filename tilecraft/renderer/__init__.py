@@ -1,0 +1,49 @@
+"""Targets: a Renderer describes what a device can do and turns linearized UOps into source."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+@dataclass(frozen=True)
+class TensorCore:
+  """A matrix instruction: C[N,M] += A[N,K] @ B[K,M] per `dims=(N,M,K)`, with the thread layout."""
+  dims: tuple[int, int, int]
+  dtype_in: Any
+  dtype_out: Any
+  threads: tuple[tuple[int, int], ...] = ()
+  def __str__(self) -> str: return f"WMMA_{'_'.join(map(str, self.dims))}_{self.dtype_in.name}_{self.dtype_out.name}"
+
+class Renderer:
+  """What a target supports; `render(name, uops)` writes the kernel source (API)."""
+  device: str = ""
+  suffix: str = ""
+  supports_float4: bool = True
+  has_local: bool = True
+  has_shared: bool = True
+  global_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
+  local_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
+  shared_max: int = 32768
+  tensor_cores: list[TensorCore] = []
+  has_transcendentals: bool = True  # False: exp2/log2/sin are rewritten into polynomial code
+  def render(self, name: str, uops: list) -> str: raise NotImplementedError(f"{type(self).__name__} cannot render")
+  def __repr__(self) -> str: return f"<{type(self).__name__} device={self.device}>"
+
+@dataclass
+class Program:
+  """A kernel ready to compile and launch (API). `globals` are the kernel-argument buffer indices."""
+  name: str
+  src: str
+  device: str
+  global_size: Optional[list[int]] = None
+  local_size: Optional[list[int]] = None
+  uops: Optional[list] = None
+  vars: list = field(default_factory=list)
+  globals: list[int] = field(default_factory=list)
+  outs: list[int] = field(default_factory=list)
+  op_estimate: Any = 0
+  mem_estimate: Any = 0
+  applied_opts: tuple = ()
+  def launch_dims(self, var_vals: Optional[dict] = None) -> tuple[Optional[list[int]], Optional[list[int]]]:
+    """global/local sizes with symbolic entries evaluated for `var_vals`."""
+    from tilecraft.shape.symbolic import sym_eval
+    ev = (lambda xs: None if xs is None else [sym_eval(x, var_vals or {}) for x in xs])
+    return ev(self.global_size), ev(self.local_size)

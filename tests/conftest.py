@@ -1,0 +1,30 @@
+"""Shared test setup: a deterministic RNG per test and the hypothesis profiles."""
+import os, zlib
+import numpy as np
+import pytest
+
+try:
+  from hypothesis import HealthCheck, settings
+  # compiling kernels is slow and its time varies, so no deadlines and no too_slow health check
+  settings.register_profile("default", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+  settings.register_profile("slow", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+except ImportError:  # hypothesis is optional outside the test extras
+  settings = None
+
+def pytest_configure(config: pytest.Config) -> None:
+  if settings is None: return
+  markexpr = config.getoption("markexpr", "") or ""
+  wants_slow = "slow" in markexpr and "not slow" not in markexpr
+  settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("slow" if wants_slow else "default"))
+
+def _seed(request: pytest.FixtureRequest) -> int: return zlib.crc32(request.node.nodeid.encode())
+
+@pytest.fixture(autouse=True)
+def _seed_legacy_numpy(request: pytest.FixtureRequest) -> None:
+  """Tests that use np.random.* directly are reproducible too (seeded from the test's id)."""
+  np.random.seed(_seed(request))
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+  """A numpy Generator seeded from the test's id: the same per test, independent of order and workers."""
+  return np.random.default_rng(_seed(request))

@@ -1,0 +1,211 @@
+"""Device registry, disk cache, Compiler caching, Buffer and CompileError (no C compiler needed)."""
+import os, pickle
+import numpy as np
+import pytest
+from tilecraft.device import (DEVICES, Allocator, Buffer, CompileError, Compiled, Compiler, CompiledRunner, Device, DeviceUnavailable,
+                              _device_factories, diskcache_get, diskcache_put)
+from tilecraft.dtype import dtypes
+from tilecraft.helpers import Context
+from tilecraft.renderer import Program, Renderer
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  return tmp_path / "tilecraft"
+
+# ---- registry ------------------------------------------------------------------------------------
+
+def test_device_canonical_names():
+  assert Device.canonicalize("cpu") == "CPU" and Device.canonicalize(" Cpu ") == "CPU"
+  assert Device["cpu"] is Device["CPU"]
+  assert Device["CPU"].name == "CPU"
+  assert isinstance(Device["CPU"].allocator, Allocator) and isinstance(Device["CPU"].compiler, Compiler)
+
+def test_unknown_device_lists_known():
+  with pytest.raises(ValueError, match="unknown device 'TPU'.*CPU.*OPENCL"): Device["TPU"]
+  with pytest.raises(ValueError, match="unknown device"): Buffer("nope", 4, dtypes.float32)
+
+def test_unavailable_device_is_clear(monkeypatch):
+  monkeypatch.delitem(_device_factories, "METAL", raising=False)
+  with pytest.raises(DeviceUnavailable, match="METAL is not available"): Device["metal"]
+  assert issubclass(DeviceUnavailable, RuntimeError)
+
+def test_factory_import_error_becomes_unavailable(monkeypatch):
+  def broken() -> Compiled: raise ImportError("No module named 'pyopencl'")
+  monkeypatch.setitem(_device_factories, "OPENCL", broken)
+  monkeypatch.delitem(Device._opened, "OPENCL", raising=False)
+  with pytest.raises(DeviceUnavailable, match="OPENCL is not available here: No module named 'pyopencl'"): Device["OPENCL"]
+  assert "OPENCL" not in Device.available() and "CPU" in Device.available()
+
+def test_registering_a_device_is_one_line(monkeypatch):
+  dev = Compiled("HIP", Allocator(), Renderer(), Compiler(None), lambda name, lib: None)
+  monkeypatch.setitem(_device_factories, "HIP", lambda: dev)
+  monkeypatch.delitem(Device._opened, "HIP", raising=False)
+  assert Device["hip"] is dev
+  Device._opened.pop("HIP")
+
+@pytest.fixture
+def clean_env(monkeypatch):
+  for name in ("DEVICE",) + DEVICES: monkeypatch.delenv(name, raising=False)
+  return monkeypatch
+
+def test_default_device(clean_env):
+  assert Device.DEFAULT == "CPU"
+  clean_env.setenv("OPENCL", "1")
+  assert Device.DEFAULT == "OPENCL"
+  clean_env.setenv("LLVM", "1")  # LLVM comes before OPENCL in the device list
+  assert Device.DEFAULT == "LLVM"
+  clean_env.setenv("LLVM", "0")
+  assert Device.DEFAULT == "OPENCL"
+  clean_env.setenv("DEVICE", "python")
+  assert Device.DEFAULT == "PYTHON"
+  with Context(DEVICE="cpu"): assert Device.DEFAULT == "CPU"
+  clean_env.setenv("DEVICE", "gpu9")
+  with pytest.raises(ValueError, match="unknown device"): Device.DEFAULT
+
+def test_renderer_is_lazy():
+  calls = []
+  def make() -> Renderer:
+    calls.append(1)
+    return Renderer()
+  dev = Compiled("CPU", Allocator(), make, Compiler(None), lambda name, lib: None)
+  assert not calls
+  assert dev.renderer is dev.renderer and len(calls) == 1
+  r = Renderer()
+  assert Compiled("CPU", Allocator(), r, Compiler(None), lambda n, l: None).renderer is r
+  dev.synchronize()
+
+# ---- disk cache ----------------------------------------------------------------------------------
+
+def test_diskcache_roundtrip(cache_home):
+  assert diskcache_get("t", "k") is None
+  diskcache_put("t", "k", b"\x00hello")
+  assert diskcache_get("t", "k") == b"\x00hello"
+  diskcache_put("t", "k", b"")
+  assert diskcache_get("t", "k") == b""
+  assert diskcache_get("other", "k") is None
+  assert [f for f in os.listdir(cache_home / "t") if f.startswith(".tmp")] == []
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
+def test_diskcache_corrupted_entry_is_a_miss(cache_home, damage):
+  diskcache_put("t", "k", b"payload" * 100)
+  (path,) = [cache_home / "t" / f for f in os.listdir(cache_home / "t")]
+  data = path.read_bytes()
+  path.write_bytes({"truncate": data[:-5], "flip": data[:-1] + bytes([data[-1] ^ 1]), "garbage": b"not a cache entry", "empty": b""}[damage])
+  assert diskcache_get("t", "k") is None
+  assert not path.exists()
+
+def test_diskcache_disabled(cache_home):
+  with Context(CACHELEVEL=0):
+    diskcache_put("t", "k", b"x")
+    assert diskcache_get("t", "k") is None
+  assert diskcache_get("t", "k") is None
+
+class CountingCompiler(Compiler):
+  def __init__(self, cachekey="counting", flags=("-O1",)):
+    super().__init__(cachekey)
+    self.flags, self.calls = flags, 0
+  def compile(self, src: str) -> bytes:
+    self.calls += 1
+    return b"BIN:" + src.encode()
+
+def test_compile_cached(cache_home):
+  c = CountingCompiler()
+  assert c.compile_cached("a") == b"BIN:a" and c.calls == 1
+  assert c.compile_cached("a") == b"BIN:a" and c.calls == 1
+  assert CountingCompiler().compile_cached("a") == b"BIN:a"  # another instance (process) hits too
+  c.compile_cached("b")
+  assert c.calls == 2
+  other_flags = CountingCompiler(flags=("-O3",))
+  other_flags.compile_cached("a")
+  assert other_flags.calls == 1
+  other_key = CountingCompiler(cachekey="other")
+  other_key.compile_cached("a")
+  assert other_key.calls == 1
+  no_cache = CountingCompiler(cachekey=None)
+  no_cache.compile_cached("a"); no_cache.compile_cached("a")
+  assert no_cache.calls == 2
+  with Context(CACHELEVEL=0):
+    c.compile_cached("a")
+  assert c.calls == 3
+
+def test_compile_cached_recovers_from_corruption(cache_home):
+  c = CountingCompiler()
+  c.compile_cached("a")
+  for f in os.listdir(cache_home / "binaries"): (cache_home / "binaries" / f).write_bytes(b"\x7fELF broken")
+  assert c.compile_cached("a") == b"BIN:a" and c.calls == 2
+  assert c.compile_cached("a") == b"BIN:a" and c.calls == 2
+
+def test_compile_error_message():
+  e = CompileError("gcc failed", "void f() {\n  oops;\n}", "<stdin>:2:3: error: 'oops' undeclared")
+  msg = str(e)
+  assert "gcc failed" in msg and "'oops' undeclared" in msg
+  assert "   2 |   oops;" in msg and "   1 | void f() {" in msg
+  assert isinstance(e, RuntimeError) and e.src.startswith("void") and "undeclared" in e.stderr
+  e2 = pickle.loads(pickle.dumps(e))  # compile errors cross process boundaries in search workers
+  assert str(e2) == msg and e2.src == e.src and e2.stderr == e.stderr
+
+# ---- buffers -------------------------------------------------------------------------------------
+
+ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+              dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64]
+
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=lambda d: d.name)
+def test_buffer_roundtrip(dt, rng):
+  if dt == dtypes.bool: x = rng.random(37) > 0.5
+  elif dt.np.kind == "f": x = rng.standard_normal(37).astype(dt.np)
+  else:
+    info = np.iinfo(dt.np)
+    x = rng.integers(info.min, info.max, 37, dtype=dt.np, endpoint=True)
+  b = Buffer("CPU", 37, dt)
+  assert not b.is_allocated()
+  assert b.allocate() is b and b.is_allocated() and b.nbytes == 37 * dt.itemsize
+  b.copyin(x)
+  y = b.numpy()
+  assert y.dtype == dt.np and y.shape == (37,) and np.array_equal(x, y)
+  y[:] = 0  # numpy() is a copy
+  assert np.array_equal(b.numpy(), x)
+
+def test_buffer_copyin_any_shape_and_strides(rng):
+  x = rng.standard_normal((6, 8)).astype(np.float32)
+  b = Buffer("CPU", 24, dtypes.float32).copyin(x[:, ::2])  # not contiguous
+  assert np.array_equal(b.numpy(), x[:, ::2].reshape(-1))
+  b.copyin(x.T[::2].T[:, :4].copy(order="F"))
+  assert np.array_equal(b.numpy(), x.T[::2].T[:, :4].reshape(-1))
+
+def test_buffer_alignment():
+  for n in (1, 3, 100, 4097):
+    assert Buffer("CPU", n, dtypes.float32).allocate()._buf.ptr % 64 == 0
+
+def test_buffer_bfloat16():
+  b = Buffer("CPU", 4, dtypes.bfloat16)
+  b.copyin(np.array([1.0, -2.5, 3.3, 1e30], dtype=np.float32))
+  y = b.numpy()
+  assert y.dtype == np.float32
+  np.testing.assert_allclose(y, [1.0, -2.5, 3.3, 1e30], rtol=2**-8)
+  assert y[2] == np.float32(3.296875)
+  b.copyin(np.array([0x3F80, 0x4000, 0, 0xBF80], dtype=np.uint16))  # raw bits
+  assert y.tolist() != b.numpy().tolist() and b.numpy().tolist() == [1.0, 2.0, 0.0, -1.0]
+  with pytest.raises(TypeError, match="bfloat16.*or float32"): b.copyin(np.zeros(4, np.float64))
+
+def test_buffer_vector_dtype():
+  b = Buffer("CPU", 3, dtypes.float32.vec(4)).copyin(np.arange(12, dtype=np.float32))
+  assert b.nbytes == 48 and np.array_equal(b.numpy(), np.arange(12, dtype=np.float32))
+
+def test_buffer_errors():
+  b = Buffer("cpu", 4, dtypes.float32)
+  assert b.device == "CPU" and "unallocated" in repr(b)
+  with pytest.raises(RuntimeError, match="not allocated"): b.numpy()
+  with pytest.raises(ValueError, match="5 elements.*holds 4"): b.copyin(np.zeros(5, np.float32))
+  with pytest.raises(TypeError, match="float64 does not match.*float"): b.copyin(np.zeros(4, np.float64))
+  with pytest.raises(TypeError, match="numpy array"): b.copyin([1.0, 2.0, 3.0, 4.0])
+  with pytest.raises(ValueError, match="size"): Buffer("CPU", -1, dtypes.float32)
+  assert b.copyin(np.zeros((2, 2), np.float32)).is_allocated() and "CPU size=4" in repr(b)
+
+def test_empty_buffer():
+  b = Buffer("CPU", 0, dtypes.int32).allocate()
+  assert b.numpy().shape == (0,)
+  b.copyin(np.zeros(0, np.int32))
+
+def test_runner_unknown_device():
+  with pytest.raises(ValueError, match="unknown device"): CompiledRunner(Program("k", "", "XPU"))

@@ -1,0 +1,243 @@
+"""Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
+and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
+from __future__ import annotations
+import hashlib, os, tempfile
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+import numpy as np
+from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv
+
+if TYPE_CHECKING:
+  from tilecraft.dtype import DType
+  from tilecraft.renderer import Program, Renderer
+
+# ---- errors --------------------------------------------------------------------------------------
+
+class CompileError(RuntimeError):
+  """A kernel failed to compile. The message holds the compiler's output and the numbered source."""
+  def __init__(self, msg: str, src: str = "", stderr: str = ""):
+    self.msg, self.src, self.stderr = msg, src, stderr
+    numbered = "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), start=1))
+    super().__init__(f"{msg}\n--- compiler output ---\n{stderr.rstrip()}\n--- source ---\n{numbered}")
+  def __reduce__(self) -> tuple: return (CompileError, (self.msg, self.src, self.stderr))  # survives worker processes
+
+class DeviceUnavailable(RuntimeError):
+  """A known device that can't be opened here (not implemented yet, or its driver is missing)."""
+
+# ---- disk cache ----------------------------------------------------------------------------------
+# One entry per file: cache_dir()/<table>/<sha256(key)>. Each file starts with a magic and the
+# sha256 of the payload, so a truncated or garbled entry reads as a miss instead of bad bytes.
+_MAGIC = b"TCDC1\n"
+
+def _diskcache_path(table: str, key: str) -> str:
+  return os.path.join(cache_dir(), table, hashlib.sha256(key.encode()).hexdigest())
+
+def diskcache_get(table: str, key: str) -> Optional[bytes]:
+  """The bytes stored under (table, key), or None on a miss, a bad entry or CACHELEVEL=0."""
+  if CACHELEVEL <= 0: return None
+  path = _diskcache_path(table, key)
+  try:
+    with open(path, "rb") as f: data = f.read()
+  except OSError: return None
+  head = len(_MAGIC) + 32
+  if len(data) >= head and data[:len(_MAGIC)] == _MAGIC and hashlib.sha256(data[head:]).digest() == data[len(_MAGIC):head]:
+    return data[head:]
+  if DEBUG >= 1: print(f"diskcache: dropping corrupted entry {path}")
+  try: os.unlink(path)
+  except OSError: pass
+  return None
+
+def diskcache_put(table: str, key: str, value: bytes) -> None:
+  """Store value under (table, key) atomically (temp file + rename); a no-op when CACHELEVEL=0."""
+  if CACHELEVEL <= 0: return
+  path = _diskcache_path(table, key)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+  try:
+    with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(value).digest() + value)
+    os.replace(tmp, path)
+  except BaseException:
+    try: os.unlink(tmp)
+    except OSError: pass
+    raise
+
+# ---- compilers -----------------------------------------------------------------------------------
+
+class Compiler:
+  """Turns kernel source into a binary. `cachekey` names the compiler (None: never cached)."""
+  flags: tuple[str, ...] = ()
+  def __init__(self, cachekey: Optional[str] = None): self.cachekey = cachekey
+  def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} cannot compile")
+  def cache_key(self, src: str) -> str:
+    return hashlib.sha256("\0".join([self.cachekey or "", " ".join(self.flags), src]).encode()).hexdigest()
+  def compile_cached(self, src: str) -> bytes:
+    if self.cachekey is None: return self.compile(src)
+    key = self.cache_key(src)
+    if (lib := diskcache_get("binaries", key)) is not None: return lib
+    lib = self.compile(src)
+    diskcache_put("binaries", key, lib)
+    return lib
+
+# ---- memory --------------------------------------------------------------------------------------
+
+class Allocator:
+  """Device memory. The opaque handle returned by alloc is what the runtime's programs take."""
+  def alloc(self, nbytes: int) -> Any: raise NotImplementedError
+  def free(self, opaque: Any) -> None: pass
+  def copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError
+  def copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError
+
+def _is_bf16(dtype: DType) -> bool: return dtype.fmt is None and dtype.name.startswith("bfloat16")
+
+def _np_dtype(dtype: DType) -> np.dtype:
+  """The numpy dtype of one lane a Buffer of `dtype` exchanges with numpy (bfloat16: its uint16 bits)."""
+  if dtype.fmt is not None: return np.dtype(dtype.fmt)
+  if _is_bf16(dtype): return np.dtype(np.uint16)
+  raise TypeError(f"{dtype.name} has no numpy equivalent")
+
+class Buffer:
+  """`size` elements of `dtype` on `device` (API). Memory is allocated by `.allocate()` (or the first
+  `.copyin`) and freed when the Buffer is garbage collected."""
+  def __init__(self, device: str, size: int, dtype: DType):
+    if not isinstance(size, (int, np.integer)) or size < 0: raise ValueError(f"Buffer size must be an int >= 0, got {size!r}")
+    self.device, self.size, self.dtype = Device.canonicalize(device), int(size), dtype
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  def is_allocated(self) -> bool: return hasattr(self, "_buf")
+  def allocate(self) -> Buffer:
+    if not self.is_allocated():
+      self.allocator = Device[self.device].allocator
+      self._buf = self.allocator.alloc(self.nbytes)
+    return self
+  def _np_count(self, npdt: np.dtype) -> int: return self.nbytes // npdt.itemsize
+  def copyin(self, arr: np.ndarray) -> Buffer:
+    """Copy a numpy array in (any shape, same number of elements). For bfloat16 pass the uint16 bits
+    or float32 values (rounded to bfloat16)."""
+    if not isinstance(arr, np.ndarray): raise TypeError(f"Buffer.copyin takes a numpy array, got {type(arr).__name__}")
+    npdt = _np_dtype(self.dtype)
+    if _is_bf16(self.dtype) and arr.dtype == np.float32:
+      from tilecraft.dtype import bf16_bits_from_f32
+      arr = np.asarray(bf16_bits_from_f32(arr))
+    if arr.dtype != npdt:
+      raise TypeError(f"Buffer.copyin: array dtype {arr.dtype} does not match buffer dtype {self.dtype.name} (numpy {npdt})"
+                      + (" or float32" if _is_bf16(self.dtype) else ""))
+    if arr.size != self._np_count(npdt):
+      raise ValueError(f"Buffer.copyin: array has {arr.size} elements {arr.shape}, buffer holds {self._np_count(npdt)}")
+    self.allocate()
+    if self.nbytes: self.allocator.copyin(self._buf, memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
+    return self
+  def numpy(self) -> np.ndarray:
+    """A flat copy of the contents (bfloat16 comes back as float32)."""
+    if not self.is_allocated(): raise RuntimeError(f"{self!r} is not allocated")
+    npdt = _np_dtype(self.dtype)
+    out = np.empty(self._np_count(npdt), dtype=npdt)
+    if self.nbytes: self.allocator.copyout(memoryview(out.view(np.uint8)), self._buf)
+    if _is_bf16(self.dtype):
+      from tilecraft.dtype import f32_from_bf16_bits
+      return np.asarray(f32_from_bf16_bits(out))
+    return out
+  def __del__(self) -> None:
+    if hasattr(self, "_buf"):
+      try: self.allocator.free(self._buf)
+      except Exception: pass  # interpreter shutdown
+  def __repr__(self) -> str:
+    return f"<Buffer {self.device} size={self.size} dtype={self.dtype.name}{'' if self.is_allocated() else ' (unallocated)'}>"
+
+# ---- devices -------------------------------------------------------------------------------------
+
+class Compiled:
+  """An opened device: allocator, renderer, compiler and runtime (`runtime(name, lib)` -> program).
+  `renderer` may be a zero-argument factory so the device opens before the renderer is needed."""
+  def __init__(self, name: str, allocator: Allocator, renderer: Union[Renderer, Callable[[], Renderer]], compiler: Compiler,
+               runtime: Callable[[str, bytes], Any], synchronize: Optional[Callable[[], None]] = None):
+    self.name, self.allocator, self.compiler, self.runtime = name, allocator, compiler, runtime
+    self._renderer, self._synchronize = renderer, synchronize
+  @property
+  def renderer(self) -> Renderer:
+    from tilecraft.renderer import Renderer
+    if not isinstance(self._renderer, Renderer): self._renderer = self._renderer()
+    return self._renderer
+  def synchronize(self) -> None:
+    if self._synchronize is not None: self._synchronize()
+  def __repr__(self) -> str: return f"<Compiled {self.name}>"
+
+DEVICES: tuple[str, ...] = ("CPU", "LLVM", "OPENCL", "PYTHON", "CUDA", "METAL", "HIP")
+
+def _open_cpu() -> Compiled:
+  from tilecraft.runtime.cpu import CPUAllocator, CPUCompiler, CPUProgram
+  def renderer() -> Renderer:
+    from tilecraft.renderer.cstyle import CRenderer
+    return CRenderer()
+  return Compiled("CPU", CPUAllocator(), renderer, CPUCompiler(), CPUProgram)
+
+# A device is added by one line here: name -> function that opens it (may raise DeviceUnavailable).
+_device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu}
+
+class _Device:
+  """The device registry (API): `Device["CPU"]` opens (once) and returns a device, `Device.DEFAULT`
+  names the default one."""
+  def __init__(self) -> None: self._opened: dict[str, Compiled] = {}
+  @staticmethod
+  def canonicalize(name: str) -> str:
+    """'cpu' -> 'CPU'. Unknown names raise ValueError listing the known ones."""
+    if not isinstance(name, str): raise TypeError(f"device name must be a str, got {name!r}")
+    if (cname := name.strip().upper()) not in DEVICES: raise ValueError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
+    return cname
+  def __getitem__(self, name: str) -> Compiled:
+    cname = self.canonicalize(name)
+    if cname not in self._opened:
+      if (factory := _device_factories.get(cname)) is None:
+        raise DeviceUnavailable(f"device {cname} is not available: no runtime for it is implemented yet "
+                                f"(available: {', '.join(_device_factories)})")
+      try: self._opened[cname] = factory()
+      except ImportError as e: raise DeviceUnavailable(f"device {cname} is not available here: {e}") from e
+    return self._opened[cname]
+  @property
+  def DEFAULT(self) -> str:
+    """`DEVICE=name`, else the first known X with env `X=1`, else CPU."""
+    if (name := getenv("DEVICE", "")): return self.canonicalize(name)
+    for d in DEVICES:
+      if getenv(d, "") not in ("", "0"): return d
+    return "CPU"
+  def available(self) -> list[str]:
+    """Known devices that open on this machine."""
+    out = []
+    for d in DEVICES:
+      try: self[d]
+      except DeviceUnavailable: continue
+      out.append(d)
+    return out
+  def __repr__(self) -> str: return f"<Device default={self.DEFAULT} opened={list(self._opened)}>"
+
+Device = _Device()
+
+# ---- running programs ----------------------------------------------------------------------------
+
+class CompiledRunner:
+  """Compiles (disk-cached) a Program for its device and launches it on Buffers (API)."""
+  def __init__(self, program: Program, precompiled: Optional[bytes] = None):
+    self.p, self.device = program, Device[program.device]
+    self.dname = self.device.name
+    self.lib = precompiled if precompiled is not None else self.device.compiler.compile_cached(program.src)
+    self.clprg = self.device.runtime(program.name, self.lib)
+  def _var_vals(self, var_vals: Optional[dict]) -> tuple[int, ...]:
+    var_vals = var_vals or {}
+    by_name = {getattr(k, "expr", k): v for k, v in var_vals.items()}
+    vals = []
+    for v in self.p.vars:
+      if v in var_vals: vals.append(int(var_vals[v]))
+      elif v.expr in by_name: vals.append(int(by_name[v.expr]))
+      elif getattr(v, "is_bound", False): vals.append(int(v.val))
+      else: raise ValueError(f"kernel {self.p.name} needs a value for Variable {v.expr!r}; var_vals has {sorted(map(str, by_name))}")
+    return tuple(vals)
+  def __call__(self, bufs: list[Buffer], var_vals: Optional[dict] = None, wait: bool = True) -> Optional[float]:
+    """Run with `bufs` in the program's buffer order (outputs first); seconds taken when `wait`."""
+    if self.p.globals and len(bufs) != len(self.p.globals):
+      raise ValueError(f"kernel {self.p.name} takes {len(self.p.globals)} buffers (indices {self.p.globals}), got {len(bufs)}")
+    for i, b in enumerate(bufs):
+      if not isinstance(b, Buffer): raise TypeError(f"kernel {self.p.name}: argument {i} is {type(b).__name__}, not a Buffer")
+      if b.device != self.dname: raise ValueError(f"kernel {self.p.name} runs on {self.dname}, but buffer {i} is on {b.device}")
+      if not b.is_allocated(): raise RuntimeError(f"kernel {self.p.name}: buffer {i} {b!r} is not allocated")
+    vals = self._var_vals(var_vals)
+    global_size, local_size = self.p.launch_dims(dict(zip(self.p.vars, vals)))
+    return self.clprg(*[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+  def __repr__(self) -> str: return f"<CompiledRunner {self.p.name} on {self.dname}>"

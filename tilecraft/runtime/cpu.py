@@ -1,0 +1,115 @@
+"""The CPU device: C kernels built by the system C compiler into a shared object, loaded with ctypes.
+The renderer puts `#pragma omp parallel for` on the outermost (global) loop, so kernels use all
+cores through OpenMP; the thread count comes from the environment (OMP_NUM_THREADS)."""
+from __future__ import annotations
+import ctypes, functools, os, platform, shutil, subprocess, tempfile, time, warnings
+from typing import Any, Optional
+import numpy as np
+from tilecraft.device import Allocator, CompileError, Compiler
+from tilecraft.helpers import DEBUG, getenv
+
+# ---- compiler ------------------------------------------------------------------------------------
+
+def find_c_compiler() -> str:
+  """`CPU_COMPILER=clang|gcc` if that compiler exists, else `$CC`, else gcc (or cc)."""
+  if (choice := getenv("CPU_COMPILER", "")):
+    if (path := shutil.which(choice)): return path
+    warnings.warn(f"CPU_COMPILER={choice} not found, falling back to {os.environ.get('CC') or 'gcc'}")
+  for cc in (os.environ.get("CC"), "gcc", "cc"):
+    if cc and (path := shutil.which(cc)): return path
+  raise RuntimeError("no C compiler found: install gcc or set CC")
+
+@functools.cache
+def _compiler_identity(cc: str) -> str:
+  """Compiler version plus host CPU: -march=native binaries are only valid on the same kind of CPU."""
+  try: version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+  except (OSError, IndexError, subprocess.SubprocessError): version = "unknown"
+  cpu = platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f: info = f.read()
+    cpu += "|" + "|".join(next((l for l in info.splitlines() if l.startswith(k)), "") for k in ("model name", "flags"))
+  except OSError: pass
+  return f"{os.path.basename(cc)}|{version}|{cpu}"
+
+_OPENMP_PROBE = "int omp_get_max_threads(void);\nint probe(void) { int n = 0;\n#pragma omp parallel for reduction(+:n)\n" \
+                "for (int i = 0; i < 4; i++) n += omp_get_max_threads();\nreturn n; }\n"
+
+class CPUCompiler(Compiler):
+  """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin)."""
+  base_flags: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast")
+  def __init__(self, cc: Optional[str] = None):
+    self.cc = cc or find_c_compiler()
+    self.openmp: Optional[bool] = None  # None: not known yet; assumed to work until a compile says otherwise
+    super().__init__(f"cpu|{_compiler_identity(self.cc)}")
+  @property
+  def flags(self) -> tuple[str, ...]: return self.base_flags + ("-fopenmp",)  # requested flags: part of the cache key
+  def _run(self, src: str, openmp: bool) -> tuple[Optional[bytes], str]:
+    fd, out = tempfile.mkstemp(suffix=".so", prefix="tilecraft-")
+    os.close(fd)
+    try:
+      args = [self.cc, *self.base_flags, *(["-fopenmp"] if openmp else []), "-x", "c", "-", "-o", out, "-lm"]
+      r = subprocess.run(args, input=src.encode(), capture_output=True)
+      if r.returncode != 0: return None, r.stderr.decode(errors="replace")
+      with open(out, "rb") as f: return f.read(), r.stderr.decode(errors="replace")
+    finally:
+      try: os.unlink(out)
+      except OSError: pass
+  def _openmp_works(self) -> bool:
+    if self.openmp is None:
+      self.openmp = self._run(_OPENMP_PROBE, openmp=True)[0] is not None
+      if not self.openmp: warnings.warn(f"{self.cc} cannot build with -fopenmp: CPU kernels will run on one core")
+    return self.openmp
+  def compile(self, src: str) -> bytes:
+    lib, err = self._run(src, openmp=self.openmp is not False)
+    if lib is None and self.openmp is not False and any(w in err.lower() for w in ("omp", "openmp")) and not self._openmp_works():
+      lib, err = self._run(src, openmp=False)
+    if lib is None: raise CompileError(f"{os.path.basename(self.cc)} failed to compile the kernel", src, err)
+    if DEBUG >= 6 and err: print(err)
+    return lib
+
+# ---- memory --------------------------------------------------------------------------------------
+
+class CPUBuffer:
+  """CPU memory: a 64-byte aligned numpy byte array; `ptr` is what kernels receive."""
+  __slots__ = ("mem", "ptr", "nbytes")
+  ALIGN = 64
+  def __init__(self, nbytes: int):
+    raw = np.empty(nbytes + self.ALIGN, dtype=np.uint8)
+    off = -raw.ctypes.data % self.ALIGN
+    self.mem, self.nbytes = raw[off:off + nbytes], nbytes
+    self.ptr: int = self.mem.ctypes.data
+  def __repr__(self) -> str: return f"<CPUBuffer {self.nbytes} bytes at {self.ptr:#x}>"
+
+class CPUAllocator(Allocator):
+  def alloc(self, nbytes: int) -> CPUBuffer: return CPUBuffer(nbytes)
+  def free(self, opaque: CPUBuffer) -> None: pass  # the numpy array is freed with the handle
+  def copyin(self, dest: CPUBuffer, src: memoryview) -> None:
+    s = np.frombuffer(src, dtype=np.uint8)
+    if s.size > dest.nbytes: raise ValueError(f"copyin of {s.size} bytes into a {dest.nbytes}-byte buffer")
+    dest.mem[:s.size] = s
+  def copyout(self, dest: memoryview, src: CPUBuffer) -> None:
+    d = np.frombuffer(dest, dtype=np.uint8)
+    if d.size > src.nbytes: raise ValueError(f"copyout of {d.size} bytes from a {src.nbytes}-byte buffer")
+    d[:] = src.mem[:d.size]
+
+# ---- programs ------------------------------------------------------------------------------------
+
+class CPUProgram:
+  """A loaded kernel. Called with buffer handles, then the symbolic values as `long long`s."""
+  def __init__(self, name: str, lib: bytes):
+    self.name = name
+    fd, path = tempfile.mkstemp(suffix=".so", prefix="tilecraft-")
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(lib)
+      self.lib = ctypes.CDLL(path)
+    finally: os.unlink(path)  # the mapping stays valid after unlink
+    try: self.fxn = getattr(self.lib, name)
+    except AttributeError: raise RuntimeError(f"compiled CPU library has no function named {name!r}") from None
+    self.fxn.restype = None
+  def __call__(self, *bufs: Any, global_size: Optional[list[int]] = None, local_size: Optional[list[int]] = None,
+               vals: tuple[int, ...] = (), wait: bool = True) -> Optional[float]:
+    args = [ctypes.c_void_p(b if isinstance(b, int) else b.ptr) for b in bufs] + [ctypes.c_int64(v) for v in vals]
+    st = time.perf_counter()
+    self.fxn(*args)
+    return time.perf_counter() - st if wait else None
+  def __repr__(self) -> str: return f"<CPUProgram {self.name}>"

@@ -1,0 +1,375 @@
+"""The Kernel: one fused kernel AST plus the optimizations (Opts) that shape its iteration space (API).
+
+The kernel keeps one ShapeTracker per buffer, plus an input/output pair per reduce, all of one rank.
+Its axes are always ordered by region:
+
+  global | local | group (grouped reduce) | reduce | unrolled reduce | upcast
+  blue     cyan    green                   red      magenta           yellow
+
+Every Opt splits or moves axes between regions by reshaping and permuting all ShapeTrackers at
+once; `apply_opt` either applies an Opt completely or raises KernelOptError and changes nothing.
+"""
+from __future__ import annotations
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from enum import Enum, auto
+from typing import Any, Optional
+from tilecraft.dtype import ImageDType, dtypes
+from tilecraft.helpers import DEBUG, dedup, prod, round_up
+from tilecraft.ops import (UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps,
+                           verify_ast)
+from tilecraft.renderer import Program, Renderer
+from tilecraft.shape.shapetracker import ShapeTracker
+from tilecraft.shape.symbolic import Node, Variable, sint
+
+class OptOps(Enum):
+  TC = auto(); UPCAST = auto(); UPCASTMID = auto(); UNROLL = auto(); LOCAL = auto()  # noqa: E702
+  GROUP = auto(); GROUPTOP = auto(); NOLOCALS = auto(); PADTO = auto(); SWAP = auto()  # noqa: E702
+  def __lt__(self, x: "OptOps") -> bool: return self.value < x.value
+
+class KernelOptError(Exception):
+  """An Opt that can't be applied to this kernel; the message names the rule it breaks (API)."""
+
+def check(cond: bool, msg: str) -> None:
+  if not cond: raise KernelOptError(msg)
+
+@dataclass(frozen=True, order=True)
+class Opt:
+  """One optimization (API). `amt=0` means the whole axis. UNROLL axes count from first_reduce;
+  GROUP/GROUPTOP from first_reduce + group_for_reduces; all others are absolute."""
+  op: OptOps
+  axis: Optional[int] = None
+  amt: Optional[int] = None
+  def __repr__(self) -> str: return f"Opt(op={self.op}, axis={self.axis}, amt={self.amt})"
+  def real_axis(self, k: "Kernel") -> int:
+    if self.axis is None: return -1
+    if self.op is OptOps.UNROLL: return k.first_reduce + self.axis
+    if self.op in (OptOps.GROUP, OptOps.GROUPTOP): return k.first_reduce + k.group_for_reduces + self.axis
+    return self.axis
+
+_kernel_names: dict[str, dict[bytes, int]] = defaultdict(dict)
+
+class Kernel:
+  def __init__(self, ast: LazyOp, opts: Optional[Renderer] = None):
+    if opts is None:
+      from tilecraft.device import Device
+      opts = Device[Device.DEFAULT].renderer
+    self.opts: Renderer = opts
+    self.ast = ast
+    self._ast_sts = verify_ast(ast)
+    self.reduceops: list[LazyOp] = dedup([x for x in ast.lazyops if x.op in ReduceOps])
+    self.outbufs: list[MemBuffer] = [x.arg for x in ast.src]
+    leaves = [x.arg for x in ast.lazyops if x.op in (BufferOps.LOAD, BufferOps.CONST)]
+    self.bufs: list[Any] = dedup(self.outbufs + leaves)
+    # virtual trackers at each reduce's input and output keep the reduce axes known
+    self.sts: list[ShapeTracker] = [b.st for b in self.bufs]
+    for r in self.reduceops:
+      self.sts.append(ShapeTracker.from_shape(self._ast_sts[r.src[0]].shape))
+      self.sts.append(ShapeTracker.from_shape(self._ast_sts[r].shape))
+    self.local_dims, self.upcasted, self.group_for_reduces = 0, 0, 0
+    self.dont_use_locals = False
+    self.tensor_core: Any = None
+    self.tensor_core_opts: Any = None
+    self.use_tensor_cores: int = 0
+    self.applied_opts: list[Opt] = []
+    self.applied_opts_reasons: list[str] = []
+    self.uops: Optional[list] = None
+    # put reduce axes last, then drop size-1 axes and merge what can be merged
+    reduce_axes = [i for i, (o, f) in enumerate(zip(self.output_shape, self.full_shape)) if o != f]
+    self.reshape_and_permute(None, [i for i in range(self.shape_len) if i not in reduce_axes] + reduce_axes)
+    self.simplify_ones()
+    self.simplify_merge_adjacent()
+
+  def copy(self) -> "Kernel":
+    """An independent copy: opts applied to it never touch this kernel."""
+    k = Kernel.__new__(Kernel)
+    k.__dict__.update(self.__dict__)
+    k.sts, k.bufs = list(self.sts), list(self.bufs)
+    k.applied_opts, k.applied_opts_reasons = list(self.applied_opts), list(self.applied_opts_reasons)
+    k.uops = None
+    return k
+
+  # ---- shape bookkeeping --------------------------------------------------------------------------
+  @property
+  def membufs(self) -> list[MemBuffer]: return [b for b in self.bufs if isinstance(b, MemBuffer)]
+  @property
+  def shape_len(self) -> int: return len(self.sts[0].shape)
+  @property
+  def full_shape(self) -> tuple[sint, ...]:
+    return self.sts[len(self.bufs)].shape if self.reduceops else self.sts[0].shape
+  @property
+  def output_shape(self) -> tuple[sint, ...]: return self.sts[0].shape
+  @property
+  def first_upcast(self) -> int: return self.shape_len - self.upcasted
+  @property
+  def first_reduce(self) -> int:
+    for i in range(self.first_upcast):
+      if self.output_shape[i] != self.full_shape[i]: return i
+    return self.first_upcast
+  @property
+  def global_dims(self) -> int: return self.first_reduce - self.local_dims
+  @property
+  def upcast_in_mid_reduce_axes(self) -> list[int]:
+    return [j for j in range(self.first_reduce, self.first_reduce + self.group_for_reduces) if self.full_shape[j] == self.sts[0].shape[j]]
+  def reduce_axes(self) -> list[int]:
+    """Every axis the reduce runs over (group, red and unrolled axes)."""
+    return [i for i in range(self.first_reduce, self.shape_len) if self.output_shape[i] != self.full_shape[i]]
+  def upcasted_axis(self, i: int) -> list[tuple[sint, Optional[sint], bool]]:
+    """(size, stride in buffer i, is a reduce axis) for each upcast axis."""
+    st = self.sts[i]
+    return [(s, stride, fs != os) for s, stride, fs, os in zip(st.shape[self.first_upcast:], st.real_strides()[self.first_upcast:],
+                                                               self.full_shape[self.first_upcast:], self.output_shape[self.first_upcast:])]
+  def float4_axis(self, i: int) -> list[int]:
+    """Upcast axes (relative to first_upcast) along which buffer i is contiguous in groups of 4."""
+    st = self.sts[i]
+    return [x - self.first_upcast for x in st.unit_stride_axes() if x >= self.first_upcast and st.shape[x] % 4 == 0]
+
+  def colors(self) -> list[str]:
+    c = ["blue"] * self.global_dims if not self.dont_use_locals else ["BLUE"] * self.global_dims
+    c += ["cyan"] * self.local_dims
+    c += ["white" if i in self.upcast_in_mid_reduce_axes else "green" for i in range(self.first_reduce, self.first_reduce + self.group_for_reduces)]
+    c += ["red"] * (self.first_upcast - (self.first_reduce + self.group_for_reduces))
+    c += ["magenta" if self.full_shape[i] != self.output_shape[i] else "yellow" for i in range(self.first_upcast, self.shape_len)]
+    return c
+  def colored_shape(self, pad: Optional[int] = None, dense: bool = False) -> str:
+    codes = {"blue": 34, "BLUE": 94, "cyan": 36, "green": 32, "white": 37, "red": 31, "magenta": 35, "yellow": 33}
+    parts = [f"\x1b[{codes[c]}m{(str(s) if dense else f'{str(s):>4}')}\x1b[0m" for s, c in zip(self.full_shape, self.colors())]
+    out = " ".join(parts) if not dense else "_".join(parts)
+    return out
+
+  @property
+  def name(self) -> str:
+    """r/C/E prefix, output count when > 1, then the dims; unique per process for distinct ASTs."""
+    prefix = "r" if self.reduceops else ("C" if all(x.op in (BufferOps.LOAD, BufferOps.STORE, MetaOps.KERNEL) for x in self.ast.lazyops) else "E")
+    if len(self.outbufs) > 1: prefix += f"{len(self.outbufs)}"
+    dims = "_".join(s.expr if isinstance(s, Variable) else str(s) if isinstance(s, int) else "S" for s in self.full_shape)
+    base = f"{prefix}_{dims}" if dims else prefix
+    seen = _kernel_names[base]
+    n = seen.setdefault(self.ast.key, len(seen))
+    return base if n == 0 else f"{base}n{n}"
+
+  def reshape_and_permute(self, new_shape_fxn: Any, axis: Optional[list[int]]) -> None:
+    new_sts = []
+    for st in self.sts:
+      if new_shape_fxn is not None: st = st.reshape(tuple(new_shape_fxn(st.shape)))
+      if axis is not None: st = st.permute(tuple(axis))
+      new_sts.append(st)
+    self.sts = new_sts
+
+  def shift_to(self, axis: int, amount: int, top: bool = False, insert_before: Optional[int] = None) -> None:
+    """Split `amount` off `axis` (inner part, or outer if top) and move it before `insert_before`."""
+    if insert_before is None: insert_before = self.shape_len
+    move_axis = axis if top else axis + 1
+    if move_axis < insert_before: insert_before += 1
+    def split(shape: tuple) -> tuple:
+      s = shape[axis]
+      parts = (1, 1) if s == 1 else ((amount, s // amount) if top else (s // amount, amount))
+      return shape[:axis] + parts + shape[axis + 1:]
+    order = list(range(self.shape_len + 1))
+    order.insert(insert_before, move_axis)
+    order.pop(move_axis + (1 if insert_before <= move_axis else 0))
+    self.reshape_and_permute(split, order)
+
+  def simplify_ones(self) -> bool:
+    """Drop axes of size 1 everywhere, keeping the region counters right."""
+    if self.shape_len == 0: return False
+    all_ones = [s == 1 for s in self.full_shape]
+    self.local_dims -= sum(all_ones[self.first_reduce - self.local_dims:self.first_reduce])
+    self.upcasted -= sum(all_ones[self.first_upcast:])
+    self.reshape_and_permute(lambda shape: [x for i, x in enumerate(shape) if not all_ones[i]], None)
+    return any(all_ones)
+
+  def simplify_merge_adjacent(self) -> None:
+    """Merge neighbouring axes that every buffer walks contiguously (same region only)."""
+    if self.shape_len == 0: return
+    i = 0
+    while i < self.shape_len - 1:
+      if (i < self.first_reduce) != (i + 1 < self.first_reduce) or i + 1 >= self.first_upcast: i += 1; continue
+      merged = []
+      full = self.full_shape
+      for st in self.sts:
+        a, b = st.shape[i], st.shape[i + 1]
+        if a == 1 and b == 1: merged.append(st.reshape(st.shape[:i] + (1,) + st.shape[i + 2:])); continue
+        if a != full[i] or b != full[i + 1]:  # a broadcast side: expand it so the merged dim has the full size
+          if not ((a == 1 or a == full[i]) and (b == 1 or b == full[i + 1])): break
+          st = st.expand(st.shape[:i] + (full[i], full[i + 1]) + st.shape[i + 2:])
+        v = st.views[-1].reshape(st.shape[:i] + (full[i] * full[i + 1],) + st.shape[i + 2:])
+        if v is None: break
+        merged.append(ShapeTracker(st.views[:-1] + (v,)))
+      else:
+        self.sts = merged
+        continue
+      i += 1
+
+  # ---- opts ---------------------------------------------------------------------------------------
+  def apply_opt(self, opt: Opt, append_opt: bool = True, reason: str = "") -> None:
+    """Apply `opt` or raise KernelOptError (and leave the kernel unchanged)."""
+    saved = self.__dict__.copy()
+    try: self._apply_opt(opt)
+    except KernelOptError:
+      self.__dict__.clear(); self.__dict__.update(saved)
+      raise
+    except (ValueError, ZeroDivisionError, TypeError) as e:
+      self.__dict__.clear(); self.__dict__.update(saved)
+      raise KernelOptError(f"{opt} can't be applied: {e}") from e
+    if append_opt:
+      self.applied_opts.append(opt)
+      self.applied_opts_reasons.append(reason or "requested")
+
+  def _apply_opt(self, opt: Opt) -> None:
+    check(isinstance(opt, Opt) and isinstance(opt.op, OptOps), f"not an Opt: {opt!r}")
+    check(not (self.applied_opts and opt.op is OptOps.TC), "TC must be the first opt")
+    if opt.op is OptOps.TC:
+      raise KernelOptError(f"TC: tensor cores are not supported by {type(self.opts).__name__} yet")
+    if opt.op is OptOps.NOLOCALS:
+      check(self.opts.has_local, "NOLOCALS: target has no local (workgroup) dims")
+      check(not self.dont_use_locals, "NOLOCALS already applied")
+      check(self.local_dims == 0 and self.group_for_reduces == 0, "NOLOCALS can't be applied after locals are used")
+      self.dont_use_locals = True
+      return
+    check(opt.axis is not None and isinstance(opt.axis, int) and opt.axis >= 0, f"{opt.op.name}: axis must be a non-negative int, got {opt.axis!r}")
+    axis = opt.real_axis(self)
+    check(axis < self.shape_len, f"{opt.op.name}: axis {axis} is out of range for a kernel with {self.shape_len} dims")
+    if opt.op is OptOps.SWAP:
+      check(isinstance(opt.amt, int) and axis < opt.amt < self.global_dims, f"SWAP: needs axis < amt < global_dims ({self.global_dims}), got {axis}, {opt.amt}")
+      order = list(range(self.shape_len))
+      order[axis], order[opt.amt] = order[opt.amt], order[axis]
+      self.reshape_and_permute(None, order)
+      return
+    size = self.full_shape[axis]
+    check(isinstance(opt.amt, int) and opt.amt >= 0, f"{opt.op.name}: amount must be a non-negative int, got {opt.amt!r}")
+    amt = opt.amt if opt.amt != 0 else size
+    if opt.op is OptOps.PADTO: return self._padto(axis, amt)
+    check(isinstance(size, int), f"{opt.op.name}: axis {axis} has symbolic size {size}")
+    check(isinstance(amt, int) and amt > 1 if opt.op is not OptOps.LOCAL else amt >= 1, f"{opt.op.name}: amount {amt} must be > 1")
+    check(size % amt == 0, f"{opt.op.name}: {amt} does not divide axis {axis} of size {size}")
+    if opt.op is OptOps.LOCAL:
+      check(self.opts.has_local, "LOCAL: target has no local (workgroup) dims")
+      check(not self.dont_use_locals, "LOCAL: can't use locals after NOLOCALS")
+      check(axis < self.global_dims, f"LOCAL: axis {axis} is not a global axis (global dims: {self.global_dims})")
+      check(self._tc_thread_ok(axis), "LOCAL: axis is a tensor-core thread axis")
+      self.shift_to(axis, amt, insert_before=self.first_reduce)
+      self.local_dims += 1
+    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+      check(self.opts.has_local and self.opts.has_shared, f"{opt.op.name}: target has no local memory")
+      check(not self.dont_use_locals, f"{opt.op.name}: can't group after NOLOCALS")
+      check(self.first_reduce + self.group_for_reduces <= axis < self.first_upcast, f"{opt.op.name}: axis {axis} is not a reduce axis")
+      check(len(self.reduceops) == 1, f"{opt.op.name}: grouping needs exactly one reduce, kernel has {len(self.reduceops)}")
+      check(self.tensor_core is None, f"{opt.op.name}: can't group with tensor cores")
+      self._check_shared(amt)
+      self.shift_to(axis, amt, top=opt.op is OptOps.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
+      self.group_for_reduces += 1
+    elif opt.op is OptOps.UNROLL:
+      check(axis < self.first_upcast, f"UNROLL: axis {axis} is already upcast")
+      check(self.first_reduce + self.group_for_reduces <= axis, f"UNROLL: axis {axis} is not a reduce axis")
+      check(amt <= 32, f"UNROLL: amount {amt} is over 32")
+      self.shift_to(axis, amt, insert_before=None)
+      self.upcasted += 1
+    elif opt.op is OptOps.UPCAST:
+      check(axis < self.first_reduce, f"UPCAST: axis {axis} is a reduce axis (use UNROLL)")
+      check(self._tc_thread_ok(axis), "UPCAST: axis is a tensor-core thread axis")
+      check(amt <= 16, f"UPCAST: amount {amt} is over 16")
+      self.shift_to(axis, amt, insert_before=None)
+      self.upcasted += 1
+    elif opt.op is OptOps.UPCASTMID:
+      check(any(isinstance(b.dtype, ImageDType) for b in self.membufs), "UPCASTMID: only for image kernels")
+      check(self.group_for_reduces > 0 and axis == self.first_reduce and amt == 4, "UPCASTMID: only the first grouped axis by 4")
+      check(self.full_shape[axis] == self.output_shape[axis], "UPCASTMID: axis must not be reduced")
+      self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
+      self.group_for_reduces += 1
+    else: raise KernelOptError(f"unknown opt {opt.op}")
+    self.simplify_ones()
+
+  def _tc_thread_ok(self, axis: int) -> bool:
+    return self.tensor_core is None or axis not in getattr(self, "tc_thread_axes", ())
+
+  def _check_shared(self, amt: int) -> None:
+    """The grouped reduce stages (locals x group x upcast) partials through local memory."""
+    upcast = prod(s for s, o in zip(self.full_shape[self.first_upcast:], self.output_shape[self.first_upcast:]) if s == o)
+    elems = prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]) * amt * upcast
+    nbytes = elems * self.outbufs[0].dtype.itemsize
+    check(isinstance(nbytes, int) and nbytes <= self.opts.shared_max, f"local memory of {nbytes} bytes is over the target's shared_max {self.opts.shared_max}")
+
+  def _padto(self, axis: int, amt: int) -> None:
+    check(not any(isinstance(s, Node) for st in self.sts for s in st.shape), "PADTO: not with symbolic shapes")
+    check(axis < self.first_upcast, f"PADTO: axis {axis} is upcast")
+    size = self.full_shape[axis]
+    assert isinstance(size, int)
+    if axis >= self.first_reduce:
+      check(all(r.op is ReduceOps.SUM for r in self.reduceops), "PADTO: padding a reduce axis needs SUM reduces (MAX would see the padding)")
+      for r in self.reduceops:
+        check(not any(x.op in UNSAFE_PAD_OPS for x in r.src[0].lazyops), "PADTO: the reduce is fed by an op with f(0) != 0 (unsafe to pad)")
+    new = round_up(size, amt)
+    check(amt > 1, "PADTO: amount must be > 1")
+    check(new <= 4 * size, f"PADTO: padding {size} to {new} is more than 4x the work")
+    if new == size: return
+    self.sts = [st.pad(tuple((0, new - size) if i == axis and st.shape[i] != 1 else (0, 0) for i in range(len(st.shape)))) for st in self.sts]
+
+  # ---- heuristics (implemented in heuristic.py) -----------------------------------------------------
+  def required_optimizations(self) -> "Kernel":
+    from tilecraft.codegen.heuristic import required_optimizations
+    return required_optimizations(self)
+  def hand_coded_optimizations(self) -> "Kernel":
+    from tilecraft.codegen.heuristic import hand_coded_optimizations
+    return hand_coded_optimizations(self)
+
+  # ---- to AST / program ---------------------------------------------------------------------------
+  def get_optimized_ast(self) -> LazyOp:
+    """The AST with the optimized shapes baked in; a grouped reduce becomes two stages through a
+    local buffer; the root carries KernelInfo."""
+    memo: dict[LazyOp, LazyOp] = {}
+    def fix(op: LazyOp) -> LazyOp:
+      if op in memo: return memo[op]
+      if op.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE):
+        i = self.bufs.index(op.arg)
+        arg = replace(op.arg, st=self.sts[i])
+        ret = LazyOp(op.op, tuple(fix(s) for s in op.src), arg)
+      elif op.op in ReduceOps:
+        ret = self._fix_reduce(op, fix(op.src[0]))
+      else: ret = LazyOp(op.op, tuple(fix(s) for s in op.src), op.arg)
+      memo[op] = ret
+      return ret
+    stores = tuple(fix(s) for s in self.ast.src)
+    return LazyOp(MetaOps.KERNEL, stores, KernelInfo(self.local_dims, self.upcasted, self.dont_use_locals))
+
+  def _fix_reduce(self, op: LazyOp, src: LazyOp) -> LazyOp:
+    axes = tuple(self.reduce_axes())
+    if not self.group_for_reduces: return LazyOp(op.op, (src,), axes)
+    group = [i for i in range(self.first_reduce, self.first_reduce + self.group_for_reduces) if i in axes]
+    stage1 = LazyOp(op.op, (src,), tuple(a for a in axes if a not in group))
+    # partials per (local thread, group thread, upcast lane) go through local memory
+    local_shape = tuple(1 if i < self.global_dims or (i in axes and i not in group) else s for i, s in enumerate(self.full_shape))
+    local_buf = MemBuffer(-1, op.dtype, ShapeTracker.from_shape(local_shape))
+    store = LazyOp(BufferOps.STORE, (stage1,), local_buf)
+    load = LazyOp(BufferOps.LOAD, (store,), local_buf)
+    return LazyOp(op.op, (load,), tuple(group))
+
+  def linearize(self) -> "Kernel":
+    from tilecraft.codegen.lowerer import lower_kernel
+    from tilecraft.codegen.linearize import linearize_uops
+    self.uops = linearize_uops(lower_kernel(self))
+    return self
+
+  def to_program(self, name_override: Optional[str] = None) -> Program:
+    """Render this kernel for its renderer (API)."""
+    self.linearize()
+    assert self.uops is not None
+    name = name_override or self.name
+    src = self.opts.render(name, self.uops)
+    from tilecraft.codegen.lowerer import launch_dims
+    from tilecraft.codegen.linearize import estimate_flops
+    gs, ls = launch_dims(self)
+    vars_ = sorted(self.ast.vars() | {v for b in self.bufs if isinstance(b, ConstBuffer) and isinstance(b.val, Variable) for v in [b.val]},
+                   key=lambda v: v.expr)
+    mem = sum(b.dtype.itemsize * b.st.real_size() for b in dedup_by_idx(self.membufs) if b.idx >= 0)
+    return Program(name, src, self.opts.device, gs, ls, self.uops, vars_, sorted({b.idx for b in self.membufs if b.idx >= 0}),
+                   list(range(len(self.outbufs))), estimate_flops(self.uops), mem, tuple(self.applied_opts))
+
+  def __repr__(self) -> str: return f"<Kernel {self.name} shape={self.full_shape} opts={self.applied_opts}>"
+
+def dedup_by_idx(bufs: list[MemBuffer]) -> list[MemBuffer]:
+  out: dict[int, MemBuffer] = {}
+  for b in bufs:
+    if b.idx not in out or b.st.real_size() > out[b.idx].st.real_size(): out[b.idx] = b
+  return list(out.values())

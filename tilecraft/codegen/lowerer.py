@@ -1,0 +1,395 @@
+"""Lowering: an optimized kernel AST -> a UOp graph (a SINK of STOREs).
+
+Axes become index variables of the one symbolic system: global axes are loops on a CPU (the
+outermost runs in parallel) and group/thread ids on GPUs; reduce axes are loops; upcast and
+unrolled axes are expanded into lanes. One upcast axis (the vector axis, contiguous in the
+output) stays a vector: values along it are single vector UOps (float4, float8, ...), so loads,
+stores and arithmetic along it are vector instructions. Index expressions are built and
+simplified symbolically, then converted to UOps.
+"""
+from __future__ import annotations
+import itertools, math
+from typing import Any, Optional
+from tilecraft.codegen.rewrite import graph_rewrite, symbolic_rules
+from tilecraft.codegen.uops import UOp, UOps
+from tilecraft.dtype import DType, dtypes
+from tilecraft.helpers import prod
+from tilecraft.ops import BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.shape.shapetracker import ShapeTracker
+from tilecraft.shape.symbolic import And, Div, Lt, Mod, Node, Prod, Sum, Variable, sint
+
+INT32_MAX = 2**31 - 1
+
+def _ceil(s: sint) -> int: return s if isinstance(s, int) else s.vmax
+
+def launch_dims(k: Any) -> tuple[Optional[list[sint]], Optional[list[sint]]]:
+  """Global and local launch sizes (None on targets without workgroups)."""
+  if not k.opts.has_local: return None, None
+  gl = list(k.full_shape[:k.global_dims])
+  lc = list(k.full_shape[k.global_dims:k.first_reduce]) + list(k.full_shape[k.first_reduce:k.first_reduce + k.group_for_reduces])
+  if k.dont_use_locals: return [prod(gl)] if gl else [1], None
+  return (_fold_dims(gl, k.opts.global_max) or [1]), (_fold_dims(lc, k.opts.local_max) or [1])
+
+def _fold_dims(dims: list[sint], maxes: Optional[tuple[int, ...]]) -> list[sint]:
+  """Fold dims into at most len(maxes) (3) launch dims: the outermost extra dims merge into one."""
+  dims = list(dims)
+  n = len(maxes) if maxes else 3
+  while len(dims) > n: dims = [dims[0] * dims[1]] + dims[2:]
+  return dims
+
+class Lowerer:
+  def __init__(self, k: Any, ast: LazyOp):
+    self.k, self.ast, self.ren = k, ast, k.opts
+    self.shape = k.full_shape
+    n = k.shape_len
+    self.first_upcast, self.first_reduce, self.group = k.first_upcast, k.first_reduce, k.group_for_reduces
+    self.red_axes = list(range(self.first_reduce + self.group, self.first_upcast))
+    self.group_axes = list(range(self.first_reduce, self.first_reduce + self.group))
+    self.upcast_axes = list(range(self.first_upcast, n))
+    self.magenta = [a for a in self.upcast_axes if k.full_shape[a] != k.output_shape[a]]
+    self.vax = self._pick_vector_axis()
+    self.lane_axes = [a for a in self.upcast_axes if a != self.vax]
+    self.W = self.shape[self.vax] if self.vax is not None else 1
+    self.vlane = Variable("_vlane", 0, self.W - 1) if self.vax is not None else None
+    self.varmap: dict[Variable, UOp] = {}
+    self.idx_vars: list[sint] = [0] * n
+    self.acc_count = 0
+    self.memo: dict[Any, Any] = {}
+    self.outer_range: Optional[UOp] = None  # innermost loop around the reduce (CPU global loops)
+    self._make_index_vars()
+
+  # ---- axes ---------------------------------------------------------------------------------------
+  def _pick_vector_axis(self) -> Optional[int]:
+    if not self.ren.supports_float4: return None
+    out_st = self.k.sts[0]
+    rs = out_st.real_strides()
+    cands = [a for a in self.upcast_axes if a not in self.magenta and self.shape[a] in (2, 4, 8, 16) and rs[a] == 1]
+    if not cands: return None
+    if any(not _vectorizable(self.ren, b.dtype) for b in self.k.bufs): return None
+    return cands[-1]
+
+  def _make_index_vars(self) -> None:
+    k, shape = self.k, self.shape
+    def var(name: str, s: sint) -> sint: return 0 if s == 1 else Variable(name, 0, _ceil(s) - 1)
+    if not self.ren.has_local:
+      # CPU: global axes are nested loops, the outermost parallel
+      parent: Optional[UOp] = None
+      for i in range(self.first_reduce):
+        v = var(f"gidx{i}", shape[i])
+        self.idx_vars[i] = v
+        if isinstance(v, Variable):
+          end = self.sym_to_uop(shape[i], dtypes.int32)
+          r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), end) + ((parent,) if parent is not None else ()),
+                  ("parallel" if parent is None else "global", i))
+          self.varmap[v] = r
+          parent = r
+      self.outer_range = parent
+    else:
+      self._make_gpu_ids(var)
+    parent = self.outer_range
+    for i in self.red_axes:
+      v = var(f"ridx{i}", shape[i])
+      self.idx_vars[i] = v
+      if isinstance(v, Variable):
+        r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), self.sym_to_uop(shape[i], dtypes.int32)) + ((parent,) if parent is not None else ()),
+                ("reduce", i))
+        self.varmap[v] = r
+        parent = r
+    self.reduce_ranges = [self.varmap[v] for v in (self.idx_vars[i] for i in self.red_axes) if isinstance(v, Variable)]
+
+  def _make_gpu_ids(self, var: Any) -> None:
+    k = self.k
+    gl = list(range(k.global_dims))
+    lc = list(range(k.global_dims, self.first_reduce)) + self.group_axes
+    def ids(axes: list[int], prefix: str, maxes: Any) -> None:
+      if not axes: return
+      sizes = [self.shape[a] for a in axes]
+      folded = _fold_dims(sizes, maxes) if not (prefix == "gidx" and k.dont_use_locals) else [prod(sizes)]
+      # the first launch dim may hold several axes (outermost first): unravel it
+      n_first = len(axes) - len(folded) + 1
+      for d, size in enumerate(folded):
+        sp = UOp(UOps.SPECIAL, dtypes.int32, (), (f"{prefix}{d}", size if isinstance(size, int) else self.sym_to_uop(size, dtypes.int32), d))
+        spv = Variable(f"{prefix}{d}", 0, _ceil(size) - 1)
+        self.varmap[spv] = sp
+        mine = axes[:n_first] if d == 0 else [axes[n_first + d - 1]]
+        acc: sint = spv
+        for j, a in enumerate(reversed(mine)):
+          s = self.shape[a]
+          rest = len(mine) - 1 - j
+          self.idx_vars[a] = acc % s if rest else acc
+          acc = acc // s
+    ids(gl, "gidx" if not k.dont_use_locals else "gidx", k.opts.global_max)
+    ids(lc, "lidx", k.opts.local_max)
+
+  # ---- symbolic -> UOps ---------------------------------------------------------------------------
+  def sym_to_uop(self, x: sint, dtype: DType) -> UOp:
+    if isinstance(x, int): return UOp.const(dtype, x)
+    if dtype != dtypes.int64 and _needs_int64(x): dtype = dtypes.int64
+    return self._sym(x, dtype)
+
+  def _sym(self, x: sint, dtype: DType) -> UOp:
+    if isinstance(x, int): return UOp.const(dtype, x)
+    key = (x, dtype)
+    if (r := self.memo.get(key)) is not None: return r
+    if isinstance(x, Variable):
+      if x in self.varmap: u = self.varmap[x]
+      else:
+        u = self.varmap.setdefault(x, UOp(UOps.DEFINE_VAR, dtypes.int64, (), x))
+      u = u.cast(dtype)
+    elif isinstance(x, Sum):
+      terms = [self._sym(t, dtype) if c == 1 else UOp.alu(BinaryOps.MUL, self._sym(t, dtype), UOp.const(dtype, c)) for t, c in x.terms]
+      u = terms[0]
+      for t in terms[1:]: u = UOp.alu(BinaryOps.ADD, u, t)
+      if x.const: u = UOp.alu(BinaryOps.ADD, u, UOp.const(dtype, x.const))
+    elif isinstance(x, Prod): u = UOp.alu(BinaryOps.MUL, self._sym(x.a, dtype), self._sym(x.b, dtype))
+    elif isinstance(x, (Div, Mod)):
+      a, b = x.a, x.b
+      amin = a if isinstance(a, int) else a.vmin
+      # C division truncates: shift a negative numerator up by a multiple of b to get floor semantics
+      shift = 0
+      if amin < 0:
+        if not isinstance(b, int): raise NotImplementedError(f"floor division of possibly negative {x} by a symbolic divisor")
+        shift = -(amin // b)
+      au = self._sym(a + shift * b if shift else a, dtype)
+      op = BinaryOps.IDIV if isinstance(x, Div) else BinaryOps.MOD
+      u = UOp.alu(op, au, self._sym(b, dtype))
+      if shift and isinstance(x, Div): u = UOp.alu(BinaryOps.ADD, u, UOp.const(dtype, -shift))
+    elif isinstance(x, Lt): u = UOp.alu(BinaryOps.CMPLT, self._sym(x.a, dtype), UOp.const(dtype, x.b))
+    elif isinstance(x, And):
+      parts = [self.sym_bool(n) for n in x.nodes]
+      u = parts[0]
+      for p in parts[1:]: u = UOp.alu(BinaryOps.AND, u, p)
+      return u
+    else: raise TypeError(f"cannot lower {x!r}")
+    self.memo[key] = u
+    return u
+
+  def sym_bool(self, x: sint) -> UOp:
+    """A 0/1 expression as a bool UOp."""
+    if isinstance(x, int): return UOp.const(dtypes.bool, bool(x))
+    if isinstance(x, (Lt, And)): return self.sym_to_uop(x, dtypes.int32) if isinstance(x, And) else self._lt(x)
+    # 1 - (a < b)  ==  not (a < b)
+    if isinstance(x, Sum) and x.const == 1 and len(x.terms) == 1 and x.terms[0][1] == -1 and isinstance(x.terms[0][0], Lt):
+      return UOp.alu(BinaryOps.CMPNE, self._lt(x.terms[0][0]), UOp.const(dtypes.bool, True))
+    return UOp.alu(BinaryOps.CMPNE, self.sym_to_uop(x, dtypes.int32), UOp.const(dtypes.int32, 0))
+  def _lt(self, x: Lt) -> UOp:
+    dt = dtypes.int64 if _needs_int64(x.a) else dtypes.int32
+    return UOp.alu(BinaryOps.CMPLT, self._sym(x.a, dt), UOp.const(dt, x.b))
+
+  # ---- lanes --------------------------------------------------------------------------------------
+  def lanes(self, inner: bool) -> list[tuple[int, ...]]:
+    sizes = [self.shape[a] if (inner or a not in self.magenta) else 1 for a in self.lane_axes]
+    return list(itertools.product(*[range(s) for s in sizes]))
+
+  def index(self, st: ShapeTracker, lane: tuple[int, ...]) -> tuple[sint, sint]:
+    key = ("idx", st, lane)
+    if (r := self.memo.get(key)) is not None: return r
+    idxs = list(self.idx_vars)
+    for a, v in zip(self.lane_axes, lane): idxs[a] = v
+    if self.vax is not None: idxs[self.vax] = self.vlane
+    # an axis the buffer doesn't span (size 1 in its view) indexes at 0
+    idxs = [0 if s == 1 else i for s, i in zip(st.shape, idxs)]
+    r = st.expr_idxs(tuple(idxs))
+    self.memo[key] = r
+    return r
+
+  def vec_form(self, idx: sint, valid: sint) -> tuple[str, Any]:
+    """How an access varies along the vector axis: ('scalar', (idx, valid)), ('vector', (base, valid))
+    for unit stride, or ('gather', [(idx, valid)] per lane)."""
+    if self.vlane is None: return "scalar", (idx, valid)
+    v = self.vlane
+    in_valid = isinstance(valid, Node) and v in valid.vars()
+    in_idx = isinstance(idx, Node) and v in idx.vars()
+    if not in_idx and not in_valid: return "scalar", (idx, valid)
+    per = [(_subst(idx, v, i), _subst(valid, v, i)) for i in range(self.W)]
+    # unit stride: lane i reads base + i for every lane (checked lane by lane, exactly)
+    if not in_valid and all(_is_zero(ix - (per[0][0] + i)) for i, (ix, _) in enumerate(per)): return "vector", (per[0][0], valid)
+    return "gather", per
+
+  # ---- AST ops ------------------------------------------------------------------------------------
+  def lower(self) -> UOp:
+    stores = [s for out in self.ast.src for s in self.lower_store(out)]
+    return UOp(UOps.SINK, dtypes.void, tuple(stores))
+
+  def buf_uop(self, mb: MemBuffer) -> UOp:
+    if mb.idx < 0: return UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"temp{-mb.idx}", mb.st.real_size()))
+    return UOp(UOps.DEFINE_GLOBAL, mb.dtype.ptr(), (), mb.idx)
+
+  def lower_store(self, op: LazyOp) -> list[UOp]:
+    val = self.lower_op(op.src[0], inner=False)
+    mb: MemBuffer = op.arg
+    buf = self.buf_uop(mb)
+    out = []
+    for lane in self.lanes(False):
+      v = val[lane]
+      idx, valid = self.index(mb.st, lane)
+      kind, data = self.vec_form(idx, valid)
+      if kind == "vector" and v.dtype.count > 1:
+        out.append(self._store(buf, *data, v))
+      elif kind == "scalar" and v.dtype.count == 1: out.append(self._store(buf, *data, v))
+      else:
+        if kind == "scalar": raise RuntimeError(f"output {mb.idx} has one address for several vector lanes: the kernel would race")
+        per = data if kind == "gather" else [(data[0] + i, data[1]) for i in range(self.W)]
+        for i, (ix, vl) in enumerate(per): out.append(self._store(buf, ix, vl, v.gep(i) if v.dtype.count > 1 else v))
+    return out
+
+  def _store(self, buf: UOp, idx: sint, valid: sint, v: UOp) -> UOp:
+    src = (buf, self.sym_to_uop(idx, dtypes.int32), v)
+    if valid != 1: src += (self.sym_bool(valid),)
+    return UOp(UOps.STORE, dtypes.void, src)
+
+  def lower_op(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
+    key = ("op", op, inner)
+    if (r := self.memo.get(key)) is not None: return r
+    if op.op is BufferOps.LOAD: res = self.lower_load(op, inner)
+    elif op.op is BufferOps.CONST: res = self.lower_const(op, inner)
+    elif op.op in ReduceOps: res = self.lower_reduce(op)
+    else:
+      srcs = [self.lower_op(s, inner) for s in op.src]
+      res = {lane: self.alu(op, [s[lane] for s in srcs]) for lane in self.lanes(inner)}
+    self.memo[key] = res
+    return res
+
+  def lower_load(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
+    mb: MemBuffer = op.arg
+    if op.src:  # a local buffer loaded after its store: a barrier between them
+      stores = [s for s in self.lower_store(op.src[0])]
+      barrier = UOp(UOps.BARRIER, dtypes.void, tuple(stores))
+    else: barrier = None
+    buf = self.buf_uop(mb)
+    res = {}
+    for lane in self.lanes(inner):
+      idx, valid = self.index(mb.st, lane)
+      kind, data = self.vec_form(idx, valid)
+      if kind == "scalar": res[lane] = self._load(buf, *data, mb.dtype, barrier)
+      elif kind == "vector": res[lane] = self._load(buf, *data, mb.dtype.vec(self.W), barrier)
+      else: res[lane] = UOp(UOps.VECTORIZE, mb.dtype.vec(self.W), tuple(self._load(buf, ix, vl, mb.dtype, barrier) for ix, vl in data))
+    return res
+
+  def _load(self, buf: UOp, idx: sint, valid: sint, dtype: DType, barrier: Optional[UOp]) -> UOp:
+    if valid == 0: return UOp.const(dtype, 0)
+    src = (buf, self.sym_to_uop(idx, dtypes.int32))
+    if valid != 1: src += (self.sym_bool(valid), UOp.const(dtype, 0))
+    if barrier is not None: src += (barrier,)
+    return UOp(UOps.LOAD, dtype, src)
+
+  def lower_const(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
+    cb: ConstBuffer = op.arg
+    if isinstance(cb.val, Variable): c = self._sym(cb.val, dtypes.int64).cast(cb.dtype)
+    else: c = UOp.const(cb.dtype, cb.val)
+    res = {}
+    for lane in self.lanes(inner):
+      idx, valid = self.index(cb.st, lane)
+      kind, data = self.vec_form(0, valid)
+      if kind == "scalar": res[lane] = c if data[1] == 1 else self._where(self.sym_bool(data[1]), c, cb.dtype)
+      else: res[lane] = UOp(UOps.VECTORIZE, cb.dtype.vec(self.W), tuple(c if vl == 1 else self._where(self.sym_bool(vl), c, cb.dtype) for _, vl in data))
+    return res
+
+  def _where(self, cond: UOp, c: UOp, dtype: DType) -> UOp: return UOp.alu(TernaryOps.WHERE, cond, c, UOp.const(dtype, 0))
+
+  def alu(self, op: LazyOp, vals: list[UOp]) -> UOp:
+    width = max(v.dtype.count for v in vals)
+    if width > 1 and not _alu_vectorizable(self.ren, op, vals):
+      return UOp(UOps.VECTORIZE, op.dtype.vec(width), tuple(self._scalar_alu(op, [v.gep(i) if v.dtype.count > 1 else v for v in vals]) for i in range(width)))
+    if width > 1: vals = [v if v.dtype.count > 1 else UOp(UOps.VECTORIZE, v.dtype.vec(width), (v,) * width) for v in vals]
+    return self._scalar_alu(op, vals, width)
+
+  def _scalar_alu(self, op: LazyOp, vals: list[UOp], width: int = 1) -> UOp:
+    dt = op.dtype.vec(width) if width > 1 else op.dtype
+    if op.op is UnaryOps.CAST: return UOp(UOps.CAST, dt, (vals[0],))
+    if op.op is UnaryOps.BITCAST: return UOp(UOps.BITCAST, dt, (vals[0],))
+    if any(v.dtype.scalar() == dtypes.bfloat16 for v in vals):  # no bfloat16 arithmetic: compute in float
+      f32 = dtypes.float32.vec(width) if width > 1 else dtypes.float32
+      vals = [v.cast(f32) if v.dtype.scalar() == dtypes.bfloat16 else v for v in vals]
+      res = UOp(UOps.ALU, f32 if dt.scalar() == dtypes.bfloat16 else dt, tuple(vals), op.op)
+      return res.cast(dt)
+    if op.op in (BinaryOps.IDIV, BinaryOps.MOD) and dtypes.is_int(dt): return _floor_divmod(op.op, vals[0], vals[1])
+    return UOp(UOps.ALU, dt, tuple(vals), op.op)
+
+  def lower_reduce(self, op: LazyOp) -> dict[tuple, UOp]:
+    src = self.lower_op(op.src[0], inner=True)
+    red_axes = set(op.arg)
+    # which loops this reduce runs over: the serial reduce loops, or in a grouped reduce's second
+    # stage, a loop over the group axes
+    stage2 = bool(op.src[0].op is BufferOps.LOAD and op.src[0].src)
+    if stage2: ranges = self._group_ranges()
+    else: ranges = [r for r in self.reduce_ranges if r.arg[1] in red_axes]
+    init = _identity(op.op, op.dtype)
+    res: dict[tuple, UOp] = {}
+    magenta_pos = [j for j, a in enumerate(self.lane_axes) if a in self.magenta and a in red_axes]
+    for lane in self.lanes(False):
+      group = [src[l] for l in self.lanes(True) if all(l[j] == lane[j] for j in range(len(lane)) if j not in magenta_pos)]
+      width = max(v.dtype.count for v in group)
+      group = [v if v.dtype.count == width else UOp(UOps.VECTORIZE, v.dtype.vec(width), (v,) * width) for v in group]
+      total = group[0]
+      for v in group[1:]: total = self._combine(op.op, total, v)
+      if not ranges:
+        res[lane] = total
+        continue
+      dt = total.dtype
+      self.acc_count += 1
+      parent = ranges[0].src[2:]  # the loop around the reduce loops, if any
+      acc = UOp(UOps.DEFINE_ACC, dt, (UOp.const(dt, init),) + parent, self.acc_count)
+      phi = UOp(UOps.PHI, dt, (acc, self._combine(op.op, acc, total)) + tuple(ranges))
+      # ENDRANGE marks "after the loop" (and keeps the update in the graph)
+      res[lane] = UOp(UOps.ACCREAD, dt, (acc, UOp(UOps.ENDRANGE, dtypes.void, (ranges[0], phi))))
+    return res
+
+  def _group_ranges(self) -> list[UOp]:
+    raise NotImplementedError("grouped reduces are lowered for GPU targets only")
+
+  def _combine(self, op: Any, a: UOp, b: UOp) -> UOp:
+    alu = BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
+    if a.dtype.count > 1 and not _vector_op_ok(self.ren, alu, a.dtype):
+      return UOp(UOps.VECTORIZE, a.dtype, tuple(UOp.alu(alu, a.gep(i), b.gep(i)) for i in range(a.dtype.count)))
+    return UOp.alu(alu, a, b)
+
+def _floor_divmod(op: Any, a: UOp, b: UOp) -> UOp:
+    """numpy semantics for integer // and %: floor rounding, and 0 when dividing by 0 (C would trap)."""
+    dt = a.dtype
+    c = lambda v: UOp.const(dt, v)  # noqa: E731
+    nonzero = UOp.alu(BinaryOps.CMPNE, b, c(0))
+    safe_b = UOp.alu(TernaryOps.WHERE, nonzero, b, c(1))
+    q, r = UOp.alu(BinaryOps.IDIV, a, safe_b), UOp.alu(BinaryOps.MOD, a, safe_b)
+    if dtypes.is_unsigned(dt): res = q if op is BinaryOps.IDIV else r
+    else:
+      # truncation differs from floor when the remainder is nonzero and its sign differs from b's
+      adjust = UOp.alu(BinaryOps.AND, UOp.alu(BinaryOps.CMPNE, r, c(0)),
+                       UOp.alu(BinaryOps.CMPNE, UOp.alu(BinaryOps.CMPLT, r, c(0)), UOp.alu(BinaryOps.CMPLT, safe_b, c(0))))
+      if op is BinaryOps.IDIV: res = UOp.alu(BinaryOps.SUB, q, adjust.cast(dt))
+      else: res = UOp.alu(BinaryOps.ADD, r, UOp.alu(TernaryOps.WHERE, adjust, safe_b, c(0)))
+    return UOp.alu(TernaryOps.WHERE, nonzero, res, c(0))
+
+def _identity(op: Any, dtype: DType) -> Any:
+  if op is ReduceOps.SUM: return 0
+  return dtypes.min(dtype.scalar())
+
+def _is_zero(x: sint) -> bool: return isinstance(x, int) and x == 0
+
+def _subst(x: sint, v: Optional[Variable], i: int) -> sint:
+  return x.substitute({v: i}) if isinstance(x, Node) and v is not None else x
+
+def _needs_int64(x: sint) -> bool:
+  if isinstance(x, int): return abs(x) > INT32_MAX
+  stack = [x]
+  while stack:
+    n = stack.pop()
+    if n.vmax > INT32_MAX or n.vmin < -INT32_MAX: return True
+    stack.extend(n.children())
+  return False
+
+def _vectorizable(ren: Any, dt: DType) -> bool: return dt.scalar() in getattr(ren, "vector_dtypes", ())
+def _vector_op_ok(ren: Any, op: Any, dt: DType) -> bool:
+  return dt.scalar() in getattr(ren, "vector_dtypes", ()) and op in getattr(ren, "vector_alu", ())
+def _alu_vectorizable(ren: Any, op: LazyOp, vals: list[UOp]) -> bool:
+  if op.op in (UnaryOps.CAST, UnaryOps.BITCAST): return False
+  return _vector_op_ok(ren, op.op, op.dtype) and all(_vectorizable(ren, v.dtype) for v in vals)
+
+def lower_kernel(k: Any) -> UOp:
+  """The kernel's UOp graph (a SINK of stores), simplified by the rewrite rules."""
+  ast = k.get_optimized_ast()
+  sink = Lowerer(k, ast).lower()
+  rules = symbolic_rules
+  extra = getattr(k.opts, "extra_rewrites", None)
+  if extra is not None: rules = rules + extra
+  return graph_rewrite(sink, rules)

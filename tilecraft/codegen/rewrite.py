@@ -1,0 +1,127 @@
+"""The one rewrite engine: patterns over UOps, applied bottom-up to a fixed point.
+
+A rule is (UPat, fn). `fn(**captures)` returns a replacement UOp or None (no change). Because UOps
+are hash-consed, rebuilding a node with rewritten sources is also common-subexpression elimination.
+"""
+from __future__ import annotations
+import math, sys
+from typing import Any, Callable, Iterable, Optional, Union
+from tilecraft.codegen.uops import UOp, UOps, exec_alu
+from tilecraft.dtype import DType, dtypes
+from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
+
+class UPat:
+  """Matches a UOp by op (one or a set), ALU arg, dtype, and sources; `name` captures the match.
+  `src=None` matches any sources; a tuple must match position by position; `commutative=True`
+  also tries the two sources of a binary op swapped."""
+  __slots__ = ("ops", "arg", "dtypes", "src", "name", "commutative", "pred")
+  def __init__(self, op: Union[UOps, set, None] = None, arg: Any = None, src: Optional[tuple] = None, name: Optional[str] = None,
+               dtype: Union[DType, set, None] = None, commutative: bool = False, pred: Optional[Callable[[UOp], bool]] = None):
+    self.ops = None if op is None else (frozenset(op) if isinstance(op, (set, frozenset)) else frozenset({op}))
+    self.arg, self.src, self.name, self.commutative, self.pred = arg, src, name, commutative, pred
+    self.dtypes = None if dtype is None else (frozenset(dtype) if isinstance(dtype, (set, frozenset)) else frozenset({dtype}))
+
+  @staticmethod
+  def alu(op: Any, *src: "UPat", name: Optional[str] = None, commutative: bool = False) -> "UPat":
+    return UPat(UOps.ALU, op, tuple(src) if src else None, name, commutative=commutative)
+  @staticmethod
+  def cvar(name: str, dtype: Any = None) -> "UPat": return UPat(UOps.CONST, name=name, dtype=dtype)
+  @staticmethod
+  def var(name: str, dtype: Any = None) -> "UPat": return UPat(name=name, dtype=dtype)
+
+  def match(self, u: UOp, caps: dict[str, UOp]) -> bool:
+    if self.ops is not None and u.op not in self.ops: return False
+    if self.arg is not None and (u.arg not in self.arg if isinstance(self.arg, (set, frozenset)) else u.arg != self.arg): return False
+    if self.dtypes is not None and u.dtype not in self.dtypes and u.dtype.scalar() not in self.dtypes: return False
+    if self.pred is not None and not self.pred(u): return False
+    if self.name is not None:
+      if self.name in caps and caps[self.name] is not u: return False
+    if self.src is not None:
+      if len(self.src) != len(u.src): return False
+      saved = dict(caps)
+      if not all(p.match(s, caps) for p, s in zip(self.src, u.src)):
+        caps.clear(); caps.update(saved)
+        if not (self.commutative and len(u.src) == 2 and self.src[0].match(u.src[1], caps) and self.src[1].match(u.src[0], caps)):
+          caps.clear(); caps.update(saved)
+          return False
+    if self.name is not None: caps[self.name] = u
+    return True
+
+class PatternMatcher:
+  def __init__(self, rules: Iterable[tuple[UPat, Callable[..., Optional[UOp]]]]):
+    self.rules = list(rules)
+    self.by_op: dict[UOps, list[tuple[UPat, Callable]]] = {}
+    for pat, fn in self.rules:
+      for op in (pat.ops if pat.ops is not None else list(UOps)): self.by_op.setdefault(op, []).append((pat, fn))
+  def __add__(self, other: "PatternMatcher") -> "PatternMatcher": return PatternMatcher(self.rules + other.rules)
+  def rewrite(self, u: UOp) -> Optional[UOp]:
+    for pat, fn in self.by_op.get(u.op, ()):
+      caps: dict[str, UOp] = {}
+      if pat.match(u, caps) and (r := fn(**caps)) is not None and r is not u: return r
+    return None
+
+def graph_rewrite(sink: UOp, pm: PatternMatcher) -> UOp:
+  """Rewrite every node bottom-up until no rule applies anywhere (a fixed point)."""
+  done: dict[UOp, UOp] = {}
+  def rw(u: UOp) -> UOp:
+    if (r := done.get(u)) is not None: return r
+    new = u.replace(src=tuple(rw(s) for s in u.src)) if u.src else u
+    for _ in range(1000):
+      if (r := pm.rewrite(new)) is None: break
+      new = rw(r)  # a replacement may hold new, not yet rewritten subgraphs
+    done[u] = done[new] = new
+    return new
+  if sys.getrecursionlimit() < 20000: sys.setrecursionlimit(20000)
+  return rw(sink)
+
+# ---- rule sets -------------------------------------------------------------------------------------
+
+def _fold(op: Any, dtype: DType, *vals: Any) -> Optional[UOp]:
+  try: return UOp.const(dtype, exec_alu(op, dtype, list(vals)))
+  except (ZeroDivisionError, OverflowError, KeyError): return None
+
+def _fold_alu(a: UOp) -> Optional[UOp]:
+  if a.dtype.count > 1 or not all(s.op is UOps.CONST for s in a.src): return None
+  if a.arg is BinaryOps.IDIV and a.src[1].arg == 0: return None  # keep the hardware's behaviour
+  return _fold(a.arg, a.dtype, *[s.arg for s in a.src])
+
+def _is_int(u: UOp) -> bool: return dtypes.is_int(u.dtype) or u.dtype.scalar() == dtypes.bool
+def _c(u: UOp, v: Any) -> UOp: return UOp.const(u.dtype, v)
+
+X = UPat.var("x")
+constant_folding = PatternMatcher([
+  (UPat(UOps.ALU, name="a"), _fold_alu),
+  (UPat(UOps.CAST, name="c", src=(UPat.cvar("x"),)), lambda c, x: UOp.const(c.dtype, x.arg) if c.dtype.count == 1 and not isinstance(x.arg, tuple) else None),
+  (UPat(UOps.GEP, name="g", src=(UPat(UOps.VECTORIZE, name="v"),)), lambda g, v: v.src[g.arg]),
+  (UPat(UOps.VECTORIZE, name="v", src=None), lambda v: v.src[0].src[0] if all(s.op is UOps.GEP and s.src[0] is v.src[0].src[0] and s.arg == i for i, s in enumerate(v.src)) and v.src[0].src[0].dtype == v.dtype else None),
+])
+
+algebraic = PatternMatcher([
+  # identities
+  (UPat.alu(BinaryOps.ADD, X, UPat.cvar("c"), commutative=True), lambda x, c: x if c.arg == 0 else None),
+  (UPat.alu(BinaryOps.MUL, X, UPat.cvar("c"), commutative=True), lambda x, c: x if c.arg == 1 else (_c(x, 0) if c.arg == 0 and _is_int(x) else None)),
+  (UPat.alu(BinaryOps.SUB, X, UPat.cvar("c")), lambda x, c: x if c.arg == 0 else None),
+  (UPat.alu(BinaryOps.IDIV, X, UPat.cvar("c")), lambda x, c: x if c.arg == 1 else None),
+  (UPat.alu(BinaryOps.MOD, X, UPat.cvar("c")), lambda x, c: _c(x, 0) if c.arg == 1 and _is_int(x) else None),
+  (UPat.alu(BinaryOps.AND, X, UPat.cvar("c"), commutative=True), lambda x, c: x if c.arg is True and x.dtype == dtypes.bool else (c if c.arg is False else None)),
+  (UPat.alu(BinaryOps.OR, X, UPat.cvar("c"), commutative=True), lambda x, c: x if c.arg is False and x.dtype == dtypes.bool else None),
+  (UPat.alu(BinaryOps.AND, X, X), lambda x: x),
+  (UPat.alu(BinaryOps.MAX, X, X), lambda x: x),
+  (UPat(UOps.ALU, TernaryOps.WHERE, (UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
+  (UPat(UOps.ALU, TernaryOps.WHERE, (UPat.var("c"), UPat.var("a"), UPat.var("a"))), lambda c, a: a),
+  (UPat(UOps.CAST, name="c", src=(X,)), lambda c, x: x if c.dtype == x.dtype else None),
+  # x - x, x < x, x != x for ints
+  (UPat.alu(BinaryOps.CMPNE, UPat.var("x", dtypes.bool), UPat.cvar("c")), lambda x, c: x if c.arg is False else None),
+  (UPat.alu(BinaryOps.CMPNE, X, X), lambda x: UOp.const(dtypes.bool, False) if _is_int(x) else None),
+  (UPat.alu(BinaryOps.CMPLT, X, X), lambda x: UOp.const(dtypes.bool, False)),
+  # (x + c1) + c2 -> x + (c1 + c2) for ints: keeps index arithmetic short
+  (UPat.alu(BinaryOps.ADD, UPat.alu(BinaryOps.ADD, X, UPat.cvar("c1")), UPat.cvar("c2")),
+   lambda x, c1, c2: x + _c(x, c1.arg + c2.arg) if _is_int(x) else None),
+  # a gated load whose gate is always true is a plain load
+  (UPat(UOps.LOAD, name="ld", src=(UPat.var("b"), UPat.var("i"), UPat.cvar("g"), UPat.var("alt"))),
+   lambda ld, b, i, g, alt: (UOp(UOps.LOAD, ld.dtype, (b, i), ld.arg) if g.arg else alt) if g.dtype.scalar() == dtypes.bool else None),
+  (UPat(UOps.STORE, name="st", src=(UPat.var("b"), UPat.var("i"), UPat.var("v"), UPat.cvar("g"))),
+   lambda st, b, i, v, g: UOp(UOps.STORE, st.dtype, (b, i, v), st.arg) if g.arg else UOp(UOps.SINK, dtypes.void, ())),
+])
+
+symbolic_rules = constant_folding + algebraic

@@ -1,0 +1,215 @@
+"""C-family renderers. `CStyleLanguage` walks linearized UOps once and prints statements; each
+target (C for CPUs here; OpenCL, CUDA, Metal, HIP by subclassing) overrides the few spellings
+that differ: types, vector syntax, kernel signature, thread ids, barriers, math functions.
+"""
+from __future__ import annotations
+import math
+from collections import Counter
+from typing import Any, Optional
+from tilecraft.codegen.uops import UOp, UOps
+from tilecraft.dtype import DType, ImageDType, PtrDType, dtypes
+from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
+from tilecraft.renderer import Renderer
+
+class CStyleLanguage(Renderer):
+  kernel_prefix: str = ""
+  buffer_prefix: str = ""
+  arg_int_type: str = "long long"
+  type_names: dict[DType, str] = {}
+  float4_ctor: str = "({vt}){{{vals}}}"
+  parallel_pragma: Optional[str] = None
+  vector_dtypes: frozenset = frozenset()
+  vector_alu: frozenset = frozenset()
+
+  # ---- spelling -----------------------------------------------------------------------------------
+  def render_dtype(self, dt: DType) -> str:
+    if isinstance(dt, PtrDType): return self.render_dtype(dt.base) + "*"
+    if dt.count > 1: return self.type_names.get(dt.scalar(), dt.scalar().name).replace(" ", "") + str(dt.count)
+    return self.type_names.get(dt, dt.name)
+
+  def render_const(self, x: Any, dt: DType) -> str:
+    dt = dt.scalar()
+    if dtypes.is_float(dt):
+      if math.isnan(x): v = "NAN"
+      elif math.isinf(x): v = "INFINITY" if x > 0 else "-INFINITY"
+      else: v = repr(float(x)) + ("f" if dt != dtypes.float64 else "")
+      if v.endswith("f") and "e" not in v and "." not in v: v = v[:-1] + ".0f"
+      return v if dt in (dtypes.float32, dtypes.float64) else f"(({self.render_dtype(dt)}){v})"
+    if dt == dtypes.bool: return "1" if x else "0"
+    if dt in (dtypes.int64,): return f"{int(x)}ll"
+    if dt in (dtypes.uint64,): return f"{int(x)}ull"
+    if dt in (dtypes.uint32,): return f"{int(x)}u"
+    if dt == dtypes.int32 and x == -2**31: return "(-2147483647-1)"
+    return str(int(x)) if dt == dtypes.int32 else f"(({self.render_dtype(dt)}){int(x)})"
+
+  def render_cast(self, x: str, dt: DType, src_dt: DType) -> str: return f"(({self.render_dtype(dt)})({x}))"
+  def render_bitcast(self, x: str, dt: DType, src_dt: DType) -> str:
+    return f"((union {{ {self.render_dtype(src_dt)} a; {self.render_dtype(dt)} b; }}){{.a = {x}}}).b"
+  def render_vectorize(self, vals: list[str], dt: DType) -> str:
+    return self.float4_ctor.format(vt=self.render_dtype(dt), vals=",".join(vals))
+
+  def render_alu(self, op: Any, srcs: list[str], dt: DType, src_dt: DType) -> str:
+    a = srcs
+    if op is UnaryOps.NEG: return f"(!{a[0]})" if dt.scalar() == dtypes.bool else f"(-{a[0]})"
+    if op is UnaryOps.RECIP: return f"(1/{a[0]})"
+    if op in (UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, UnaryOps.SQRT): return self.render_math(op, a[0], dt)
+    if op is BinaryOps.MAX:
+      if dtypes.is_float(dt): return f"((({a[0]})!=({a[0]}))||({a[0]})>({a[1]})?({a[0]}):({a[1]}))"  # NaN-propagating like numpy
+      return f"(({a[0]})>({a[1]})?({a[0]}):({a[1]}))"
+    if op is TernaryOps.WHERE: return f"({a[0]}?{a[1]}:{a[2]})"
+    if op is TernaryOps.MULACC: return f"(({a[0]}*{a[1]})+{a[2]})"
+    sym = {BinaryOps.ADD: "+", BinaryOps.SUB: "-", BinaryOps.MUL: "*", BinaryOps.IDIV: "/", BinaryOps.MOD: "%",
+           BinaryOps.CMPLT: "<", BinaryOps.CMPNE: "!=", BinaryOps.XOR: "^", BinaryOps.OR: "|", BinaryOps.AND: "&",
+           BinaryOps.SHL: "<<", BinaryOps.SHR: ">>"}[op]
+    if dt.scalar() == dtypes.bool and op in (BinaryOps.AND, BinaryOps.OR): sym *= 2
+    return f"({a[0]}{sym}{a[1]})"
+
+  def render_math(self, op: Any, x: str, dt: DType) -> str:
+    fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
+    if dt.scalar() == dtypes.float64: return f"{fn}({x})"
+    if dt.scalar() == dtypes.float32: return f"{fn}f({x})"
+    return f"(({self.render_dtype(dt)}){fn}f((float)({x})))"
+
+  def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType) -> str:
+    if dt.count > 1: return f"(*(({self.render_dtype(dt)}*)({buf}+{idx})))"
+    return f"{buf}[{idx}]"
+  def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType) -> str:
+    if dt.count > 1: return f"*(({self.render_dtype(dt)}*)({buf}+{idx})) = {val};"
+    return f"{buf}[{idx}] = {val};"
+
+  def render_special(self, u: UOp) -> str: raise NotImplementedError(f"{type(self).__name__} has no thread ids")
+  def render_barrier(self) -> str: raise NotImplementedError(f"{type(self).__name__} has no barriers")
+  def render_local(self, name: str, dt: DType, size: int) -> str: raise NotImplementedError(f"{type(self).__name__} has no local memory")
+
+  def render_kernel(self, name: str, body: list[str], args: list[tuple[str, DType, bool]], uops: list[UOp], prelude: list[str]) -> str:
+    params = []
+    for n, dt, mutable in args:
+      if isinstance(dt, PtrDType): params.append(f"{self.buffer_prefix}{'' if mutable else 'const '}{self.render_dtype(dt)} restrict {n}")
+      else: params.append(f"{self.arg_int_type} {n}")
+    return "\n".join(prelude + [f"{self.kernel_prefix}void {name}({', '.join(params)}) {{"] + body + ["}"]) + "\n"
+
+  def prelude(self, uops: list[UOp]) -> list[str]: return []
+
+  # ---- the walk -----------------------------------------------------------------------------------
+  def render(self, name: str, uops: list[UOp]) -> str:
+    r: dict[UOp, str] = {}
+    args: list[tuple[str, DType, bool]] = []
+    stored = {u.src[0] for u in uops if u.op is UOps.STORE}
+    uses = Counter(s for u in uops for s in u.src)
+    # depth of each uop, so single-use expressions are inlined only within their own loop level
+    depth_of: dict[UOp, int] = {}
+    d = 0
+    for u in uops:
+      if u.op is UOps.ENDRANGE: d -= 1
+      depth_of[u] = d
+      if u.op is UOps.RANGE: d += 1
+    inline_at: dict[UOp, int] = {}
+    for u in uops:
+      for s in u.src: inline_at.setdefault(s, depth_of[u])
+    body: list[str] = []
+    depth = 1
+    counts: Counter = Counter()
+    def fresh(prefix: str) -> str:
+      counts[prefix] += 1
+      return f"{prefix}{counts[prefix] - 1}"
+    def emit(line: str) -> None: body.append("  " * depth + line)
+    def define(u: UOp, expr: str, prefix: str) -> None:
+      if uses[u] == 1 and inline_at.get(u) == depth_of[u] and u.op in (UOps.ALU, UOps.CAST, UOps.GEP, UOps.VECTORIZE, UOps.BITCAST) \
+          and not (u.op is UOps.ALU and len(expr) > 200):
+        r[u] = expr
+      else:
+        n = fresh(prefix)
+        emit(f"{self.render_dtype(u.dtype)} {n} = {expr};")
+        r[u] = n
+    for u in uops:
+      op, dt, src = u.op, u.dtype, u.src
+      if op is UOps.DEFINE_GLOBAL:
+        r[u] = f"data{u.arg}"
+        args.append((r[u], dt, u in stored))
+      elif op is UOps.DEFINE_VAR:
+        r[u] = u.arg.expr
+        args.append((r[u], dt, False))
+      elif op is UOps.DEFINE_LOCAL:
+        r[u] = u.arg[0]
+        emit(self.render_local(u.arg[0], dt.base if isinstance(dt, PtrDType) else dt, u.arg[1]))
+      elif op is UOps.CONST: r[u] = self.render_const(u.arg, dt)
+      elif op is UOps.SPECIAL:
+        r[u] = u.arg[0]
+        emit(f"int {u.arg[0]} = {self.render_special(u)};")
+      elif op is UOps.RANGE:
+        n = fresh("ridx" if u.arg[0] == "reduce" else "gidx")
+        r[u] = n
+        if u.arg[0] == "parallel" and self.parallel_pragma: body.append(self.parallel_pragma)
+        emit(f"for (int {n} = {r[src[0]]}; {n} < {r[src[1]]}; {n}++) {{")
+        depth += 1
+      elif op is UOps.ENDRANGE:
+        depth -= 1
+        emit("}")
+      elif op is UOps.IF:
+        emit(f"if ({r[src[0]]}) {{")
+        depth += 1
+      elif op is UOps.ENDIF:
+        depth -= 1
+        emit("}")
+      elif op is UOps.BARRIER: emit(self.render_barrier())
+      elif op is UOps.DEFINE_ACC:
+        n = fresh("acc")
+        emit(f"{self.render_dtype(dt)} {n} = {r[src[0]]};")
+        r[u] = n
+      elif op is UOps.PHI:
+        emit(f"{r[src[0]]} = {r[src[1]]};")
+        r[u] = r[src[0]]
+      elif op is UOps.ACCREAD: r[u] = r[src[0]]
+      elif op is UOps.LOAD:
+        val = self.render_load(r[src[0]], r[src[1]], dt, src[0].dtype)
+        if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
+        define(u, val, "val")
+      elif op is UOps.STORE:
+        line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype)
+        emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
+      elif op is UOps.ALU: define(u, self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype), "alu")
+      elif op is UOps.CAST: define(u, self.render_cast(r[src[0]], dt, src[0].dtype), "cast")
+      elif op is UOps.BITCAST: define(u, self.render_bitcast(r[src[0]], dt, src[0].dtype), "cast")
+      elif op is UOps.VECTORIZE: define(u, self.render_vectorize([r[s] for s in src], dt), "vec")
+      elif op is UOps.GEP: define(u, f"{r[src[0]]}[{u.arg}]", "gep")
+      elif op in (UOps.SINK,): pass
+      else: raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+    return self.render_kernel(name, body, args, uops, self.prelude(uops))
+
+class CRenderer(CStyleLanguage):
+  """C for the CPU device: gcc/clang vector extensions for vector lanes, OpenMP on the outer loop."""
+  device = "CPU"
+  has_local = False
+  has_shared = False
+  global_max = None
+  local_max = None
+  supports_float4 = True
+  parallel_pragma = "#pragma omp parallel for"
+  type_names = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+                dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
+                dtypes.float32: "float", dtypes.float64: "double"}
+  vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
+  def render_dtype(self, dt: DType) -> str:
+    if isinstance(dt, ImageDType): raise NotImplementedError("the CPU has no image types")
+    if dt.count > 1 and not isinstance(dt, PtrDType): return {dtypes.int64: "longlong", dtypes.int32: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)
+    return super().render_dtype(dt)
+  def prelude(self, uops: list[UOp]) -> list[str]:
+    lines = ["#include <math.h>"]
+    vecs = sorted({u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}, key=lambda d: (d.scalar().name, d.count))
+    for v in vecs:
+      base = self.type_names[v.scalar()]
+      # element alignment: vector loads and stores may be unaligned
+      lines.append(f"typedef {base} {self.render_dtype(v)} __attribute__((vector_size({v.itemsize}), aligned({v.scalar().itemsize})));")
+    if any(u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src) for u in uops if u.op is UOps.CAST):
+      lines += ["static inline float bf16_to_f32(unsigned short x) { union { unsigned int u; float f; } c = {.u = (unsigned int)x << 16}; return c.f; }",
+                "static inline unsigned short f32_to_bf16(float f) { union { float f; unsigned int u; } c = {.f = f};",
+                "  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);",
+                "  return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }"]
+    return lines
+  def render_cast(self, x: str, dt: DType, src_dt: DType) -> str:
+    if dt.scalar() == dtypes.bfloat16: return f"f32_to_bf16((float)({x}))"
+    if src_dt.scalar() == dtypes.bfloat16: return f"(({self.render_dtype(dt)})bf16_to_f32({x}))"
+    if dt.scalar() == dtypes.bool: return f"(({x})!=0)"
+    return super().render_cast(x, dt, src_dt)

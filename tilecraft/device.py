@@ -169,8 +169,13 @@ def _open_cpu() -> Compiled:
     return CRenderer()
   return Compiled("CPU", CPUAllocator(), renderer, CPUCompiler(), CPUProgram)
 
+def _open_opencl() -> Compiled:
+  from tilecraft.runtime.opencl import CLAllocator, CLCompiler, CLProgram, _context, cl_renderer
+  _context()  # fail here, with the reason, when there is no OpenCL device
+  return Compiled("OPENCL", CLAllocator(), cl_renderer, CLCompiler(), CLProgram)
+
 # A device is added by one line here: name -> function that opens it (may raise DeviceUnavailable).
-_device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu}
+_device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu, "OPENCL": _open_opencl}
 
 class _Device:
   """The device registry (API): `Device["CPU"]` opens (once) and returns a device, `Device.DEFAULT`

@@ -16,7 +16,7 @@ from tilecraft.dtype import DType, dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.shapetracker import ShapeTracker
-from tilecraft.shape.symbolic import And, Div, Lt, Mod, Node, Prod, Sum, Variable, sint
+from tilecraft.shape.symbolic import And, Div, Lt, Mod, Node, Prod, Sum, Variable, sint, sym_and, sym_lt
 
 INT32_MAX = 2**31 - 1
 
@@ -28,7 +28,7 @@ def launch_dims(k: Any) -> tuple[Optional[list[sint]], Optional[list[sint]]]:
   gl = list(k.full_shape[:k.global_dims])
   lc = list(k.full_shape[k.global_dims:k.first_reduce]) + list(k.full_shape[k.first_reduce:k.first_reduce + k.group_for_reduces])
   if k.dont_use_locals: return [prod(gl)] if gl else [1], None
-  return (_fold_dims(gl, k.opts.global_max) or [1]), (_fold_dims(lc, k.opts.local_max) or [1])
+  return (_fold_dims(gl, k.opts.global_max)[::-1] or [1]), (_fold_dims(lc, k.opts.local_max)[::-1] or [1])
 
 def _fold_dims(dims: list[sint], maxes: Optional[tuple[int, ...]]) -> list[sint]:
   """Fold dims into at most len(maxes) (3) launch dims: the outermost extra dims merge into one."""
@@ -105,20 +105,23 @@ class Lowerer:
       if not axes: return
       sizes = [self.shape[a] for a in axes]
       folded = _fold_dims(sizes, maxes) if not (prefix == "gidx" and k.dont_use_locals) else [prod(sizes)]
-      # the first launch dim may hold several axes (outermost first): unravel it
+      # the first launch dim may hold several axes (outermost first): unravel it. Hardware dim 0
+      # is the innermost axis (neighbouring threads touch neighbouring memory).
       n_first = len(axes) - len(folded) + 1
-      for d, size in enumerate(folded):
-        sp = UOp(UOps.SPECIAL, dtypes.int32, (), (f"{prefix}{d}", size if isinstance(size, int) else self.sym_to_uop(size, dtypes.int32), d))
+      for j, size in enumerate(folded):
+        d = len(folded) - 1 - j
+        kind = "global" if prefix == "gidx" and k.dont_use_locals else ("group" if prefix == "gidx" else "local")
+        sp = UOp(UOps.SPECIAL, dtypes.int32, (), (f"{prefix}{d}", size if isinstance(size, int) else self.sym_to_uop(size, dtypes.int32), d, kind))
         spv = Variable(f"{prefix}{d}", 0, _ceil(size) - 1)
         self.varmap[spv] = sp
-        mine = axes[:n_first] if d == 0 else [axes[n_first + d - 1]]
+        mine = axes[:n_first] if j == 0 else [axes[n_first + j - 1]]
         acc: sint = spv
         for j, a in enumerate(reversed(mine)):
           s = self.shape[a]
           rest = len(mine) - 1 - j
           self.idx_vars[a] = acc % s if rest else acc
           acc = acc // s
-    ids(gl, "gidx" if not k.dont_use_locals else "gidx", k.opts.global_max)
+    ids(gl, "gidx", k.opts.global_max)
     ids(lc, "lidx", k.opts.local_max)
 
   # ---- symbolic -> UOps ---------------------------------------------------------------------------
@@ -182,7 +185,7 @@ class Lowerer:
     return list(itertools.product(*[range(s) for s in sizes]))
 
   def index(self, st: ShapeTracker, lane: tuple[int, ...]) -> tuple[sint, sint]:
-    key = ("idx", st, lane)
+    key = ("idx", st, lane, tuple(self.idx_vars))
     if (r := self.memo.get(key)) is not None: return r
     idxs = list(self.idx_vars)
     for a, v in zip(self.lane_axes, lane): idxs[a] = v
@@ -201,6 +204,7 @@ class Lowerer:
     in_valid = isinstance(valid, Node) and v in valid.vars()
     in_idx = isinstance(idx, Node) and v in idx.vars()
     if not in_idx and not in_valid: return "scalar", (idx, valid)
+    if not in_valid and _direct_unit_term(idx, v): return "vector", (idx - v, valid)
     per = [(_subst(idx, v, i), _subst(valid, v, i)) for i in range(self.W)]
     # unit stride: lane i reads base + i for every lane (checked lane by lane, exactly)
     if not in_valid and all(_is_zero(ix - (per[0][0] + i)) for i, (ix, _) in enumerate(per)): return "vector", (per[0][0], valid)
@@ -234,6 +238,8 @@ class Lowerer:
     return out
 
   def _store(self, buf: UOp, idx: sint, valid: sint, v: UOp) -> UOp:
+    if buf.op is UOps.DEFINE_GLOBAL and self.group:  # after a grouped reduce, only the group's first thread writes
+      valid = sym_and(valid, *[sym_lt(self.idx_vars[a], 1) for a in self.group_axes])
     src = (buf, self.sym_to_uop(idx, dtypes.int32), v)
     if valid != 1: src += (self.sym_bool(valid),)
     return UOp(UOps.STORE, dtypes.void, src)
@@ -252,10 +258,7 @@ class Lowerer:
 
   def lower_load(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
     mb: MemBuffer = op.arg
-    if op.src:  # a local buffer loaded after its store: a barrier between them
-      stores = [s for s in self.lower_store(op.src[0])]
-      barrier = UOp(UOps.BARRIER, dtypes.void, tuple(stores))
-    else: barrier = None
+    barrier = self._barrier(op.src[0]) if op.src else None  # a local buffer is loaded after its store and a barrier
     buf = self.buf_uop(mb)
     res = {}
     for lane in self.lanes(inner):
@@ -265,6 +268,11 @@ class Lowerer:
       elif kind == "vector": res[lane] = self._load(buf, *data, mb.dtype.vec(self.W), barrier)
       else: res[lane] = UOp(UOps.VECTORIZE, mb.dtype.vec(self.W), tuple(self._load(buf, ix, vl, mb.dtype, barrier) for ix, vl in data))
     return res
+
+  def _barrier(self, store: LazyOp) -> UOp:
+    key = ("barrier", store)
+    if (r := self.memo.get(key)) is None: r = self.memo[key] = UOp(UOps.BARRIER, dtypes.void, tuple(self.lower_store(store)))
+    return r
 
   def _load(self, buf: UOp, idx: sint, valid: sint, dtype: DType, barrier: Optional[UOp]) -> UOp:
     if valid == 0: return UOp.const(dtype, 0)
@@ -307,13 +315,20 @@ class Lowerer:
     return UOp(UOps.ALU, dt, tuple(vals), op.op)
 
   def lower_reduce(self, op: LazyOp) -> dict[tuple, UOp]:
-    src = self.lower_op(op.src[0], inner=True)
     red_axes = set(op.arg)
     # which loops this reduce runs over: the serial reduce loops, or in a grouped reduce's second
-    # stage, a loop over the group axes
-    stage2 = bool(op.src[0].op is BufferOps.LOAD and op.src[0].src)
-    if stage2: ranges = self._group_ranges()
-    else: ranges = [r for r in self.reduce_ranges if r.arg[1] in red_axes]
+    # stage, loops over the group axes (whose index is then the loop, not the thread id)
+    if op.src[0].op is BufferOps.LOAD and op.src[0].src:
+      self._barrier(op.src[0].src[0])  # stage one is lowered with the thread ids
+      group = self._group_ranges()
+      saved = list(self.idx_vars)
+      for a, v, _ in group: self.idx_vars[a] = v
+      src = self.lower_op(op.src[0], inner=True)
+      self.idx_vars = saved
+      ranges = [r for _, _, r in group]
+    else:
+      src = self.lower_op(op.src[0], inner=True)
+      ranges = [r for r in self.reduce_ranges if r.arg[1] in red_axes]
     init = _identity(op.op, op.dtype)
     res: dict[tuple, UOp] = {}
     magenta_pos = [j for j, a in enumerate(self.lane_axes) if a in self.magenta and a in red_axes]
@@ -336,7 +351,15 @@ class Lowerer:
     return res
 
   def _group_ranges(self) -> list[UOp]:
-    raise NotImplementedError("grouped reduces are lowered for GPU targets only")
+    """Loops over the group axes for a grouped reduce's second stage (reading local memory)."""
+    ranges = []
+    for a in self.group_axes:
+      if self.shape[a] == 1: continue
+      v = Variable(f"gridx{a}", 0, self.shape[a] - 1)
+      r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), UOp.const(dtypes.int32, self.shape[a])) + ((ranges[-1],) if ranges else ()), ("reduce", a))
+      self.varmap[v] = r
+      ranges.append((a, v, r))
+    return ranges
 
   def _combine(self, op: Any, a: UOp, b: UOp) -> UOp:
     alu = BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
@@ -363,6 +386,12 @@ def _floor_divmod(op: Any, a: UOp, b: UOp) -> UOp:
 def _identity(op: Any, dtype: DType) -> Any:
   if op is ReduceOps.SUM: return 0
   return dtypes.min(dtype.scalar())
+
+def _direct_unit_term(idx: sint, v: Variable) -> bool:
+  """idx == v + (terms free of v)."""
+  if idx == v: return True
+  if not isinstance(idx, Sum): return False
+  return all((t == v and c == 1) or (t != v and v not in t.vars()) for t, c in idx.terms) and any(t == v for t, _ in idx.terms)
 
 def _is_zero(x: sint) -> bool: return isinstance(x, int) and x == 0
 

@@ -77,6 +77,7 @@ class CStyleLanguage(Renderer):
     if dt.count > 1: return f"*(({self.render_dtype(dt)}*)({buf}+{idx})) = {val};"
     return f"{buf}[{idx}] = {val};"
 
+  def render_gep(self, x: str, i: int) -> str: return f"{x}[{i}]"
   def render_special(self, u: UOp) -> str: raise NotImplementedError(f"{type(self).__name__} has no thread ids")
   def render_barrier(self) -> str: raise NotImplementedError(f"{type(self).__name__} has no barriers")
   def render_local(self, name: str, dt: DType, size: int) -> str: raise NotImplementedError(f"{type(self).__name__} has no local memory")
@@ -171,7 +172,7 @@ class CStyleLanguage(Renderer):
       elif op is UOps.CAST: define(u, self.render_cast(r[src[0]], dt, src[0].dtype), "cast")
       elif op is UOps.BITCAST: define(u, self.render_bitcast(r[src[0]], dt, src[0].dtype), "cast")
       elif op is UOps.VECTORIZE: define(u, self.render_vectorize([r[s] for s in src], dt), "vec")
-      elif op is UOps.GEP: define(u, f"{r[src[0]]}[{u.arg}]", "gep")
+      elif op is UOps.GEP: define(u, self.render_gep(r[src[0]], u.arg), "gep")
       elif op in (UOps.SINK,): pass
       else: raise NotImplementedError(f"{type(self).__name__} can't render {op}")
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
@@ -213,3 +214,72 @@ class CRenderer(CStyleLanguage):
     if src_dt.scalar() == dtypes.bfloat16: return f"(({self.render_dtype(dt)})bf16_to_f32({x}))"
     if dt.scalar() == dtypes.bool: return f"(({x})!=0)"
     return super().render_cast(x, dt, src_dt)
+
+class OpenCLRenderer(CStyleLanguage):
+  """OpenCL C. Without cl_khr_fp16 (PoCL on CPUs), half is a storage type: loads and stores go
+  through vload_half/vstore_half and arithmetic runs in float."""
+  device = "OPENCL"
+  kernel_prefix = "__kernel "
+  buffer_prefix = "__global "
+  arg_int_type = "long"
+  float4_ctor = "({vt})({vals})"
+  global_max = (2**31 - 1, 65535, 65535)
+  local_max = (1024, 1024, 1024)
+  shared_max = 32768
+  type_names = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
+                dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
+                dtypes.bfloat16: "ushort", dtypes.float32: "float", dtypes.float64: "double"}
+  vector_dtypes = frozenset({dtypes.float32, dtypes.int32})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
+  def __init__(self, half_arith: bool = False, local_max: Optional[tuple] = None, shared_max: Optional[int] = None):
+    self.half_arith = half_arith
+    if local_max is not None: self.local_max = local_max
+    if shared_max is not None: self.shared_max = shared_max
+  def render_dtype(self, dt: DType) -> str:
+    if isinstance(dt, PtrDType):
+      base = dt.base
+      if base.scalar() == dtypes.bool: return "uchar*"  # bool is not allowed in kernel arguments
+      return (self.type_names.get(base, base.name) if base.count == 1 else super().render_dtype(base)) + "*"
+    if dt.scalar() == dtypes.float16 and not self.half_arith: return "float" + (str(dt.count) if dt.count > 1 else "")
+    return super().render_dtype(dt)
+  def render_const(self, x: Any, dt: DType) -> str:
+    if dt.scalar() == dtypes.float16 and not self.half_arith: return self.render_const(x, dtypes.float32)
+    return super().render_const(x, dt)
+  def render_cast(self, x: str, dt: DType, src_dt: DType) -> str:
+    if dt.scalar() == dtypes.bfloat16: return f"f32_to_bf16((float)({x}))"
+    if src_dt.scalar() == dtypes.bfloat16: return f"(({self.render_dtype(dt)})bf16_to_f32({x}))"
+    if dt.scalar() == dtypes.float16 and not self.half_arith: return f"round_half((float)({x}))"
+    if dt.scalar() == dtypes.bool: return f"(({x})!=0)"
+    return super().render_cast(x, dt, src_dt)
+  def render_math(self, op: Any, x: str, dt: DType) -> str:
+    fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
+    return f"{fn}({x})"
+  def render_vectorize(self, vals: list[str], dt: DType) -> str: return f"(({self.render_dtype(dt)})({','.join(vals)}))"
+  def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType) -> str:
+    base = buf_dt.base if isinstance(buf_dt, PtrDType) else buf_dt
+    if base.scalar() == dtypes.float16 and not self.half_arith: return f"vload_half({idx}, {buf})"
+    if dt.count > 1: return f"vload{dt.count}(0, {buf}+{idx})"
+    return f"{buf}[{idx}]"
+  def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType) -> str:
+    base = buf_dt.base if isinstance(buf_dt, PtrDType) else buf_dt
+    if base.scalar() == dtypes.float16 and not self.half_arith: return f"vstore_half({val}, {idx}, {buf});"
+    if dt.count > 1: return f"vstore{dt.count}({val}, 0, {buf}+{idx});"
+    return f"{buf}[{idx}] = {val};"
+  def render_gep(self, x: str, i: int) -> str: return f"{x}.s{'0123456789abcdef'[i]}"
+  def render_special(self, u: UOp) -> str:
+    fn = {"group": "get_group_id", "local": "get_local_id", "global": "get_global_id"}[u.arg[3]]
+    return f"{fn}({u.arg[2]})"
+  def render_barrier(self) -> str: return "barrier(CLK_LOCAL_MEM_FENCE);"
+  def render_local(self, name: str, dt: DType, size: int) -> str: return f"__local {self.render_dtype(dt)} {name}[{size}];"
+  def prelude(self, uops: list[UOp]) -> list[str]:
+    lines = []
+    if any(u.dtype.scalar() == dtypes.float64 for u in uops): lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    if self.half_arith and any(u.dtype.scalar() == dtypes.float16 for u in uops): lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    if not self.half_arith and any(u.op is UOps.CAST and u.dtype.scalar() == dtypes.float16 for u in uops):
+      lines.append("float round_half(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }")
+    if any(u.op is UOps.CAST and (u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src)) for u in uops):
+      lines += ["float bf16_to_f32(ushort x) { return as_float((uint)x << 16); }",
+                "ushort f32_to_bf16(float f) { uint u = as_uint(f); if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);",
+                "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }"]
+    return lines
+  def render_bitcast(self, x: str, dt: DType, src_dt: DType) -> str: return f"as_{self.render_dtype(dt)}({x})"

@@ -7,42 +7,90 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import Optional
-from tilecraft.helpers import prod
-from tilecraft.shape.symbolic import And, Lt, Node, Sum, Variable, sint, sym_and, sym_div, sym_mod, sym_sum, unbind_all
-from tilecraft.shape.view import View, _eq, strides_for_shape
+from tilecraft.shape.symbolic import And, Lt, Node, Prod, Sum, Variable, sint, sym_and, sym_div, sym_mod, sym_sum, unbind_all
+from tilecraft.shape.view import View, _all_invalid, _eq
 
-def _axis_vars(shape: tuple[sint, ...], prefix: str = "_ax") -> list[sint]:
-  """One Variable per axis (0 for size-1 axes) to analyse index expressions with."""
+_AX = "_st_ax"  # prefix of the per-axis Variables used to analyse index expressions
+
+def _axis_vars(shape: tuple[sint, ...], box: Optional[tuple[tuple[sint, sint], ...]] = None) -> tuple[sint, ...]:
+  """One Variable per axis (0 for size-1 axes), ranging over the axis or over box[axis] (int bounds)."""
   out: list[sint] = []
   for i, s in enumerate(shape):
-    if _eq(s, 1): out.append(0)
-    else: out.append(Variable(f"{prefix}{i}", 0, (s if isinstance(s, int) else s.vmax) - 1))
-  return out
+    lo, hi = 0, (s if isinstance(s, int) else s.vmax) - 1
+    if box is not None and isinstance(box[i][0], int) and isinstance(box[i][1], int): lo, hi = max(lo, box[i][0]), min(hi, box[i][1] - 1)
+    if _eq(s, 1) or hi < lo: out.append(0 if _eq(s, 1) else lo)
+    else: out.append(Variable(f"{_AX}{i}", lo, hi))
+  return tuple(out)
 
-def _linear_coeffs(idx: sint, axes: list[sint]) -> Optional[tuple[dict[Variable, sint], sint]]:
-  """If idx == offset + sum(coeff_v * v) over the axis Variables (coeffs/offset free of them), return them."""
+def _terms(x: sint) -> tuple[tuple[Node, int], ...]:
+  if isinstance(x, Sum): return x.terms
+  return ((x, 1),) if isinstance(x, Node) else ()
+
+def _linear_coeffs(idx: sint, axes: tuple[sint, ...]) -> tuple[dict[Variable, sint], set[Variable], sint]:
+  """Split idx into sum(coeff_v * v) over the axis Variables (coeffs free of them), the axes that
+  enter any other way (non-linearly), and the rest (the offset)."""
   axis_set = {v for v in axes if isinstance(v, Variable)}
-  terms, const = (idx.terms, idx.const) if isinstance(idx, Sum) else ((((idx, 1),), 0) if isinstance(idx, Node) else ((), idx))
   coeffs: dict[Variable, sint] = {}
-  offset: list[sint] = [const]
-  for t, k in terms:
-    if t in axis_set: coeffs[t] = k  # type: ignore[index]
-    elif not (t.vars() & axis_set): offset.append(t * k)
-    else: return None
-  return coeffs, sym_sum(offset)
+  nonlinear: set[Variable] = set()
+  offset: list[sint] = [idx.const if isinstance(idx, Sum) else (idx if isinstance(idx, int) else 0)]
+  for t, k in _terms(idx):
+    if t in axis_set: coeffs[t] = sym_sum((coeffs.get(t, 0), k))  # type: ignore[index]
+    elif not (tv := t.vars() & axis_set): offset.append(t * k)
+    elif isinstance(t, Prod) and (t.a in axis_set) != (t.b in axis_set) and len(tv) == 1:
+      a, other = (t.a, t.b) if t.a in axis_set else (t.b, t.a)
+      coeffs[a] = sym_sum((coeffs.get(a, 0), other * k))  # type: ignore[index]
+    elif (aff := _affine_in_one(t, tv)) is not None:
+      a, slope, at0 = aff
+      coeffs[a] = sym_sum((coeffs.get(a, 0), slope * k))
+      offset.append(at0 * k)
+    else: nonlinear |= tv
+  return coeffs, nonlinear, sym_sum(offset)
 
-def _mask_from_valid(valid: sint, axes: list[sint], shape: tuple[sint, ...]) -> Optional[list[list[sint]]]:
+_AFFINE_MAX_VALUES = 32
+
+def _affine_in_one(t: Node, tv: set[Variable]) -> Optional[tuple[Variable, int, int]]:
+  """A term of one small-range axis Variable (and nothing else) that is affine over that range,
+  e.g. `(v+2)%3` for v in [0, 1]: (v, slope, value at v=0), found by evaluating every value."""
+  if len(tv) != 1 or t.vars() != tv: return None
+  v = next(iter(tv))
+  if v.vmax - v.vmin + 1 > _AFFINE_MAX_VALUES: return None
+  vals = [t.substitute({v: x}) for x in range(v.vmin, v.vmax + 1)]
+  if not all(isinstance(x, int) for x in vals): return None
+  slope = vals[1] - vals[0] if len(vals) > 1 else 0
+  if any(vals[i] != vals[0] + slope * i for i in range(len(vals))): return None
+  return v, slope, vals[0] - slope * v.vmin
+
+def _mask_from_valid(valid: sint, axes: tuple[sint, ...], shape: tuple[sint, ...]) -> Optional[list[list[sint]]]:
   """If valid is a box (each condition bounds one axis Variable), return per-axis [begin, end)."""
-  box = [[0, s] for s in shape]
-  if valid == 1: return box
-  if isinstance(valid, int): return [[0, 0] for _ in shape]
+  box: list[list[sint]] = [[0, s] for s in shape]
+  if isinstance(valid, int): return box if valid else [[0, 0] for _ in shape]
   pos = {v: i for i, v in enumerate(axes) if isinstance(v, Variable)}
   for c in (valid.nodes if isinstance(valid, And) else (valid,)):
-    if isinstance(c, Lt) and c.a in pos: box[pos[c.a]][1] = c.b  # v < b
+    if isinstance(c, Lt) and c.a in pos:  # v < b
+      i = pos[c.a]
+      box[i][1] = c.b if _eq(box[i][1], shape[i]) else min(box[i][1], c.b)  # type: ignore[type-var]
     elif isinstance(c, Sum) and c.const == 1 and len(c.terms) == 1 and c.terms[0][1] == -1 and isinstance(lt := c.terms[0][0], Lt) \
-        and lt.a in pos: box[pos[lt.a]][0] = lt.b  # 1 - (v < b)  ==  v >= b
+        and lt.a in pos:  # 1 - (v < b)  ==  v >= b
+      i = pos[lt.a]
+      box[i][0] = max(box[i][0], lt.b)  # type: ignore[type-var]
+    elif len(cv := c.vars()) == 1 and (v := next(iter(cv))) in pos and v.vmax - v.vmin < _AFFINE_MAX_VALUES:
+      # a condition on one small-range axis, e.g. (9-v)//5 < 1: find the values where it holds
+      ok = [x for x in range(v.vmin, v.vmax + 1) if c.substitute({v: x})]
+      if ok and ok != list(range(ok[0], ok[-1] + 1)): return None
+      i = pos[v]
+      box[i] = [max(box[i][0], ok[0]), min(box[i][1], ok[-1] + 1)] if ok else [0, 0]  # type: ignore[type-var]
     else: return None
   return box
+
+def _view_max_index(v: View) -> sint:
+  """The largest memory index a valid element of `v` reads (v is not all-invalid)."""
+  box = v.mask if v.mask is not None else tuple((0, s) for s in v.shape)
+  hi: sint = v.offset
+  for st, (b, e) in zip(v.strides, box):
+    if _eq(st, 0): continue
+    if isinstance(st, int): hi = sym_sum((hi, st * (e - 1) if st > 0 else st * b))
+    else: return (v.expr(_axis_vars(v.shape, box))[0])  # symbolic stride: bound by range analysis
+  return hi
 
 @dataclass(frozen=True)
 class ShapeTracker:
@@ -75,9 +123,11 @@ class ShapeTracker:
   # ---- index expressions --------------------------------------------------------------------------
   def expr_idxs(self, idxs: Optional[tuple[sint, ...]] = None) -> tuple[sint, sint]:
     """(flat memory index, valid) for the element at `idxs` (default: one Variable per axis)."""
-    if idxs is None: idxs = tuple(_axis_vars(self.shape))
+    if idxs is None: return _default_expr(self)
+    if len(idxs) != len(self.shape): raise ValueError(f"expr_idxs got {len(idxs)} indices for shape {self.shape}")
     idx, valid = self.views[-1].expr(tuple(idxs))
     for view in reversed(self.views[:-1]):
+      if isinstance(valid, int) and not valid: break
       # unravel the flat index into the earlier view's shape, then index that view
       sub: list[sint] = []
       acc: sint = 1
@@ -90,51 +140,38 @@ class ShapeTracker:
 
   def real_strides(self, ignore_valid: bool = False) -> tuple[Optional[sint], ...]:
     """Per-axis stride of the memory index; None where the axis enters non-linearly (or through the
-    mask, unless ignore_valid)."""
-    if len(self.views) == 1 and self.views[-1].mask is None: return self.views[-1].strides
-    axes = _axis_vars(self.shape)
-    idx, valid = self.expr_idxs(tuple(axes))
-    terms = idx.terms if isinstance(idx, Sum) else (((idx, 1),) if isinstance(idx, Node) else ())
-    direct = {t: k for t, k in terms if isinstance(t, Variable)}
-    nonlinear: set[Variable] = set()
-    for t, _ in terms:
-      if not isinstance(t, Variable): nonlinear |= t.vars()
-    masked = valid.vars() if isinstance(valid, Node) else set()
-    out: list[Optional[sint]] = []
-    for a in axes:
-      if not isinstance(a, Variable): out.append(0)
-      elif a in nonlinear or (not ignore_valid and a in masked): out.append(None)
-      else: out.append(direct.get(a, 0))
-    return tuple(out)
+    mask, unless ignore_valid). A number is exact: one step along the axis moves the address by it."""
+    return _real_strides(self, ignore_valid)
 
   def unit_stride_axes(self, ignore_valid: bool = False) -> list[int]:
     return [i for i, st in enumerate(self.real_strides(ignore_valid)) if isinstance(st, int) and st == 1]
 
   def axis_is_masked(self, axis: int) -> bool:
-    _, valid = self.expr_idxs()
-    v = _axis_vars(self.shape)[axis]
-    return isinstance(valid, Node) and isinstance(v, Variable) and v in valid.vars()
+    """Whether the validity of an element depends on its index along `axis`."""
+    return _masked_axes(self)[axis]
 
   def real_size(self) -> int:
-    """How many elements of the underlying buffer are touched (1 + the largest index read)."""
-    if 0 in self.shape: return 0
-    idx, valid = self.expr_idxs()
-    if isinstance(valid, int) and valid == 0: return 0
-    hi = idx if isinstance(idx, int) else idx.vmax
-    return int(hi) + 1
+    """How many elements of the underlying buffer are touched: 1 + the largest index a valid element
+    reads (an upper bound when views or shapes are symbolic), 0 when nothing is valid."""
+    return _real_size(self)
 
   # ---- movement ops -------------------------------------------------------------------------------
-  def _replace_last(self, v: View) -> "ShapeTracker": return ShapeTracker(self.views[:-1] + (v,))
+  def _replace_last(self, v: View, simplify: bool = False) -> "ShapeTracker":
+    st = ShapeTracker(self.views[:-1] + (v,))
+    return st.simplify() if len(st.views) > 1 and (simplify or v.is_all_invalid) else st
   def permute(self, order: tuple[int, ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].permute(tuple(order)))
   def expand(self, shape: tuple[sint, ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].expand(tuple(shape)))
   def pad(self, arg: tuple[tuple[sint, sint], ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].pad(tuple(arg)))
-  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].shrink(tuple(arg)))
-  def stride(self, mul: tuple[int, ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].stride(tuple(mul)))
+  # shrinking and striding select fewer elements, which can make the views mergeable
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].shrink(tuple(arg)), True)
+  def stride(self, mul: tuple[int, ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].stride(tuple(mul)), True)
   def flip(self, axes: tuple[int, ...]) -> "ShapeTracker":
+    axes = tuple(axes)
+    if any(not isinstance(a, int) or not 0 <= a < len(self.shape) for a in axes): raise ValueError(f"flip axes {axes} out of range for shape {self.shape}")
     return self.stride(tuple(-1 if i in axes else 1 for i in range(len(self.shape))))
   def reshape(self, shape: tuple[sint, ...]) -> "ShapeTracker":
     shape = tuple(shape)
-    if (v := self.views[-1].reshape(shape)) is not None: return self._replace_last(v)
+    if (v := self.views[-1].reshape(shape)) is not None: return self._replace_last(v, True)
     return ShapeTracker(self.views + (View.create(shape),)).simplify()
   def reduce(self, axis: tuple[int, ...]) -> tuple[sint, ...]:
     """The shape after reducing `axis` (reduced dims become 1)."""
@@ -143,6 +180,7 @@ class ShapeTracker:
   # ---- simplification -----------------------------------------------------------------------------
   def simplify(self) -> "ShapeTracker":
     """Merge the last two views while their composition is exactly one view."""
+    if len(self.views) >= 2 and any(v.is_all_invalid for v in self.views): return ShapeTracker((_all_invalid(self.shape),))
     st = self
     while len(st.views) >= 2 and (merged := _merge_views(st.views[-2], st.views[-1])) is not None:
       st = ShapeTracker(st.views[:-2] + (merged,))
@@ -154,27 +192,70 @@ class ShapeTracker:
     for v in other.views: st = ShapeTracker(st.views + (v,)).simplify()
     return st
 
+# ---- cached analyses (the optimizer asks these many times for the same trackers) ------------------
+
+@functools.lru_cache(maxsize=4096)
+def _default_expr(st: ShapeTracker) -> tuple[sint, sint]: return st.expr_idxs(_axis_vars(st.shape))
+
+@functools.lru_cache(maxsize=4096)
+def _masked_axes(st: ShapeTracker) -> tuple[bool, ...]:
+  if len(st.views) == 1:
+    v = st.views[0]
+    if v.mask is None: return (False,) * len(v.shape)
+    return tuple(not (_eq(b, 0) and _eq(e, s)) for (b, e), s in zip(v.mask, v.shape))
+  axes = _axis_vars(st.shape)
+  _, valid = _default_expr(st)
+  vs = valid.vars() if isinstance(valid, Node) else set()
+  return tuple(isinstance(a, Variable) and a in vs for a in axes)
+
+@functools.lru_cache(maxsize=4096)
+def _real_strides(st: ShapeTracker, ignore_valid: bool) -> tuple[Optional[sint], ...]:
+  last = st.views[-1]
+  if len(st.views) == 1:
+    if last.mask is None or ignore_valid: return last.strides
+    return tuple(None if m else s for s, m in zip(last.strides, _masked_axes(st)))
+  # analyse the index over the last view's valid box: there it is exact for every valid element
+  axes = _axis_vars(st.shape, last.mask)
+  idx, _ = st.expr_idxs(axes)
+  coeffs, nonlinear, _ = _linear_coeffs(idx, axes)
+  masked = _masked_axes(st)
+  out: list[Optional[sint]] = []
+  for i, a in enumerate(axes):
+    if not isinstance(a, Variable): out.append(0)
+    elif a in nonlinear or (not ignore_valid and masked[i]): out.append(None)
+    else: out.append(coeffs.get(a, 0))
+  return tuple(out)
+
+@functools.lru_cache(maxsize=4096)
+def _real_size(st: ShapeTracker) -> int:
+  if any(v.is_all_invalid for v in st.views) or any(_eq(s, 0) for s in st.shape): return 0
+  # the first view addresses the buffer: its valid elements bound what is touched
+  hi = _view_max_index(st.views[0])
+  if len(st.views) > 1:
+    idx, _ = st.expr_idxs(_axis_vars(st.shape, st.views[-1].mask))
+    hi2 = idx if isinstance(idx, int) else idx.vmax
+    hi = min(hi if isinstance(hi, int) else hi.vmax, hi2)
+  return int(hi if isinstance(hi, int) else hi.vmax) + 1
+
 @functools.lru_cache(maxsize=4096)
 def _merge_views(v1: View, v2: View) -> Optional[View]:
   """One view equal to v2 over v1, or None. Decided by simplifying the composed index."""
   if v1.contiguous: return v2
+  if v2.contiguous and _eq(v1.size, v2.size): return v1.reshape(v2.shape)
+  if v2.is_all_invalid or v1.is_all_invalid: return _all_invalid(v2.shape)
   if any(isinstance(s, Node) for s in v2.shape + v1.shape): return None
   axes = _axis_vars(v2.shape)
   st = ShapeTracker((v1, v2))
-  _, valid = st.expr_idxs(tuple(axes))
+  _, valid = st.expr_idxs(axes)
   box = _mask_from_valid(valid, axes, v2.shape)
   if box is None: return None
   if any(not isinstance(b, int) or not isinstance(e, int) for b, e in box): return None
-  if any(b >= e for b, e in box):
-    return View.create(v2.shape, mask=tuple((0, 0) for _ in v2.shape))
+  if any(b >= e for b, e in box): return _all_invalid(v2.shape)
   # inside the valid box the index must be linear in the axes
-  narrowed = [a if not isinstance(a, Variable) else (Variable(a.expr, b, e - 1) if (b, e) != (0, s) else a)
-              for a, (b, e), s in zip(axes, box, v2.shape)]
-  idx, _ = st.expr_idxs(tuple(narrowed))
-  lin = _linear_coeffs(idx, narrowed)
-  if lin is None: return None
-  coeffs, offset = lin
-  if any(not isinstance(c, int) for c in coeffs.values()) or not isinstance(offset, int): return None
+  narrowed = _axis_vars(v2.shape, tuple((b, e) for b, e in box))
+  idx, _ = st.expr_idxs(narrowed)
+  coeffs, nonlinear, offset = _linear_coeffs(idx, narrowed)
+  if nonlinear or any(not isinstance(c, int) for c in coeffs.values()) or not isinstance(offset, int): return None
+  # (an axis narrowed to one value is an int in `narrowed`: its address is already in the offset)
   strides = tuple(coeffs.get(a, 0) if isinstance(a, Variable) else 0 for a in narrowed)  # type: ignore[call-overload]
-  mask = None if all(b == 0 and e == s for (b, e), s in zip(box, v2.shape)) else tuple((b, e) for b, e in box)
-  return View.create(v2.shape, strides, offset, mask)
+  return View.create(v2.shape, strides, offset, tuple((b, e) for b, e in box))

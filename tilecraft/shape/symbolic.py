@@ -66,7 +66,9 @@ class Node:
     """Replace Variables (or any sub-expression) and re-simplify."""
     return _substitute(self, sub, {})
   def eval(self, var_vals: dict["Variable", int]) -> int:
+    """The value with var_vals; Variables missing from var_vals use their bound value."""
     r = self.substitute(var_vals)  # type: ignore[arg-type]
+    if not isinstance(r, int) and (bound := {v: v.val for v in r.vars() if v.is_bound}): r = r.substitute(bound)  # type: ignore[union-attr]
     if not isinstance(r, int): raise ValueError(f"cannot evaluate {self.render()}: unbound {sorted(v.expr for v in r.vars())}")
     return r
   def bounds(self) -> tuple[int, int]: return self.vmin, self.vmax
@@ -173,6 +175,8 @@ def _linear(x: sint) -> tuple[tuple[tuple[Node, int], ...], int]:
   return ((x, 1),), 0
 
 def _make_sum(coeffs: dict[Node, int], const: int) -> sint:
+  """The canonical Sum for coeffs (a fresh dict, edited in place) + const."""
+  if len(coeffs) > 1 and any(type(t) is Mod for t in coeffs): const += _fold_divmod(coeffs)
   terms = tuple(sorted(((t, c) for t, c in coeffs.items() if c != 0), key=lambda tc: tc[0].render()))
   if not terms: return const
   if len(terms) == 1 and terms[0][1] == 1 and const == 0: return terms[0][0]
@@ -180,6 +184,14 @@ def _make_sum(coeffs: dict[Node, int], const: int) -> sint:
 
 def sym_sum(xs: Iterable[sint]) -> sint:
   """Sum of ints and expressions, with like terms collected."""
+  if type(xs) is tuple and len(xs) == 2:  # fast path: expression + int keeps the terms as they are
+    a, b = xs
+    if isinstance(a, int) and isinstance(b, Node): a, b = b, a
+    if isinstance(b, int) and isinstance(a, Node):
+      if b == 0: return a
+      if type(a) is not Sum: return Sum(((a, 1),), b)
+      if (c := a.const + b) == 0 and len(a.terms) == 1 and a.terms[0][1] == 1: return a.terms[0][0]
+      return Sum(a.terms, c)
   coeffs: dict[Node, int] = {}
   const = 0
   for x in xs:
@@ -190,6 +202,25 @@ def sym_sum(xs: Iterable[sint]) -> sint:
     for t, k in terms: coeffs[t] = coeffs.get(t, 0) + k
   return _make_sum(coeffs, const)
 
+def _fold_divmod(coeffs: dict[Node, int]) -> int:
+  """k*(a//b)*b + k*(a%b) == k*a (an index split into quotient and remainder, put back together).
+  Edits coeffs in place and returns the constant to add. Only exact structural matches fold."""
+  const = 0
+  for m in [t for t in coeffs if type(t) is Mod]:
+    k = coeffs[m]
+    if not k: continue
+    d: sint = Div(m.a, m.b)
+    if isinstance(m.b, int): want = k * m.b
+    else:
+      d, want = sym_mul(d, m.b), k
+      if type(d) is not Prod: continue
+    if coeffs.get(d, 0) != want: continue  # type: ignore[call-overload]
+    coeffs[m] = coeffs[d] = 0  # type: ignore[index]
+    terms, c = _linear(m.a)
+    const += c * k
+    for t, j in terms: coeffs[t] = coeffs.get(t, 0) + j * k
+  return const
+
 def sym_mul(a: sint, b: sint) -> sint:
   if isinstance(a, int) and isinstance(b, int): return a * b
   if isinstance(a, int): a, b = b, a
@@ -197,8 +228,10 @@ def sym_mul(a: sint, b: sint) -> sint:
   if isinstance(b, int):
     if b == 0: return 0
     if b == 1: return a
-    terms, c = _linear(a)
-    return _make_sum({t: k * b for t, k in terms}, c * b)
+    # scaling keeps the terms' order and their canonical form: no re-sort
+    if type(a) is not Sum: return Sum(((a, b),), 0)
+    if len(a.terms) == 1 and a.terms[0][1] * b == 1 and a.const == 0: return a.terms[0][0]
+    return Sum(tuple((t, k * b) for t, k in a.terms), a.const * b)
   # expression * expression: distribute constants and sums so the result stays linear where it can
   ta, ca = _linear(a)
   tb, cb = _linear(b)
@@ -225,6 +258,7 @@ def sym_div(a: sint, b: sint) -> sint:
       return lo if (lo := a // b.vmax) == a // b.vmin else Div(a, b)
     if a == b: return 1
     if a.vmin >= 0 and a.vmax < b.vmin: return 0
+    if isinstance(a, Mod) and a.b == b: return 0  # (x % b) // b
     terms, c = _linear(a)
     # (x*b + y) // b -> x + y // b
     exact = [t for t, k in terms if _has_factor(t, b)]
@@ -264,6 +298,7 @@ def sym_mod(a: sint, b: sint) -> sint:
       return a if 0 <= a < b.vmin else Mod(a, b)
     if a == b: return 0
     if a.vmin >= 0 and a.vmax < b.vmin: return a
+    if isinstance(a, Mod) and a.b == b: return a  # (x % b) % b
     terms, c = _linear(a)
     keep = [sym_mul(t, k) for t, k in terms if not _has_factor(t, b)]
     if len(keep) < len(terms): return sym_mod(sym_sum(keep + [c]), b)
@@ -306,6 +341,8 @@ def sym_lt(a: sint, b: sint) -> sint:
     big = {t: k // m for t, k in lterms if k % m == 0}
     rest = _make_sum({t: k for t, k in lterms if k % m}, 0)
     if big and (isinstance(rest, int) or (rest.vmin >= 0 and rest.vmax < m)): return sym_lt(_make_sum(big, 0), bound // m)
+  # x // d < B  <=>  x < B*d  (floor division by a positive int)
+  if type(lhs) is Div and isinstance(lhs.b, int): return sym_lt(lhs.a, bound * lhs.b)
   return Lt(lhs, bound)
 
 def sym_and(*xs: sint) -> sint:
@@ -315,12 +352,13 @@ def sym_and(*xs: sint) -> sint:
     if isinstance(x, int):
       if not x: return 0
       continue
-    if x.vmin > 0: continue
-    if x.vmax == 0: return 0
+    if x.vmin > 0 or x.vmax < 0: continue  # never zero: true
+    if x.vmin == x.vmax == 0: return 0
     for n in (x.nodes if isinstance(x, And) else (x,)):
       if n not in nodes: nodes.append(n)
   if not nodes: return 1
-  if len(nodes) == 1: return nodes[0]
+  # a lone operand stands for itself only when it is already 0/1 valued (e.g. a comparison)
+  if len(nodes) == 1 and nodes[0].vmin >= 0 and nodes[0].vmax <= 1: return nodes[0]
   return And(tuple(sorted(nodes, key=lambda n: n.render())))
 
 def _substitute(n: sint, sub: dict, memo: dict) -> sint:

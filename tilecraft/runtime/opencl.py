@@ -1,0 +1,73 @@
+"""The OPENCL device through pyopencl. On a machine without a GPU, PoCL runs kernels on the CPU
+with real workgroups, local memory and barriers. `Program.global_size` counts workgroups; the
+launch multiplies it by the local size (OpenCL counts work-items)."""
+from __future__ import annotations
+import functools
+from typing import Any, Optional
+import numpy as np
+from tilecraft.device import Allocator, CompileError, Compiler, DeviceUnavailable
+
+try: import pyopencl as cl
+except ImportError as e: raise ImportError("the OPENCL device needs pyopencl: pip install 'tilecraft[opencl]'") from e
+
+@functools.cache
+def _context() -> tuple[Any, Any, Any]:
+  """(context, device, queue) on the first GPU, else the first device of any kind."""
+  try: platforms = cl.get_platforms()
+  except cl.Error as e: raise DeviceUnavailable(f"no OpenCL platform (install an ICD such as pocl-opencl-icd): {e}") from e
+  devices = [d for p in platforms for d in p.get_devices()]
+  if not devices: raise DeviceUnavailable("OpenCL platforms found but no devices")
+  dev = next((d for d in devices if d.type & cl.device_type.GPU), devices[0])
+  ctx = cl.Context([dev])
+  queue = cl.CommandQueue(ctx, dev, properties=cl.command_queue_properties.PROFILING_ENABLE)
+  return ctx, dev, queue
+
+class CLCompiler(Compiler):
+  def __init__(self) -> None:
+    _, dev, _ = _context()
+    super().__init__(f"opencl|{dev.platform.name}|{dev.name}|{dev.driver_version}")
+  def compile(self, src: str) -> bytes:
+    ctx, dev, _ = _context()
+    try: prg = cl.Program(ctx, src).build()
+    except cl.RuntimeError as e: raise CompileError("OpenCL build failed", src, str(e)) from e
+    return prg.get_info(cl.program_info.BINARIES)[0]
+
+class CLAllocator(Allocator):
+  def alloc(self, nbytes: int) -> Any:
+    ctx, _, _ = _context()
+    return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+  def free(self, opaque: Any) -> None: opaque.release()
+  def copyin(self, dest: Any, src: memoryview) -> None:
+    _, _, q = _context()
+    if src.nbytes: cl.enqueue_copy(q, dest, np.frombuffer(src, dtype=np.uint8), is_blocking=True)
+  def copyout(self, dest: memoryview, src: Any) -> None:
+    _, _, q = _context()
+    if dest.nbytes: cl.enqueue_copy(q, np.frombuffer(dest, dtype=np.uint8), src, is_blocking=True)
+
+class CLProgram:
+  def __init__(self, name: str, lib: bytes):
+    ctx, dev, self.q = _context()
+    self.name = name
+    try: self.prg = cl.Program(ctx, [dev], [lib]).build()
+    except cl.RuntimeError as e: raise CompileError(f"OpenCL could not load the binary of {name}", "", str(e)) from e
+    self.kernel = getattr(self.prg, name)
+  def __call__(self, *bufs: Any, global_size: Optional[list[int]] = None, local_size: Optional[list[int]] = None,
+               vals: tuple[int, ...] = (), wait: bool = True) -> Optional[float]:
+    args = list(bufs) + [np.int64(v) for v in vals]
+    self.kernel.set_args(*args)
+    gs = list(global_size or [1])
+    ls = None
+    if local_size is not None:
+      n = max(len(gs), len(local_size))
+      gs, ls = gs + [1] * (n - len(gs)), list(local_size) + [1] * (n - len(local_size))
+      gs = [g * l for g, l in zip(gs, ls)]
+    ev = cl.enqueue_nd_range_kernel(self.q, self.kernel, gs, ls)
+    if not wait: return None
+    ev.wait()
+    return (ev.profile.end - ev.profile.start) * 1e-9
+
+def cl_renderer() -> Any:
+  from tilecraft.renderer.cstyle import OpenCLRenderer
+  _, dev, _ = _context()
+  return OpenCLRenderer(half_arith="cl_khr_fp16" in dev.extensions, local_max=tuple(min(x, dev.max_work_group_size) for x in dev.max_work_item_sizes[:3]),
+                        shared_max=min(dev.local_mem_size, 65536))

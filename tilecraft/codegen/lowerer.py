@@ -63,10 +63,17 @@ class Lowerer:
     if not self.ren.supports_float4: return None
     out_st = self.k.sts[0]
     rs = out_st.real_strides()
-    cands = [a for a in self.upcast_axes if a not in self.magenta and self.shape[a] in (2, 4, 8, 16) and rs[a] == 1]
-    if not cands: return None
     if any(not _vectorizable(self.ren, b.dtype) for b in self.k.bufs): return None
-    return cands[-1]
+    cands = [a for a in self.upcast_axes if a not in self.magenta and self.shape[a] in (2, 4, 8, 16) and rs[a] == 1]
+    if cands: return cands[-1]
+    # else an unrolled reduce axis that some input walks contiguously: vector accumulators, one
+    # horizontal reduce after the loop (all reduces must run over it)
+    if self.k.group_for_reduces: return None
+    ins = [st for b, st in zip(self.k.bufs, self.k.sts) if isinstance(b, MemBuffer) and b.idx >= len(self.k.outbufs)]
+    for a in reversed(self.magenta):
+      if self.shape[a] in (2, 4, 8, 16) and all(a in r.arg for r in self.ast.lazyops if r.op in ReduceOps) and any(st.real_strides()[a] == 1 for st in ins):
+        return a
+    return None
 
   def _make_index_vars(self) -> None:
     k, shape = self.k, self.shape
@@ -348,7 +355,15 @@ class Lowerer:
       phi = UOp(UOps.PHI, dt, (acc, self._combine(op.op, acc, total)) + tuple(ranges))
       # ENDRANGE marks "after the loop" (and keeps the update in the graph)
       res[lane] = UOp(UOps.ACCREAD, dt, (acc, UOp(UOps.ENDRANGE, dtypes.void, (ranges[0], phi))))
+    if self.vax is not None and self.vax in self.magenta:  # the vector lanes were reduce lanes: combine them
+      for lane, v in res.items():
+        if v.dtype.count > 1: res[lane] = self._horizontal(op.op, v)
     return res
+
+  def _horizontal(self, op: Any, v: UOp) -> UOp:
+    parts = [v.gep(i) for i in range(v.dtype.count)]
+    while len(parts) > 1: parts = [self._combine(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return parts[0]
 
   def _group_ranges(self) -> list[UOp]:
     """Loops over the group axes for a grouped reduce's second stage (reading local memory)."""

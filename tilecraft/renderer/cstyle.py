@@ -3,7 +3,7 @@ target (C for CPUs here; OpenCL, CUDA, Metal, HIP by subclassing) overrides the 
 that differ: types, vector syntax, kernel signature, thread ids, barriers, math functions.
 """
 from __future__ import annotations
-import math
+import functools, math
 from collections import Counter
 from typing import Any, Optional
 from tilecraft.codegen.uops import UOp, UOps
@@ -177,6 +177,13 @@ class CStyleLanguage(Renderer):
       else: raise NotImplementedError(f"{type(self).__name__} can't render {op}")
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
 
+@functools.cache
+def _host_vector_width() -> int:
+  try:
+    with open("/proc/cpuinfo") as f: flags = next((l for l in f if l.startswith("flags")), "").split()
+  except OSError: return 4
+  return 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+
 class CRenderer(CStyleLanguage):
   """C for the CPU device: gcc/clang vector extensions for vector lanes, OpenMP on the outer loop."""
   device = "CPU"
@@ -192,6 +199,10 @@ class CRenderer(CStyleLanguage):
                 dtypes.float32: "float", dtypes.float64: "double"}
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
+  @property
+  def vector_width(self) -> int:
+    """float32 lanes per SIMD register on this host (the C compiler targets -march=native)."""
+    return _host_vector_width()
   def render_dtype(self, dt: DType) -> str:
     if isinstance(dt, ImageDType): raise NotImplementedError("the CPU has no image types")
     if dt.count > 1 and not isinstance(dt, PtrDType): return {dtypes.int64: "longlong", dtypes.int32: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)

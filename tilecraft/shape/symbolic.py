@@ -141,7 +141,7 @@ class Mod(Node):
   def __init__(self, a: sint, b: sint):
     self.a, self.b = a, b
     (amin, amax), (_, bmax) = _bounds(a), _bounds(b)
-    hi = bmax - 1 if amin < 0 else min(bmax - 1, amax)
+    hi = min(bmax - 1, amax)
     self._init(("M", a, b), 0, hi)
   def children(self) -> tuple[Node, ...]: return tuple(x for x in (self.a, self.b) if isinstance(x, Node))
   def _render_impl(self) -> str: return f"({_r(self.a)}%{_r(self.b)})"

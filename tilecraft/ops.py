@@ -9,7 +9,7 @@ import functools, hashlib
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any, Optional, Union
-from tilecraft.dtype import DType, dtypes
+from tilecraft.dtype import DType, ImageDType, dtypes
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sint
 
@@ -34,18 +34,29 @@ class MemBuffer:
   dtype: DType
   st: ShapeTracker
 
-@dataclass(frozen=True)
+def _const_key(val: Any) -> Any:
+  """What makes two constants the same: type and value, with -0.0 != 0.0 and every NaN alike."""
+  if isinstance(val, float): return (float, repr(val))
+  return (type(val), val)
+
+@dataclass(frozen=True, eq=False)
 class ConstBuffer:
   """A constant broadcast over `st` (masked where the view is invalid); val may be a Variable."""
   val: Union[int, float, bool, Variable]
   dtype: DType
   st: ShapeTracker
+  def __eq__(self, other: object) -> bool:
+    return self is other or (isinstance(other, ConstBuffer) and _const_key(self.val) == _const_key(other.val) and
+                             self.dtype == other.dtype and self.st == other.st)
+  def __hash__(self) -> int: return hash((_const_key(self.val), self.dtype, self.st))
 
 @dataclass(frozen=True)
 class KernelInfo:
   local_dims: int = 0
   upcasted: int = 0
   dont_use_locals: bool = False
+
+_SAME_DTYPE_AS = {TernaryOps.WHERE: 1}  # dtype comes from this source (default: the first)
 
 @dataclass(frozen=True, eq=False)
 class LazyOp:
@@ -55,21 +66,35 @@ class LazyOp:
   _hash: int = field(init=False, repr=False, compare=False)
   def __post_init__(self):
     object.__setattr__(self, "src", tuple(self.src))
+    if not all(isinstance(s, LazyOp) for s in self.src): raise TypeError(f"{self.op}: sources must be LazyOps, got {self.src!r}")
     object.__setattr__(self, "_hash", hash((self.op, self.src, self.arg)))
   def __hash__(self) -> int: return self._hash
   def __eq__(self, other: object) -> bool:
+    """Structural equality, iterative and linear in the size of a DAG (shared subtrees compare once)."""
     if self is other: return True
-    return isinstance(other, LazyOp) and self._hash == other._hash and self.op == other.op and self.arg == other.arg and self.src == other.src
+    if not isinstance(other, LazyOp): return False
+    done: set[tuple[int, int]] = set()
+    stack: list[tuple[LazyOp, LazyOp]] = [(self, other)]
+    while stack:
+      a, b = stack.pop()
+      if a is b or (id(a), id(b)) in done: continue
+      if a._hash != b._hash or a.op != b.op or len(a.src) != len(b.src) or a.arg != b.arg: return False
+      done.add((id(a), id(b)))
+      stack.extend(zip(a.src, b.src))
+    return True
 
   @functools.cached_property
   def dtype(self) -> DType:
-    if self.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE): return self.arg.dtype
-    if self.op in (UnaryOps.CAST, UnaryOps.BITCAST): return self.arg
-    if self.op in COMPARISON_OPS: return dtypes.bool
-    if self.op is TernaryOps.WHERE: return self.src[1].dtype
-    if self.op is ReduceOps.WMMA: return self.arg[3] if isinstance(self.arg, tuple) and len(self.arg) > 3 else self.src[0].dtype
-    if self.op is MetaOps.KERNEL: return dtypes.void
-    return self.src[0].dtype
+    # walk down the chain of ops that take their dtype from a source (no recursion: ASTs can be deep)
+    chain: list[LazyOp] = []
+    x: LazyOp = self
+    while (dt := _own_dtype(x)) is None:
+      if "dtype" in x.__dict__: dt = x.__dict__["dtype"]; break  # noqa: E702
+      if not x.src: raise ValueError(f"{x.op} has no sources to take a dtype from")
+      chain.append(x)
+      x = x.src[_SAME_DTYPE_AS.get(x.op, 0)]  # type: ignore[call-overload]
+    for y in chain: y.__dict__["dtype"] = dt
+    return dt
 
   @functools.cached_property
   def lazyops(self) -> list["LazyOp"]:
@@ -100,77 +125,145 @@ class LazyOp:
 
   @functools.cached_property
   def key(self) -> bytes:
-    """A stable content hash (same across processes) used as a cache key."""
-    return hashlib.sha256(repr(self).encode()).digest()
+    """A stable content hash (the same in every process) used as a cache key."""
+    h = hashlib.sha256()
+    for line in _serialize(self): h.update(line.encode() + b"\n")
+    return h.digest()
 
-  def __repr__(self) -> str: return _render_tree(self, 0, {})
+  def __repr__(self) -> str: return _render_tree(self)
 
-def _render_tree(x: LazyOp, indent: int, seen: dict) -> str:
-  pad = "  " * indent
-  if x.op in (BufferOps.LOAD, BufferOps.CONST):
-    return f"{pad}{x.op.name} {x.arg!r}"
-  head = f"{pad}{x.op.name}" + (f" {x.arg!r}" if x.arg is not None and x.op is not BufferOps.STORE else "")
-  if x.op is BufferOps.STORE: head += f" {x.arg!r}"
-  return head + "\n" + "\n".join(_render_tree(s, indent + 1, seen) for s in x.src)
+def _own_dtype(x: LazyOp) -> Optional[DType]:
+  """The dtype an op sets itself, or None when it takes the dtype of a source."""
+  if x.op in BufferOps: return x.arg.dtype
+  if x.op in (UnaryOps.CAST, UnaryOps.BITCAST): return x.arg
+  if x.op in COMPARISON_OPS: return dtypes.bool
+  if x.op is ReduceOps.WMMA and isinstance(x.arg, tuple) and len(x.arg) > 3 and isinstance(x.arg[3], DType): return x.arg[3]
+  if x.op is MetaOps.KERNEL: return dtypes.void
+  return None
+
+def _postorder(root: LazyOp) -> list[LazyOp]:
+  """Every distinct op once, sources before users."""
+  order: list[LazyOp] = []
+  seen: set[LazyOp] = set()
+  stack: list[tuple[LazyOp, bool]] = [(root, False)]
+  while stack:
+    x, expanded = stack.pop()
+    if expanded: order.append(x); continue  # noqa: E702
+    if x in seen: continue
+    seen.add(x)
+    stack.append((x, True))
+    stack.extend((s, False) for s in reversed(x.src))
+  return order
+
+def _serialize(root: LazyOp) -> list[str]:
+  """One line per distinct op (sources referred to by position): linear in the DAG's size."""
+  order = _postorder(root)
+  pos = {x: i for i, x in enumerate(order)}
+  return [f"{x.op.__class__.__name__}.{x.op.name} {x.arg!r} <- {[pos[s] for s in x.src]}" for x in order]
+
+def _render_tree(root: LazyOp) -> str:
+  """An indented tree, one op per line. A non-leaf op used more than once is printed in full the first
+  time, tagged `[n]`, and referred to as `<n>` afterwards."""
+  uses: dict[LazyOp, int] = {}
+  for x in _postorder(root):
+    for s in x.src: uses[s] = uses.get(s, 0) + 1
+  tags: dict[LazyOp, int] = {}
+  lines: list[str] = []
+  stack: list[tuple[LazyOp, int]] = [(root, 0)]
+  while stack:
+    x, depth = stack.pop()
+    pad = "  " * depth
+    if x in tags: lines.append(f"{pad}<{tags[x]}> {x.op.name}"); continue  # noqa: E702
+    tag = ""
+    if x.src and uses.get(x, 0) > 1:
+      tags[x] = len(tags)
+      tag = f"[{tags[x]}] "
+    lines.append(f"{pad}{tag}{x.op.name}" + (f" {x.arg!r}" if x.arg is not None else ""))
+    stack.extend((s, depth + 1) for s in reversed(x.src))
+  return "\n".join(lines)
 
 class InvalidASTError(ValueError):
   """An AST that breaks the rules in the module docstring; the message names the rule."""
 
+def _base(dt: DType) -> DType: return dt.base if isinstance(dt, ImageDType) else dt
+
 def verify_ast(ast: LazyOp) -> dict[LazyOp, ShapeTracker]:
   """Check that `ast` is a valid kernel; return the ShapeTracker (shape) at every op, so each
-  reduce's input shape is at its source and its output shape at the reduce itself."""
+  reduce's input shape is at its source and its output shape at the reduce itself.
+
+  Optimized ASTs may also hold a grouped reduce's two stages: STORE to a local buffer (idx < 0)
+  and LOAD(that STORE) back; the LOAD then has the shape of the stored value."""
+  if not isinstance(ast, LazyOp): raise InvalidASTError(f"not a LazyOp: {ast!r}")
   if ast.op is not MetaOps.KERNEL: raise InvalidASTError(f"the root must be KERNEL, got {ast.op.name}")
   if not ast.src: raise InvalidASTError("a kernel needs at least one STORE")
   for i, out in enumerate(ast.src):
     if out.op is not BufferOps.STORE: raise InvalidASTError(f"kernel output {i} is {out.op.name}, not STORE")
     if not isinstance(out.arg, MemBuffer) or out.arg.idx != i:
-      raise InvalidASTError(f"kernel output {i} stores to buffer {getattr(out.arg, 'idx', out.arg)}: outputs must be numbered 0..{len(ast.src)-1} in order")
+      raise InvalidASTError(f"wrong output index: kernel output {i} stores to buffer {getattr(out.arg, 'idx', out.arg)}; "
+                            f"outputs must be numbered 0..{len(ast.src)-1} in order")
+  out_idx = {o.arg.idx: o.arg.st for o in ast.src}
   sts: dict[LazyOp, ShapeTracker] = {}
-  def visit(op: LazyOp) -> ShapeTracker:
-    if op in sts: return sts[op]
-    if op.op in (BufferOps.LOAD, BufferOps.CONST):
-      if op.src: raise InvalidASTError(f"{op.op.name} must be a leaf")
-      if op.op is BufferOps.LOAD and not isinstance(op.arg, MemBuffer): raise InvalidASTError("LOAD needs a MemBuffer arg")
-      if op.op is BufferOps.CONST and not isinstance(op.arg, ConstBuffer): raise InvalidASTError("CONST needs a ConstBuffer arg")
-      if op.op is BufferOps.LOAD and op.arg.idx < len(ast.src) and op.arg.idx >= 0 and \
-          any(o.arg.idx == op.arg.idx for o in ast.src) and op.arg.st != ast.src[op.arg.idx].arg.st:
-        raise InvalidASTError(f"buffer {op.arg.idx} is loaded through a different view than it is stored: the kernel would race on it")
-      sts[op] = op.arg.st
-      return op.arg.st
-    src_sts = [visit(s) for s in op.src]
-    if op.op is MetaOps.KERNEL: return src_sts[0]
-    shapes = [st.shape for st in src_sts]
-    for s in shapes[1:]:
-      if s != shapes[0]:
-        broadcastable = len(s) == len(shapes[0]) and all(a == b or a == 1 or b == 1 for a, b in zip(s, shapes[0]))
-        kind = "implicit expand" if broadcastable else "implicit reshape"
-        raise InvalidASTError(f"{kind}: {op.op.name} has sources of shapes {shapes}; every source of an op must have the same shape")
-    if op.op in ReduceOps:
-      axes = op.arg if op.op is not ReduceOps.WMMA else op.arg[-1]
-      if not isinstance(axes, tuple) or any(not isinstance(a, int) or not 0 <= a < len(shapes[0]) for a in axes):
-        raise InvalidASTError(f"{op.op.name} axes {axes} are not valid axes of shape {shapes[0]}")
-      st = ShapeTracker.from_shape(src_sts[0].reduce(axes))
-    elif op.op is BufferOps.STORE:
-      if op.arg.st.shape != shapes[0]:
-        raise InvalidASTError(f"implicit reshape: STORE of shape {shapes[0]} into buffer {op.arg.idx} viewed as {op.arg.st.shape}")
-      st = op.arg.st
-    else:
-      _check_dtypes(op)
-      st = src_sts[0]
-    sts[op] = st
-    return st
-  for out in ast.src: visit(out)
+  for op in _postorder(ast):
+    if op is ast: continue
+    if op.op is MetaOps.KERNEL: raise InvalidASTError("KERNEL may only be the root")
+    sts[op] = _verify_op(op, sts, out_idx)
   out_shapes = [sts[o].shape for o in ast.src]
-  if any(_numel(s) != _numel(out_shapes[0]) or len(s) != len(out_shapes[0]) for s in out_shapes):
+  if any(len(s) != len(out_shapes[0]) or not _same(_numel(s), _numel(out_shapes[0])) for s in out_shapes):
     raise InvalidASTError(f"mismatched output sizes: the kernel's STOREs have shapes {out_shapes}")
   # every dim across the kernel is 1 or one common size
-  full = [st.shape for st in sts.values()]
-  for d in range(len(full[0])):
-    sizes = {s[d] for s in full if len(s) > d} - {1}
-    if len({s for s in sizes}) > 1:
-      raise InvalidASTError(f"dimension {d} has sizes {sorted(map(str, sizes))} in one kernel: each dim must be 1 or one common size")
-  if any(len(s) != len(full[0]) for s in full): raise InvalidASTError("implicit reshape: the kernel's views have different ranks")
+  shapes = [st.shape for st in sts.values()]
+  if any(len(s) != len(shapes[0]) for s in shapes):
+    raise InvalidASTError(f"implicit reshape: the kernel's views have different ranks {sorted({len(s) for s in shapes})}")
+  for d in range(len(shapes[0])):
+    sizes = {s[d] for s in shapes if not _same(s[d], 1)}
+    if len(sizes) > 1:
+      raise InvalidASTError(f"implicit expand: dimension {d} has sizes {sorted(map(str, sizes))} in one kernel; each dim must be 1 or one common size")
   return sts
+
+def _same(a: sint, b: sint) -> bool: return (a == b) if isinstance(a, int) == isinstance(b, int) else False
+
+def _verify_op(op: LazyOp, sts: dict[LazyOp, ShapeTracker], out_idx: dict[int, ShapeTracker]) -> ShapeTracker:
+  name = op.op.name
+  if op.op in (BufferOps.LOAD, BufferOps.CONST):
+    want = MemBuffer if op.op is BufferOps.LOAD else ConstBuffer
+    if not isinstance(op.arg, want): raise InvalidASTError(f"{name} needs a {want.__name__} arg, got {op.arg!r}")
+    if op.src:
+      # a grouped reduce's second stage reads back what the first stored in a local buffer
+      if not (op.op is BufferOps.LOAD and op.arg.idx < 0 and len(op.src) == 1 and op.src[0].op is BufferOps.STORE and op.src[0].arg == op.arg):
+        raise InvalidASTError(f"{name} must be a leaf (only a LOAD of a local buffer may follow the STORE into it)")
+      return sts[op.src[0]]
+    if op.op is BufferOps.LOAD and op.arg.idx in out_idx and op.arg.st != out_idx[op.arg.idx]:
+      raise InvalidASTError(f"buffer {op.arg.idx} is loaded through a different view than it is stored: the kernel would race on it")
+    return op.arg.st
+  src_sts = [sts[s] for s in op.src]
+  if not src_sts: raise InvalidASTError(f"{name} needs sources")
+  shapes = [st.shape for st in src_sts]
+  for s in shapes[1:]:
+    if s != shapes[0]:
+      broadcastable = len(s) == len(shapes[0]) and all(_same(a, b) or _same(a, 1) or _same(b, 1) for a, b in zip(s, shapes[0]))
+      kind = "implicit expand" if broadcastable else "implicit reshape"
+      raise InvalidASTError(f"{kind}: {name} has sources of shapes {shapes}; every source of an op must have the same shape")
+  if op.op in ReduceOps:
+    axes = op.arg[-1] if op.op is ReduceOps.WMMA and isinstance(op.arg, tuple) and op.arg else op.arg
+    if not isinstance(axes, tuple) or any(isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(shapes[0]) for a in axes) \
+        or len(set(axes)) != len(axes):
+      raise InvalidASTError(f"bad reduce axes: {name} axes {axes!r} must be a tuple of distinct axes of shape {shapes[0]}")
+    if op.op is not ReduceOps.WMMA and len(op.src) != 1: raise InvalidASTError(f"{name} reduces one source, got {len(op.src)}")
+    return ShapeTracker.from_shape(src_sts[0].reduce(axes))
+  if op.op is BufferOps.STORE:
+    if not isinstance(op.arg, MemBuffer): raise InvalidASTError(f"STORE needs a MemBuffer arg, got {op.arg!r}")
+    if len(op.src) != 1: raise InvalidASTError(f"STORE stores one value, got {len(op.src)}")
+    if _base(op.src[0].dtype) != _base(op.arg.dtype):
+      raise InvalidASTError(f"mixed dtypes: STORE of a {op.src[0].dtype} value into a {op.arg.dtype} buffer; cast explicitly")
+    if op.arg.idx < 0:  # a local buffer holds a slice of the value (globals dropped): sizes must agree where kept
+      if len(op.arg.st.shape) != len(shapes[0]) or any(not (_same(a, b) or _same(a, 1)) for a, b in zip(op.arg.st.shape, shapes[0])):
+        raise InvalidASTError(f"implicit reshape: STORE of shape {shapes[0]} into local buffer {op.arg.idx} viewed as {op.arg.st.shape}")
+      return src_sts[0]
+    if op.arg.st.shape != shapes[0]:
+      raise InvalidASTError(f"implicit reshape: STORE of shape {shapes[0]} into buffer {op.arg.idx} viewed as {op.arg.st.shape}")
+    return op.arg.st
+  _check_dtypes(op)
+  return src_sts[0]
 
 def _numel(shape: tuple) -> Any:
   n: Any = 1
@@ -179,14 +272,16 @@ def _numel(shape: tuple) -> Any:
 
 def _check_dtypes(op: LazyOp) -> None:
   if op.op in (UnaryOps.CAST, UnaryOps.BITCAST):
+    if not isinstance(op.arg, DType): raise InvalidASTError(f"{op.op.name} needs the target dtype as arg, got {op.arg!r}")
     if op.op is UnaryOps.BITCAST and op.arg.itemsize != op.src[0].dtype.itemsize:
       raise InvalidASTError(f"BITCAST {op.src[0].dtype} -> {op.arg}: sizes differ")
     return
   if op.op is TernaryOps.WHERE:
-    if op.src[0].dtype != dtypes.bool: raise InvalidASTError(f"WHERE condition must be bool, got {op.src[0].dtype}")
+    if len(op.src) != 3: raise InvalidASTError(f"WHERE takes 3 sources, got {len(op.src)}")
+    if op.src[0].dtype != dtypes.bool: raise InvalidASTError(f"mixed dtypes: WHERE condition must be bool, got {op.src[0].dtype}")
     vals = op.src[1:]
   else: vals = op.src
-  if len({s.dtype for s in vals}) > 1:
-    raise InvalidASTError(f"{op.op.name} mixes dtypes {[s.dtype for s in vals]}: cast explicitly")
+  if len({_base(s.dtype) for s in vals}) > 1:
+    raise InvalidASTError(f"mixed dtypes: {op.op.name} mixes {[s.dtype for s in vals]}; cast explicitly")
 
 def is_sym(x: Any) -> bool: return isinstance(x, Node)

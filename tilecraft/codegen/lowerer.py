@@ -134,7 +134,7 @@ class Lowerer:
   # ---- symbolic -> UOps ---------------------------------------------------------------------------
   def sym_to_uop(self, x: sint, dtype: DType) -> UOp:
     if isinstance(x, int): return UOp.const(dtype, x)
-    if dtype != dtypes.int64 and _needs_int64(x): dtype = dtypes.int64
+    if dtype != dtypes.int64 and self._needs_int64(x): dtype = dtypes.int64
     return self._sym(x, dtype)
 
   def _sym(self, x: sint, dtype: DType) -> UOp:
@@ -182,8 +182,12 @@ class Lowerer:
     if isinstance(x, Sum) and x.const == 1 and len(x.terms) == 1 and x.terms[0][1] == -1 and isinstance(x.terms[0][0], Lt):
       return UOp.alu(BinaryOps.CMPNE, self._lt(x.terms[0][0]), UOp.const(dtypes.bool, True))
     return UOp.alu(BinaryOps.CMPNE, self.sym_to_uop(x, dtypes.int32), UOp.const(dtypes.int32, 0))
+  def _needs_int64(self, x: sint) -> bool:
+    if isinstance(x, int): return abs(x) > INT32_MAX
+    if (r := self.memo.get(("i64", x))) is None: r = self.memo[("i64", x)] = _needs_int64(x)
+    return r
   def _lt(self, x: Lt) -> UOp:
-    dt = dtypes.int64 if _needs_int64(x.a) else dtypes.int32
+    dt = dtypes.int64 if self._needs_int64(x.a) else dtypes.int32
     return UOp.alu(BinaryOps.CMPLT, self._sym(x.a, dt), UOp.const(dt, x.b))
 
   # ---- lanes --------------------------------------------------------------------------------------
@@ -211,7 +215,10 @@ class Lowerer:
     in_valid = isinstance(valid, Node) and v in valid.vars()
     in_idx = isinstance(idx, Node) and v in idx.vars()
     if not in_idx and not in_valid: return "scalar", (idx, valid)
-    if not in_valid and _direct_unit_term(idx, v): return "vector", (idx - v, valid)
+    if _direct_unit_term(idx, v):
+      base = idx - v
+      if not in_valid: return "vector", (base, valid)
+      return "gather", [(base + i, _subst(valid, v, i)) for i in range(self.W)]
     per = [(_subst(idx, v, i), _subst(valid, v, i)) for i in range(self.W)]
     # unit stride: lane i reads base + i for every lane (checked lane by lane, exactly)
     if not in_valid and all(_is_zero(ix - (per[0][0] + i)) for i, (ix, _) in enumerate(per)): return "vector", (per[0][0], valid)

@@ -50,12 +50,17 @@ class UPat:
 class PatternMatcher:
   def __init__(self, rules: Iterable[tuple[UPat, Callable[..., Optional[UOp]]]]):
     self.rules = list(rules)
-    self.by_op: dict[UOps, list[tuple[UPat, Callable]]] = {}
-    for pat, fn in self.rules:
-      for op in (pat.ops if pat.ops is not None else list(UOps)): self.by_op.setdefault(op, []).append((pat, fn))
+    self._by_key: dict[tuple, list[tuple[UPat, Callable]]] = {}
   def __add__(self, other: "PatternMatcher") -> "PatternMatcher": return PatternMatcher(self.rules + other.rules)
+  def _candidates(self, op: UOps, arg: Any) -> list[tuple[UPat, Callable]]:
+    """The rules that can match a UOp with this op (and, for ALUs, this ALU op), in rule order."""
+    key = (op, arg if op is UOps.ALU else None)
+    if (c := self._by_key.get(key)) is None:
+      c = self._by_key[key] = [(p, f) for p, f in self.rules if (p.ops is None or op in p.ops) and
+                               (op is not UOps.ALU or p.arg is None or (arg in p.arg if isinstance(p.arg, (set, frozenset)) else p.arg == arg))]
+    return c
   def rewrite(self, u: UOp) -> Optional[UOp]:
-    for pat, fn in self.by_op.get(u.op, ()):
+    for pat, fn in self._candidates(u.op, u.arg if u.op is UOps.ALU else None):
       caps: dict[str, UOp] = {}
       if pat.match(u, caps) and (r := fn(**caps)) is not None and r is not u: return r
     return None
@@ -65,7 +70,10 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher) -> UOp:
   done: dict[UOp, UOp] = {}
   def rw(u: UOp) -> UOp:
     if (r := done.get(u)) is not None: return r
-    new = u.replace(src=tuple(rw(s) for s in u.src)) if u.src else u
+    new = u
+    if u.src:
+      srcs = tuple(rw(s) for s in u.src)
+      if any(a is not b for a, b in zip(srcs, u.src)): new = u.replace(src=srcs)
     for _ in range(1000):
       if (r := pm.rewrite(new)) is None: break
       new = rw(r)  # a replacement may hold new, not yet rewritten subgraphs

@@ -51,8 +51,13 @@ class UOp:
   # ---- constructors ------------------------------------------------------------------------------
   @staticmethod
   def const(dtype: DType, val: Any) -> "UOp":
-    if dtype.count > 1: return UOp(UOps.VECTORIZE, dtype, (UOp.const(dtype.scalar(), val),) * dtype.count)
-    return UOp(UOps.CONST, dtype, (), _const_value(dtype, val))
+    key = (dtype, _argkey(val), type(val))
+    if (u := _const_cache.get(key)) is not None: return u
+    if dtype.count > 1: u = UOp(UOps.VECTORIZE, dtype, (UOp.const(dtype.scalar(), val),) * dtype.count)
+    else: u = UOp(UOps.CONST, dtype, (), _const_value(dtype, val))
+    if len(_const_cache) > 100000: _const_cache.clear()
+    _const_cache[key] = u
+    return u
   @staticmethod
   def alu(op: Alu, *src: "UOp", dtype: Optional[DType] = None) -> "UOp":
     if dtype is None: dtype = dtypes.bool.vec(src[0].dtype.count) if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else src[-1].dtype
@@ -77,6 +82,8 @@ class UOp:
       stack.append((u, True))
       stack.extend((s, False) for s in reversed(u.src) if id(s) not in seen)
     return order
+
+_const_cache: dict[tuple, "UOp"] = {}
 
 def _argkey(arg: Any) -> Any:
   # -0.0 == 0.0 and nan != nan in python: key floats by their repr so constants stay distinct and hashable

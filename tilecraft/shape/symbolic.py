@@ -141,7 +141,7 @@ class Mod(Node):
   def __init__(self, a: sint, b: sint):
     self.a, self.b = a, b
     (amin, amax), (_, bmax) = _bounds(a), _bounds(b)
-    hi = min(bmax - 1, amax)
+    hi = bmax - 1 if amin < 0 else min(bmax - 1, amax)
     self._init(("M", a, b), 0, hi)
   def children(self) -> tuple[Node, ...]: return tuple(x for x in (self.a, self.b) if isinstance(x, Node))
   def _render_impl(self) -> str: return f"({_r(self.a)}%{_r(self.b)})"
@@ -255,7 +255,7 @@ def sym_div(a: sint, b: sint) -> sint:
   if b == 1: return a
   if isinstance(b, Node):
     if isinstance(a, int):
-      return lo if (lo := a // b.vmax) == a // b.vmin else Div(a, b)
+      return a // b.vmax
     if a == b: return 1
     if a.vmin >= 0 and a.vmax < b.vmin: return 0
     if isinstance(a, Mod) and a.b == b: return 0  # (x % b) // b

@@ -1,0 +1,501 @@
+"""Differential opt fuzzing (DESIGN §11).
+
+For a kernel AST, random valid sequences of Opts must give the same output as the unoptimized
+kernel (and as a numpy reference). An Opt must either be refused with KernelOptError or give the
+same result: any other exception while applying, rendering, compiling or running is a failure.
+Every output buffer gets a guard zone after it (and every element the kernel must not write is
+checked too), filled with a sentinel that must survive the run; input buffers get poisoned guard
+zones (NaN / extreme values) so out-of-bounds reads show up as mismatches, and must not change.
+
+  run_ast(ast, inputs, opts, device, var_vals, guard) -> outputs
+  random_opts(kernel, rng, max_opts) -> OptSequence (a list of Opts, with .refusals and .error)
+  fuzz_ast(entry, rng, n, device) -> FuzzReport (first failure shrunk to a minimal opt list)
+  fuzz_corpus(device, n_per_kernel, seed) -> dict[name, FuzzReport]
+
+`python -m tilecraft.engine.fuzz --device CPU -n 20` fuzzes the corpus from the command line.
+"""
+from __future__ import annotations
+import argparse, collections, hashlib, re, sys, time, traceback, zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+import numpy as np
+from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.device import Buffer, CompiledRunner, Device
+from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes
+from tilecraft.engine.corpus import CorpusEntry, corpus
+from tilecraft.ops import BufferOps, LazyOp, MemBuffer
+from tilecraft.renderer import Program
+from tilecraft.shape.shapetracker import ShapeTracker
+from tilecraft.shape.symbolic import Node, Variable, sym_eval
+
+class GuardZoneError(RuntimeError):
+  """A kernel wrote where it must not: past the end of an output, into an element of an output its
+  stores don't cover, or into an input buffer."""
+  def __init__(self, buf_idx: int, positions: np.ndarray, size: int, what: str = "output"):
+    self.buf_idx, self.positions, self.size = buf_idx, positions, size
+    pos = positions[:8].tolist()
+    where = "past the end" if positions.min() >= size else "inside the buffer"
+    super().__init__(f"{what} buffer {buf_idx}: {len(positions)} element(s) that must stay untouched were written "
+                     f"({where}; first positions {pos}; the kernel's extent is {size} elements)")
+
+# ---- ShapeTracker evaluation in numpy ------------------------------------------------------------
+
+def _ev(x: Any, var_vals: dict) -> int: return int(sym_eval(x, var_vals)) if isinstance(x, Node) else int(x)
+
+def st_indices(st: ShapeTracker, var_vals: Optional[dict] = None) -> tuple[np.ndarray, np.ndarray]:
+  """(memory index, valid) of every element of `st`, as int64/bool arrays of st's (concrete) shape."""
+  vv = var_vals or {}
+  view = st.views[-1]
+  shape = tuple(_ev(s, vv) for s in view.shape)
+  idx, valid = _view_indices(view, shape, vv, None)
+  for v in reversed(st.views[:-1]):
+    vshape = tuple(_ev(s, vv) for s in v.shape)
+    # unravel the flat index into the earlier view's shape (floor semantics, like expr_idxs)
+    sub, acc = [], 1
+    for s in reversed(vshape):
+      sub.append(np.zeros_like(idx) if s == 1 else (idx // acc) % s)
+      acc *= s
+    idx, v2 = _view_indices(v, vshape, vv, tuple(reversed(sub)))
+    valid = valid & v2
+  return idx, valid
+
+def _view_indices(view: Any, shape: tuple[int, ...], vv: dict, idxs: Optional[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray]:
+  if idxs is None: idxs = tuple(np.arange(s).reshape([-1 if i == d else 1 for i in range(len(shape))]) for d, s in enumerate(shape))
+  idx = np.full(np.broadcast_shapes(shape, *[i.shape for i in idxs]) if idxs else (), _ev(view.offset, vv), dtype=np.int64)
+  valid = np.ones(idx.shape, dtype=np.bool_)
+  for d, (i, stv) in enumerate(zip(idxs, view.strides)):
+    stv = _ev(stv, vv)
+    if stv: idx = idx + i.astype(np.int64) * stv
+    if view.mask is not None:
+      b, e = _ev(view.mask[d][0], vv), _ev(view.mask[d][1], vv)
+      if b != 0 or e != shape[d]: valid = valid & (i >= b) & (i < e)
+  return idx, valid
+
+# ---- buffers -------------------------------------------------------------------------------------
+
+def buffer_views(ast: LazyOp) -> dict[int, list[MemBuffer]]:
+  """Every MemBuffer (one per distinct view) of each global buffer index in the AST."""
+  out: dict[int, list[MemBuffer]] = collections.defaultdict(list)
+  for x in ast.lazyops:
+    if x.op in (BufferOps.LOAD, BufferOps.STORE) and isinstance(x.arg, MemBuffer) and x.arg.idx >= 0 and x.arg not in out[x.arg.idx]:
+      out[x.arg.idx].append(x.arg)
+  return dict(sorted(out.items()))
+
+def buffer_size(views: list[MemBuffer]) -> int:
+  """Elements a buffer needs: the most any of its views touches (at the Variables' maxima)."""
+  return max(mb.st.real_size() for mb in views)
+
+_SENTINEL_BYTE = 0xA5
+
+def _raw_bytes(arr: np.ndarray, dtype: DType) -> np.ndarray:
+  """Element-wise raw bytes (n, itemsize) of what Buffer.numpy() returned."""
+  if dtype.scalar() == dtypes.bfloat16: arr = np.asarray(bf16_bits_from_f32(arr))
+  return np.ascontiguousarray(arr).view(np.uint8).reshape(-1, dtype.itemsize)
+
+def _filled(dtype: DType, n: int, byte: int) -> np.ndarray:
+  """n elements whose bytes are all `byte`, as the array Buffer.copyin takes."""
+  raw = np.full(n * dtype.itemsize, byte, dtype=np.uint8)
+  if dtype.scalar() == dtypes.bfloat16: return raw.view(np.uint16)
+  assert dtype.np is not None, dtype
+  return raw.view(dtype.np)
+
+def _poison(dtype: DType, n: int) -> np.ndarray:
+  """Guard-zone values for inputs: NaN for floats, the most negative value for ints, True for bools."""
+  if dtype.scalar() == dtypes.bfloat16: return np.full(n, 0x7FC1, dtype=np.uint16)
+  if dtypes.is_float(dtype): return np.full(n, np.nan, dtype=dtype.np)
+  if dtype == dtypes.bool: return np.ones(n, dtype=np.bool_)
+  return np.full(n, dtypes.min(dtype), dtype=dtype.np)
+
+def _as_input_array(arr: np.ndarray, dtype: DType) -> np.ndarray:
+  arr = np.ascontiguousarray(arr).reshape(-1)
+  if dtype.scalar() == dtypes.bfloat16:
+    if arr.dtype == np.uint16: return arr
+    return np.asarray(bf16_bits_from_f32(arr.astype(np.float32)))
+  assert dtype.np is not None
+  if arr.dtype != dtype.np: raise TypeError(f"input for a {dtype.name} buffer has numpy dtype {arr.dtype}")
+  return arr
+
+# ---- programs (cached: rendering and compiling dominate the fuzzer's time) -----------------------
+
+@dataclass
+class CacheStats:
+  programs: int = 0        # Kernel -> Program renders
+  program_hits: int = 0
+  compiles: int = 0        # CompiledRunner constructions (a disk-cache hit still counts: it loads a binary)
+  runner_hits: int = 0
+
+_program_cache: "collections.OrderedDict[tuple, Program]" = collections.OrderedDict()
+_runner_cache: "collections.OrderedDict[tuple, CompiledRunner]" = collections.OrderedDict()
+cache_stats = CacheStats()
+_CACHE_MAX = 4096
+
+def clear_caches() -> None:
+  _program_cache.clear(); _runner_cache.clear()  # noqa: E702
+  global cache_stats
+  cache_stats.__init__()  # type: ignore[misc]
+
+def _lru_put(cache: collections.OrderedDict, key: tuple, val: Any) -> None:
+  cache[key] = val
+  if len(cache) > _CACHE_MAX: cache.popitem(last=False)
+
+def stable_name(k: Kernel) -> str:
+  """A kernel name that is the same in every process (Kernel.name numbers same-shaped kernels in
+  the order a process sees them, which would make the compiled-binary disk cache miss)."""
+  return f"{re.sub(r'n[0-9]+$', '', k.name)}_{k.ast.key.hex()[:10]}"
+
+def build_kernel(ast: LazyOp, opts: Sequence[Opt], device: str = "CPU") -> Kernel:
+  k = Kernel(ast, opts=Device[device].renderer)
+  for o in opts: k.apply_opt(o)
+  return k
+
+def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kernel: Optional[Kernel] = None) -> Program:
+  """The rendered program of `ast` with `opts` (cached by AST key, opts and device)."""
+  key = (ast.key, tuple(opts), device)
+  if (p := _program_cache.get(key)) is not None:
+    cache_stats.program_hits += 1
+    return p
+  k = kernel if kernel is not None else build_kernel(ast, opts, device)
+  p = k.to_program(name_override=stable_name(k))
+  cache_stats.programs += 1
+  _lru_put(_program_cache, key, p)
+  return p
+
+def get_runner(p: Program) -> CompiledRunner:
+  key = (p.device, p.name, p.src)
+  if (r := _runner_cache.get(key)) is not None:
+    cache_stats.runner_hits += 1
+    return r
+  r = CompiledRunner(p)
+  cache_stats.compiles += 1
+  _lru_put(_runner_cache, key, r)
+  return r
+
+# ---- running -------------------------------------------------------------------------------------
+
+def run_program(ast: LazyOp, p: Program, inputs: dict[int, np.ndarray], device: str = "CPU",
+                var_vals: Optional[dict] = None, guard: int = 64) -> list[np.ndarray]:
+  """Run a rendered program of `ast` on fresh buffers; return each output in its STORE's shape."""
+  var_vals = dict(var_vals or {})
+  views = buffer_views(ast)
+  n_out = len(ast.src)
+  missing = [i for i in p.globals if i >= n_out and i not in inputs]
+  if missing: raise ValueError(f"no input array for buffer(s) {missing}")
+  bufs: dict[int, Buffer] = {}
+  sizes: dict[int, int] = {}
+  expected_inputs: dict[int, np.ndarray] = {}
+  for i in p.globals:
+    mb = views[i][0]
+    need = buffer_size(views[i])
+    if i < n_out:
+      sizes[i] = need
+      b = Buffer(device, need + guard, mb.dtype).allocate()
+      b.copyin(_filled(mb.dtype, need + guard, _SENTINEL_BYTE))
+    else:
+      arr = _as_input_array(inputs[i], mb.dtype)
+      if arr.size < need: raise ValueError(f"input {i} has {arr.size} elements, its views touch {need}")
+      full = np.concatenate([arr, _poison(mb.dtype, guard).astype(arr.dtype)]) if guard else arr
+      sizes[i] = arr.size
+      b = Buffer(device, full.size, mb.dtype).allocate()
+      b.copyin(full)
+      expected_inputs[i] = full
+    bufs[i] = b
+  runner = get_runner(p)
+  runner([bufs[i] for i in p.globals], var_vals)
+  # inputs must be unchanged (compare bytes: NaN poison compares equal to itself there)
+  for i, want in expected_inputs.items():
+    got = bufs[i].numpy()
+    dt = views[i][0].dtype
+    raw_got = _raw_bytes(got, dt)
+    raw_want = want.view(np.uint8).reshape(-1, dt.itemsize)
+    if (bad := np.nonzero((raw_got != raw_want).any(axis=1))[0]).size: raise GuardZoneError(i, bad, sizes[i], what="input")
+  outs = []
+  for i, st_op in enumerate(ast.src):
+    mb: MemBuffer = st_op.arg
+    data = bufs[i].numpy()
+    idx, valid = st_indices(mb.st, var_vals)
+    written = np.zeros(data.size, dtype=np.bool_)
+    written[idx[valid]] = True
+    raw = _raw_bytes(data, mb.dtype)
+    untouched = (raw == _SENTINEL_BYTE).all(axis=1)
+    if (bad := np.nonzero(~written & ~untouched)[0]).size: raise GuardZoneError(i, bad, sizes[i])
+    out = np.zeros(idx.shape, dtype=data.dtype)
+    out[valid] = data[idx[valid]]
+    outs.append(out)
+  return outs
+
+def run_ast(ast: LazyOp, inputs: dict[int, np.ndarray], opts: Sequence[Opt] = (), device: str = "CPU",
+            var_vals: Optional[dict] = None, guard: int = 64) -> list[np.ndarray]:
+  """Build, optimize (opts), render, compile (cached) and run `ast` on `device`; return the outputs,
+  each in its STORE's shape at var_vals. Raises GuardZoneError on writes outside the outputs."""
+  return run_program(ast, get_program(ast, opts, device), inputs, device, var_vals, guard)
+
+# ---- comparing -----------------------------------------------------------------------------------
+
+def tolerance(dtype: DType) -> tuple[float, float]:
+  """(rtol, atol) for comparing outputs of `dtype`: exact for ints and bools."""
+  dt = dtype.scalar()
+  if not dtypes.is_float(dt): return 0.0, 0.0
+  return {dtypes.float64: (1e-9, 1e-9), dtypes.float32: (1e-4, 1e-4), dtypes.float16: (1e-2, 1e-2), dtypes.bfloat16: (2e-2, 2e-2)}[dt]
+
+def compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: Optional[float] = None, atol: Optional[float] = None) -> Optional[str]:
+  """None if got matches want (NaN == NaN, infinities exact), else a description of the mismatch."""
+  want = np.asarray(want)
+  if got.size != want.size: return f"size mismatch: got {got.shape}, want {want.shape}"
+  g, w = got.reshape(-1), want.reshape(-1)
+  drt, dat = tolerance(dtype)
+  rtol, atol = (drt if rtol is None else rtol), (dat if atol is None else atol)
+  if dtypes.is_float(dtype):
+    g64, w64 = g.astype(np.float64), w.astype(np.float64)
+    both_nan = np.isnan(g64) & np.isnan(w64)
+    with np.errstate(invalid="ignore"):
+      close = (g64 == w64) | (np.abs(g64 - w64) <= atol + rtol * np.abs(w64))
+    ok = both_nan | (close & np.isfinite(g64) & np.isfinite(w64)) | ((g64 == w64) & np.isinf(w64))
+  else: ok = g.astype(np.int64) == w.astype(np.int64) if g.dtype != np.bool_ else g == w.astype(np.bool_)
+  if ok.all(): return None
+  bad = np.nonzero(~ok)[0]
+  shown = ", ".join(f"[{j}] got {g[j]!r} want {w[j]!r}" for j in bad[:5])
+  return f"{len(bad)}/{g.size} elements differ ({dtype.name}, rtol={rtol}, atol={atol}): {shown}"
+
+def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], ast: LazyOp, rtol: Optional[float] = None,
+                    atol: Optional[float] = None) -> Optional[str]:
+  if len(got) != len(want): return f"{len(got)} outputs, want {len(want)}"
+  for i, (g, w) in enumerate(zip(got, want)):
+    if (msg := compare(g, w, ast.src[i].arg.dtype, rtol, atol)) is not None: return f"output {i}: {msg}"
+  return None
+
+# ---- random opts ---------------------------------------------------------------------------------
+
+FUZZ_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS)
+_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5])
+# amounts include non-divisors and amounts over the opts' limits (16 for UPCAST, 32 for UNROLL)
+AMOUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64)
+
+def _kernel_state(k: Kernel) -> tuple:
+  """What an opt may change; used to check copy() independence and refusal atomicity."""
+  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, tuple(k.applied_opts))
+
+class OptSequence(list):
+  """A list of valid Opts found by random_opts, with the number of refused candidates and, when a
+  candidate raised something other than KernelOptError (or broke an invariant), that error."""
+  refusals: int = 0
+  error: Optional[tuple[Opt, str]] = None
+
+def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
+  op = FUZZ_OPS[rng.choice(len(FUZZ_OPS), p=_OP_WEIGHTS / _OP_WEIGHTS.sum())]
+  if op is OptOps.NOLOCALS: return Opt(op)
+  axis = int(rng.integers(0, k.shape_len + 1))  # one past the end now and then: must be refused
+  if op is OptOps.SWAP: return Opt(op, axis, int(rng.integers(0, k.shape_len + 1)))
+  return Opt(op, axis, int(AMOUNTS[rng.integers(len(AMOUNTS))]))
+
+def try_opt(k: Kernel, opt: Opt) -> tuple[Optional[Kernel], Optional[str]]:
+  """Apply opt to a copy of k: (new kernel, None) if valid, (None, None) if refused, (None, error)
+  if it raised anything but KernelOptError or broke copy()/refusal invariants."""
+  before = _kernel_state(k)
+  kc = k.copy()
+  try: kc.apply_opt(opt)
+  except KernelOptError:
+    if _kernel_state(kc) != before: return None, f"{opt} was refused but left the kernel changed"
+    return None, None
+  except Exception as e:  # noqa: BLE001  (any other exception is a bug)
+    return None, f"apply_opt({opt}) raised {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+  if _kernel_state(k) != before: return None, f"applying {opt} to a copy() changed the original kernel"
+  return kc, None
+
+def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4) -> OptSequence:
+  """A random sequence of 1..max_opts valid Opts for `kernel` (which is not modified): candidates
+  are drawn from FUZZ_OPS x axes x AMOUNTS and applied to copies; refused ones are counted."""
+  seq = OptSequence()
+  target = int(rng.integers(1, max_opts + 1))
+  k = kernel
+  for _ in range(8 * target):
+    if len(seq) >= target: break
+    opt = random_opt(k, rng)
+    kc, err = try_opt(k, opt)
+    if err is not None:
+      seq.error = (opt, err)
+      break
+    if kc is None: seq.refusals += 1; continue  # noqa: E702
+    seq.append(opt)
+    k = kc
+  seq.kernel = k  # type: ignore[attr-defined]
+  return seq
+
+# ---- fuzzing -------------------------------------------------------------------------------------
+
+@dataclass
+class FuzzFailure:
+  name: str
+  opts: list[Opt]
+  kind: str              # mismatch | reference | exception | guard | invariant
+  message: str
+  var_vals: dict = field(default_factory=dict)
+  minimal_opts: Optional[list[Opt]] = None
+  def __str__(self) -> str:
+    vv = f" var_vals={ {getattr(k, 'expr', k): v for k, v in self.var_vals.items()} }" if self.var_vals else ""
+    mini = f"\n  minimal opts: {self.minimal_opts}" if self.minimal_opts is not None else ""
+    return f"[{self.kind}] {self.name} opts={self.opts}{vv}{mini}\n  {self.message}"
+
+@dataclass
+class FuzzReport:
+  pairs: int = 0          # distinct (kernel, non-empty opt sequence) pairs checked
+  runs: int = 0           # kernel executions (pairs x var_vals, plus the baselines)
+  refusals: int = 0       # candidate opts refused with KernelOptError
+  programs: int = 0       # distinct program sources
+  failures: list[FuzzFailure] = field(default_factory=list)
+  seconds: float = 0.0
+  @property
+  def ok(self) -> bool: return not self.failures
+  @property
+  def first_failure(self) -> Optional[FuzzFailure]: return self.failures[0] if self.failures else None
+  def merge(self, other: "FuzzReport") -> "FuzzReport":
+    return FuzzReport(self.pairs + other.pairs, self.runs + other.runs, self.refusals + other.refusals, self.programs + other.programs,
+                      self.failures + other.failures, self.seconds + other.seconds)
+  def summary(self) -> str:
+    s = f"{self.pairs} pairs, {self.programs} programs, {self.runs} runs, {self.refusals} refusals, {len(self.failures)} failures, {self.seconds:.1f}s"
+    return s + (f"\nfirst failure: {self.first_failure}" if self.failures else "")
+
+def _seeded(*parts: Any) -> np.random.Generator:
+  return np.random.default_rng(zlib.crc32("|".join(map(str, parts)).encode()))
+
+def entry_inputs(entry: CorpusEntry, seed: int = 0) -> dict[int, np.ndarray]:
+  """The entry's inputs from a generator seeded by (seed, entry name): the same in every process."""
+  return entry.make_inputs(_seeded(seed, entry.name, "inputs"))
+
+def check_opts(entry: CorpusEntry, opts: Sequence[Opt], inputs: dict[int, np.ndarray], device: str = "CPU",
+               baseline: Optional[dict] = None, kernel: Optional[Kernel] = None, guard: int = 64) -> Optional[FuzzFailure]:
+  """Run entry with opts for every var_vals and compare with the unoptimized run (baseline: a
+  {var_vals key: outputs} cache) and with numpy; the first failure, or None (a refused opt is None)."""
+  opts = list(opts)
+  if kernel is None:
+    try: kernel = build_kernel(entry.ast, opts, device)
+    except KernelOptError: return None
+    except Exception as e:  # noqa: BLE001
+      return FuzzFailure(entry.name, opts, "exception", f"apply_opt raised {type(e).__name__}: {e}")
+  try: p = get_program(entry.ast, opts, device, kernel=kernel)
+  except Exception as e:  # noqa: BLE001
+    return FuzzFailure(entry.name, opts, "exception", f"to_program raised {type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+  for vv in entry.var_vals:
+    vkey = tuple(sorted((getattr(k, "expr", k), v) for k, v in vv.items()))
+    try: got = run_program(entry.ast, p, inputs, device, vv, guard)
+    except GuardZoneError as e: return FuzzFailure(entry.name, opts, "guard", str(e), vv)
+    except Exception as e:  # noqa: BLE001
+      return FuzzFailure(entry.name, opts, "exception", f"{type(e).__name__}: {str(e)[:3000]}", vv)
+    if baseline is not None and opts:
+      if vkey not in baseline:
+        baseline[vkey] = run_ast(entry.ast, inputs, (), device, vv, guard)
+      if (msg := compare_outputs(got, baseline[vkey], entry.ast, entry.rtol, entry.atol)) is not None:
+        return FuzzFailure(entry.name, opts, "mismatch", f"vs unoptimized: {msg}", vv)
+    with np.errstate(all="ignore"): want = entry.reference(inputs, vv)
+    if (msg := compare_outputs(got, want, entry.ast, entry.rtol, entry.atol)) is not None:
+      return FuzzFailure(entry.name, opts, "reference", f"vs numpy: {msg}", vv)
+  return None
+
+def shrink(entry: CorpusEntry, opts: Sequence[Opt], device: str = "CPU", inputs: Optional[dict[int, np.ndarray]] = None,
+           seed: int = 0) -> list[Opt]:
+  """Remove opts one at a time while the failure persists: a minimal failing list (1-minimal:
+  removing any single opt makes it pass or makes the sequence invalid)."""
+  if inputs is None: inputs = entry_inputs(entry, seed)
+  baseline: dict = {}
+  def fails(o: list[Opt]) -> bool: return check_opts(entry, o, inputs, device, baseline) is not None
+  cur = list(opts)
+  if not fails(cur): return cur  # not reproducible: nothing to shrink
+  changed = True
+  while changed:
+    changed = False
+    for i in range(len(cur)):
+      cand = cur[:i] + cur[i + 1:]
+      if fails(cand):
+        cur, changed = cand, True
+        break
+  return cur
+
+def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str = "CPU", max_opts: int = 4,
+             inputs: Optional[dict[int, np.ndarray]] = None, shrink_first: bool = True, max_failures: int = 20) -> FuzzReport:
+  """Check up to `n` distinct random opt sequences on `entry` (plus the unoptimized kernel against
+  numpy). Stops after max_failures failures; the first one is shrunk to a minimal opt list."""
+  st = time.perf_counter()
+  rep = FuzzReport()
+  if inputs is None: inputs = entry.make_inputs(rng)
+  baseline: dict = {}
+  srcs: set[str] = set()
+  def record(f: Optional[FuzzFailure]) -> None:
+    if f is not None: rep.failures.append(f)
+  # the unoptimized kernel against numpy (and its outputs become the baseline)
+  try: k0 = Kernel(entry.ast, opts=Device[device].renderer)
+  except Exception as e:  # noqa: BLE001
+    record(FuzzFailure(entry.name, [], "exception", f"Kernel() raised {type(e).__name__}: {e}"))
+    rep.seconds = time.perf_counter() - st
+    return rep
+  f0 = check_opts(entry, [], inputs, device, None, kernel=k0.copy())
+  record(f0)
+  rep.runs += len(entry.var_vals)
+  if f0 is None:
+    try: srcs.add(get_program(entry.ast, [], device).src)
+    except Exception: pass  # noqa: BLE001,S110  (already reported by check_opts)
+  seen: set[tuple[Opt, ...]] = set()
+  stale = 0
+  while rep.pairs < n and stale < 5 * n + 20 and len(rep.failures) < max_failures:
+    seq = random_opts(k0, rng, max_opts)
+    rep.refusals += seq.refusals
+    if seq.error is not None:
+      bad = list(seq) + [seq.error[0]]
+      if tuple(bad) not in seen:
+        seen.add(tuple(bad))
+        record(FuzzFailure(entry.name, bad, "invariant" if "raised" not in seq.error[1] else "exception", seq.error[1]))
+      stale += 1
+      continue
+    if not seq or tuple(seq) in seen:
+      stale += 1
+      continue
+    seen.add(tuple(seq))
+    rep.pairs += 1
+    f = check_opts(entry, list(seq), inputs, device, baseline, kernel=seq.kernel)  # type: ignore[attr-defined]
+    rep.runs += len(entry.var_vals)
+    if f is None or f.kind not in ("exception",):
+      try: srcs.add(get_program(entry.ast, list(seq), device).src)
+      except Exception: pass  # noqa: BLE001,S110
+    record(f)
+  rep.programs = len(srcs)
+  if shrink_first and rep.failures and rep.failures[0].opts:
+    ff = rep.failures[0]
+    try: ff.minimal_opts = shrink(entry, ff.opts, device, inputs)
+    except Exception as e:  # noqa: BLE001
+      ff.message += f"\n  (shrinking failed: {type(e).__name__}: {e})"
+  rep.seconds = time.perf_counter() - st
+  return rep
+
+def fuzz_entry(entry: CorpusEntry, n: int, device: str = "CPU", seed: int = 0, **kw: Any) -> FuzzReport:
+  """fuzz_ast with generators seeded by (seed, entry name): reproducible in any process or order."""
+  return fuzz_ast(entry, _seeded(seed, entry.name, "opts"), n, device, inputs=entry_inputs(entry, seed), **kw)
+
+def fuzz_corpus(device: str = "CPU", n_per_kernel: int = 20, seed: int = 0, small: bool = True,
+                names: Optional[Iterable[str]] = None, verbose: bool = False) -> dict[str, FuzzReport]:
+  """Fuzz every corpus entry (or `names`) with n_per_kernel opt sequences each."""
+  entries = corpus(small)
+  if names is not None: entries = {k: entries[k] for k in names}
+  out = {}
+  for name, e in entries.items():
+    out[name] = fuzz_entry(e, n_per_kernel, device, seed)
+    if verbose: print(f"{name:40s} {out[name].summary()}", flush=True)
+  return out
+
+def main(argv: Optional[list[str]] = None) -> int:
+  ap = argparse.ArgumentParser(prog="tilecraft fuzz", description="differential opt fuzzing of the kernel corpus")
+  ap.add_argument("--device", default=None, help="device to fuzz (default: Device.DEFAULT)")
+  ap.add_argument("-n", type=int, default=20, help="opt sequences per kernel")
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--big", action="store_true", help="include the larger corpus kernels")
+  ap.add_argument("-k", "--kernel", action="append", help="only these corpus entries (repeatable; substring match)")
+  args = ap.parse_args(argv)
+  device = args.device or Device.DEFAULT
+  names = None
+  if args.kernel: names = [n for n in corpus(not args.big) if any(s in n for s in args.kernel)]
+  reps = fuzz_corpus(device, args.n, args.seed, not args.big, names, verbose=True)
+  total = FuzzReport()
+  for r in reps.values(): total = total.merge(r)
+  print(f"TOTAL: {total.summary()}")
+  for name, r in reps.items():
+    for f in r.failures[:3]: print(f"\n{f}")
+  return 0 if total.ok else 1
+
+if __name__ == "__main__": sys.exit(main())

@@ -2,3 +2,5 @@
 from tilecraft.dtype import dtypes, DType  # noqa: F401
 from tilecraft.helpers import Context, getenv  # noqa: F401
 from tilecraft.shape.symbolic import Variable  # noqa: F401
+from tilecraft.tensor import Tensor  # noqa: F401,E402
+from tilecraft.device import Device  # noqa: F401,E402

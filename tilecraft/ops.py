@@ -208,8 +208,8 @@ def verify_ast(ast: LazyOp) -> dict[LazyOp, ShapeTracker]:
     if op.op is MetaOps.KERNEL: raise InvalidASTError("KERNEL may only be the root")
     sts[op] = _verify_op(op, sts, out_idx)
   out_shapes = [sts[o].shape for o in ast.src]
-  if any(len(s) != len(out_shapes[0]) or not _same(_numel(s), _numel(out_shapes[0])) for s in out_shapes):
-    raise InvalidASTError(f"mismatched output sizes: the kernel's STOREs have shapes {out_shapes}")
+  if any(len(s) != len(out_shapes[0]) or not all(_same(a, b) for a, b in zip(s, out_shapes[0])) for s in out_shapes):
+    raise InvalidASTError(f"mismatched output sizes: the kernel's STOREs have shapes {out_shapes}; all outputs must have one shape")
   # every dim across the kernel is 1 or one common size
   shapes = [st.shape for st in sts.values()]
   if any(len(s) != len(shapes[0]) for s in shapes):
@@ -217,7 +217,7 @@ def verify_ast(ast: LazyOp) -> dict[LazyOp, ShapeTracker]:
   for d in range(len(shapes[0])):
     sizes = {s[d] for s in shapes if not _same(s[d], 1)}
     if len(sizes) > 1:
-      raise InvalidASTError(f"implicit expand: dimension {d} has sizes {sorted(map(str, sizes))} in one kernel; each dim must be 1 or one common size")
+      raise InvalidASTError(f"mismatched sizes: dimension {d} has sizes {sorted(map(str, sizes))} in one kernel; each dim must be 1 or one common size")
   return sts
 
 def _same(a: sint, b: sint) -> bool: return (a == b) if isinstance(a, int) == isinstance(b, int) else False
@@ -264,11 +264,6 @@ def _verify_op(op: LazyOp, sts: dict[LazyOp, ShapeTracker], out_idx: dict[int, S
     return op.arg.st
   _check_dtypes(op)
   return src_sts[0]
-
-def _numel(shape: tuple) -> Any:
-  n: Any = 1
-  for s in shape: n = n * s
-  return n
 
 def _check_dtypes(op: LazyOp) -> None:
   if op.op in (UnaryOps.CAST, UnaryOps.BITCAST):

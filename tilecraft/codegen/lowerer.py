@@ -227,7 +227,10 @@ class Lowerer:
   # ---- AST ops ------------------------------------------------------------------------------------
   def lower(self) -> UOp:
     stores = [s for out in self.ast.src for s in self.lower_store(out)]
-    return UOp(UOps.SINK, dtypes.void, tuple(stores))
+    # every kernel argument exists even if no load survives simplification: the signature is fixed
+    args = [self.buf_uop(b) for b in self.k.membufs if b.idx >= 0]
+    args += [self.varmap.get(v) or UOp(UOps.DEFINE_VAR, dtypes.int64, (), v) for v in sorted(self.ast.vars(), key=lambda v: v.expr)]
+    return UOp(UOps.SINK, dtypes.void, tuple(stores) + tuple(dict.fromkeys(args)))
 
   def buf_uop(self, mb: MemBuffer) -> UOp:
     if mb.idx < 0: return UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"temp{-mb.idx}", mb.st.real_size()))
@@ -359,7 +362,10 @@ class Lowerer:
       self.acc_count += 1
       parent = ranges[0].src[2:]  # the loop around the reduce loops, if any
       acc = UOp(UOps.DEFINE_ACC, dt, (UOp.const(dt, init),) + parent, self.acc_count)
-      phi = UOp(UOps.PHI, dt, (acc, self._combine(op.op, acc, total)) + tuple(ranges))
+      # the accumulator's value inside the loop changes every iteration: read it there (the ranges
+      # in src keep the read, and everything computed from it, inside the loop)
+      acc_in = UOp(UOps.ACCREAD, dt, (acc,) + tuple(ranges))
+      phi = UOp(UOps.PHI, dt, (acc, self._combine(op.op, acc_in, total)) + tuple(ranges))
       # ENDRANGE marks "after the loop" (and keeps the update in the graph)
       res[lane] = UOp(UOps.ACCREAD, dt, (acc, UOp(UOps.ENDRANGE, dtypes.void, (ranges[0], phi))))
     if self.vax is not None and self.vax in self.magenta:  # the vector lanes were reduce lanes: combine them

@@ -178,14 +178,14 @@ def _cast_f16() -> CorpusEntry:
 def _cast_bf16() -> CorpusEntry:
   shape = (7, 9)
   bf = dtypes.bfloat16
-  a, b = ld(2, bf, ST(shape)), ld(3, _F, ST(shape))
+  a, b = ld(3, bf, ST(shape)), ld(4, _F, ST(shape))
   ast = kernel(store(0, bf, ST(shape), alu(BinaryOps.ADD, alu(BinaryOps.MUL, a, cast(b, bf)), a)),
                store(1, _F, ST(shape), alu(BinaryOps.ADD, cast(a, _F), b)),
                store(2, dtypes.float16, ST(shape), cast(a, dtypes.float16)))
   def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]:
-    a_, b_ = x[2], x[3]
+    a_, b_ = x[3], x[4]
     return [bf16(bf16(a_ * bf16(b_)) + a_), a_ + b_, a_.astype(np.float16)]
-  return CorpusEntry("cast_bfloat16", ast, lambda rng: {2: rand(rng, bf, shape, -4, 4), 3: rand(rng, _F, shape, -4, 4)}, ref,
+  return CorpusEntry("cast_bfloat16", ast, lambda rng: {3: rand(rng, bf, shape, -4, 4), 4: rand(rng, _F, shape, -4, 4)}, ref,
                      tags=("elementwise", "dtype"))
 
 def _cast_ints() -> CorpusEntry:
@@ -428,12 +428,12 @@ def _sym_ew() -> CorpusEntry:
                      tags=("elementwise", "symbolic"))
 
 def _sym_reduce_inner() -> CorpusEntry:
-  x = ld(1, _F, ST((4, _N)))
+  x = ld(2, _F, ST((4, _N)))
   ast = kernel(store(0, _F, ST((4, 1)), red(ReduceOps.SUM, x, (1,))), store(1, _F, ST((4, 1)), red(ReduceOps.MAX, x, (1,))))
   def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]:
-    v = x[1][:4 * vv[_N]].reshape(4, -1)
+    v = x[2][:4 * vv[_N]].reshape(4, -1)
     return [v.sum(1, keepdims=True), v.max(1, keepdims=True)]
-  return CorpusEntry("sym_reduce_4xn", ast, lambda rng: {1: rand(rng, _F, 4 * 64)}, ref, var_vals=_SYM_VALS, tags=("reduce", "symbolic"))
+  return CorpusEntry("sym_reduce_4xn", ast, lambda rng: {2: rand(rng, _F, 4 * 64)}, ref, var_vals=_SYM_VALS, tags=("reduce", "symbolic"))
 
 def _sym_reduce_outer() -> CorpusEntry:
   x = ld(1, _F, ST((_N, 9)))

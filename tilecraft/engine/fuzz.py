@@ -37,6 +37,13 @@ class GuardZoneError(RuntimeError):
     where = "past the end" if positions.min() >= size else "inside the buffer"
     super().__init__(f"{what} buffer {buf_idx}: {len(positions)} element(s) that must stay untouched were written "
                      f"({where}; first positions {pos}; the kernel's extent is {size} elements)")
+  @staticmethod
+  def from_message(msg: str) -> "GuardZoneError":
+    e = GuardZoneError.__new__(GuardZoneError)
+    RuntimeError.__init__(e, msg)
+    e.buf_idx, e.positions, e.size = -1, np.zeros(0, dtype=np.int64), 0
+    return e
+  def __reduce__(self) -> tuple: return (GuardZoneError.from_message, (str(self),))
 
 # ---- ShapeTracker evaluation in numpy ------------------------------------------------------------
 
@@ -229,6 +236,102 @@ def run_ast(ast: LazyOp, inputs: dict[int, np.ndarray], opts: Sequence[Opt] = ()
   each in its STORE's shape at var_vals. Raises GuardZoneError on writes outside the outputs."""
   return run_program(ast, get_program(ast, opts, device), inputs, device, var_vals, guard)
 
+# ---- isolation: run kernels in a worker process, so a kernel that corrupts memory is a failure ----
+
+class KernelCrash(RuntimeError):
+  """The worker process running a kernel died (a segfault or heap corruption in the kernel)."""
+
+def _iso_run(name: str, small: bool, opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
+  """Worker side: run corpus entry `name` (rebuilt here: ASTs don't travel between processes)."""
+  try:
+    e = corpus(small)[name]
+    p = get_program(e.ast, opts, device)
+    return "ok", (run_program(e.ast, p, inputs, device, e.var_vals[vv_index], guard), _src_hash(p.src))
+  except GuardZoneError as ex: return "guard", str(ex)
+  except KernelOptError as ex: return "refused", str(ex)
+  except Exception as ex:  # noqa: BLE001
+    return "error", f"{type(ex).__name__}: {ex}\n{traceback.format_exc(limit=8)}"
+
+class IsolatedRunner:
+  """Runs corpus kernels in one long-lived worker process (`python -m tilecraft.engine.fuzz
+  --worker`, talking pickles over its stdin/stdout; its program cache persists between calls). If
+  the worker dies or hangs, the call raises KernelCrash and the next call starts a fresh worker."""
+  def __init__(self, small: bool = True, timeout: float = 120.0):
+    self.small, self.timeout = small, timeout
+    self.proc: Any = None
+    self.last_src = ""
+  def _start(self) -> Any:
+    if self.proc is None or self.proc.poll() is not None:
+      import subprocess
+      self.proc = subprocess.Popen([sys.executable, "-m", "tilecraft.engine.fuzz", "--worker"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE)
+    return self.proc
+  def run(self, entry: CorpusEntry, opts: Sequence[Opt], inputs: dict[int, np.ndarray], device: str, vv_index: int,
+          guard: int = 64) -> list[np.ndarray]:
+    proc = self._start()
+    msg = (entry.name, self.small, [(o.op.name, o.axis, o.amt) for o in opts], device, vv_index, guard, inputs)
+    try:
+      _send(proc.stdin, msg)
+      kind, res = _recv(proc.stdout, self.timeout)
+    except (OSError, EOFError, TimeoutError) as e:
+      rc = self.close()
+      raise KernelCrash(f"the worker running {entry.name} with {list(opts)} died or hung ({type(e).__name__}, exit code {rc}): "
+                        "the kernel likely wrote out of bounds") from None
+    if kind == "ok":
+      self.last_src = res[1]
+      return res[0]
+    if kind == "guard": raise GuardZoneError.from_message(res)
+    if kind == "refused": raise KernelOptError(res)
+    raise RuntimeError(res)
+  def close(self) -> Optional[int]:
+    rc = None
+    if self.proc is not None:
+      if self.proc.poll() is None:
+        try: self.proc.stdin.close()
+        except OSError: pass
+        try: self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+          self.proc.kill(); self.proc.wait()  # noqa: E702
+      rc = self.proc.returncode
+      for f in (self.proc.stdin, self.proc.stdout):
+        try: f.close()
+        except OSError: pass
+      self.proc = None
+    return rc
+  def __enter__(self) -> "IsolatedRunner": return self
+  def __exit__(self, *a: Any) -> None: self.close()
+
+def _send(f: Any, obj: Any) -> None:
+  import pickle
+  data = pickle.dumps(obj)
+  f.write(len(data).to_bytes(8, "little") + data)
+  f.flush()
+
+def _read_exact(f: Any, n: int) -> bytes:
+  buf = b""
+  while len(buf) < n:
+    chunk = f.read(n - len(buf)) if hasattr(f, "read") else b""
+    if not chunk: raise EOFError("worker closed the pipe")
+    buf += chunk
+  return buf
+
+def _recv(f: Any, timeout: Optional[float] = None) -> Any:
+  import pickle, select
+  if timeout is not None:
+    r, _, _ = select.select([f], [], [], timeout)
+    if not r: raise TimeoutError(f"no answer in {timeout}s")
+  n = int.from_bytes(_read_exact(f, 8), "little")
+  return pickle.loads(_read_exact(f, n))
+
+def _worker_main() -> int:
+  """The isolated worker: answer run requests until stdin closes."""
+  out = sys.stdout.buffer
+  sys.stdout = sys.stderr  # kernels' and libraries' prints must not corrupt the pipe
+  while True:
+    try: name, small, opts, device, vi, guard, inputs = _recv(sys.stdin.buffer)
+    except EOFError: return 0
+    _send(out, _iso_run(name, small, [Opt(OptOps[o], a, m) for o, a, m in opts], device, vi, guard, inputs))
+
 # ---- comparing -----------------------------------------------------------------------------------
 
 def tolerance(dtype: DType) -> tuple[float, float]:
@@ -361,44 +464,69 @@ def entry_inputs(entry: CorpusEntry, seed: int = 0) -> dict[int, np.ndarray]:
   """The entry's inputs from a generator seeded by (seed, entry name): the same in every process."""
   return entry.make_inputs(_seeded(seed, entry.name, "inputs"))
 
-def check_opts(entry: CorpusEntry, opts: Sequence[Opt], inputs: dict[int, np.ndarray], device: str = "CPU",
-               baseline: Optional[dict] = None, kernel: Optional[Kernel] = None, guard: int = 64) -> Optional[FuzzFailure]:
-  """Run entry with opts for every var_vals and compare with the unoptimized run (baseline: a
-  {var_vals key: outputs} cache) and with numpy; the first failure, or None (a refused opt is None)."""
-  opts = list(opts)
-  if kernel is None:
-    try: kernel = build_kernel(entry.ast, opts, device)
-    except KernelOptError: return None
-    except Exception as e:  # noqa: BLE001
-      return FuzzFailure(entry.name, opts, "exception", f"apply_opt raised {type(e).__name__}: {e}")
-  try: p = get_program(entry.ast, opts, device, kernel=kernel)
-  except Exception as e:  # noqa: BLE001
-    return FuzzFailure(entry.name, opts, "exception", f"to_program raised {type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
-  for vv in entry.var_vals:
-    vkey = tuple(sorted((getattr(k, "expr", k), v) for k, v in vv.items()))
-    try: got = run_program(entry.ast, p, inputs, device, vv, guard)
-    except GuardZoneError as e: return FuzzFailure(entry.name, opts, "guard", str(e), vv)
-    except Exception as e:  # noqa: BLE001
-      return FuzzFailure(entry.name, opts, "exception", f"{type(e).__name__}: {str(e)[:3000]}", vv)
-    if baseline is not None and opts:
-      if vkey not in baseline:
-        baseline[vkey] = run_ast(entry.ast, inputs, (), device, vv, guard)
-      if (msg := compare_outputs(got, baseline[vkey], entry.ast, entry.rtol, entry.atol)) is not None:
-        return FuzzFailure(entry.name, opts, "mismatch", f"vs unoptimized: {msg}", vv)
-    with np.errstate(all="ignore"): want = entry.reference(inputs, vv)
-    if (msg := compare_outputs(got, want, entry.ast, entry.rtol, entry.atol)) is not None:
-      return FuzzFailure(entry.name, opts, "reference", f"vs numpy: {msg}", vv)
-  return None
+def _src_hash(src: str) -> str: return hashlib.sha256(src.encode()).hexdigest()[:16]
+
+class _Checker:
+  """Runs one corpus entry with opt lists (in process, or in an IsolatedRunner) and compares."""
+  def __init__(self, entry: CorpusEntry, inputs: dict[int, np.ndarray], device: str, guard: int, isolated: Optional[IsolatedRunner]):
+    self.entry, self.inputs, self.device, self.guard, self.isolated = entry, inputs, device, guard, isolated
+    self.baseline: dict[int, list[np.ndarray]] = {}
+    self.srcs: set[str] = set()
+  def _fail(self, opts: list[Opt], kind: str, msg: str, vi: int = 0) -> FuzzFailure:
+    return FuzzFailure(self.entry.name, opts, kind, msg, dict(self.entry.var_vals[vi]) if self.entry.var_vals[vi] else {})
+  def run(self, opts: list[Opt], vi: int, kernel: Optional[Kernel] = None) -> list[np.ndarray]:
+    e = self.entry
+    if self.isolated is not None:
+      outs = self.isolated.run(e, opts, self.inputs, self.device, vi, self.guard)
+      self.srcs.add(self.isolated.last_src)
+      return outs
+    p = get_program(e.ast, opts, self.device, kernel=kernel)
+    self.srcs.add(_src_hash(p.src))
+    return run_program(e.ast, p, self.inputs, self.device, e.var_vals[vi], self.guard)
+  def check(self, opts: Sequence[Opt], kernel: Optional[Kernel] = None) -> Optional[FuzzFailure]:
+    """The first failure of opts (over every var_vals), or None; a refused opt list is None."""
+    opts, e = list(opts), self.entry
+    if self.isolated is None and kernel is None:
+      try: kernel = build_kernel(e.ast, opts, self.device)
+      except KernelOptError: return None
+      except Exception as ex:  # noqa: BLE001
+        return self._fail(opts, "exception", f"apply_opt raised {type(ex).__name__}: {ex}\n{traceback.format_exc(limit=8)}")
+    for vi, vv in enumerate(e.var_vals):
+      try: got = self.run(opts, vi, kernel)
+      except KernelOptError: return None
+      except GuardZoneError as ex: return self._fail(opts, "guard", str(ex), vi)
+      except KernelCrash as ex: return self._fail(opts, "crash", str(ex), vi)
+      except Exception as ex:  # noqa: BLE001
+        return self._fail(opts, "exception", f"{type(ex).__name__}: {str(ex)[:4000]}\n{traceback.format_exc(limit=8)}", vi)
+      if opts:
+        if vi not in self.baseline:
+          try: self.baseline[vi] = self.run([], vi)
+          except Exception as ex:  # noqa: BLE001
+            return self._fail([], "exception", f"the unoptimized kernel failed: {type(ex).__name__}: {str(ex)[:2000]}", vi)
+        if (msg := compare_outputs(got, self.baseline[vi], e.ast, e.rtol, e.atol)) is not None:
+          return self._fail(opts, "mismatch", f"vs unoptimized: {msg}", vi)
+      elif vi not in self.baseline: self.baseline[vi] = got
+      with np.errstate(all="ignore"): want = e.reference(self.inputs, vv)
+      if (msg := compare_outputs(got, want, e.ast, e.rtol, e.atol)) is not None:
+        return self._fail(opts, "reference", f"vs numpy: {msg}", vi)
+    return None
+
+def check_opts(entry: CorpusEntry, opts: Sequence[Opt], inputs: dict[int, np.ndarray], device: str = "CPU", guard: int = 64,
+               isolated: Optional[IsolatedRunner] = None) -> Optional[FuzzFailure]:
+  """Run entry with opts for every var_vals; compare with the unoptimized kernel and with numpy.
+  The first failure, or None (also None when an opt is refused)."""
+  return _Checker(entry, inputs, device, guard, isolated).check(opts)
 
 def shrink(entry: CorpusEntry, opts: Sequence[Opt], device: str = "CPU", inputs: Optional[dict[int, np.ndarray]] = None,
-           seed: int = 0) -> list[Opt]:
+           seed: int = 0, isolated: Optional[IsolatedRunner] = None) -> list[Opt]:
   """Remove opts one at a time while the failure persists: a minimal failing list (1-minimal:
-  removing any single opt makes it pass or makes the sequence invalid)."""
+  removing any single opt makes it pass or makes the sequence invalid). A failure that doesn't
+  reproduce is returned unchanged."""
   if inputs is None: inputs = entry_inputs(entry, seed)
-  baseline: dict = {}
-  def fails(o: list[Opt]) -> bool: return check_opts(entry, o, inputs, device, baseline) is not None
+  checker = _Checker(entry, inputs, device, 64, isolated)
+  def fails(o: list[Opt]) -> bool: return checker.check(o) is not None
   cur = list(opts)
-  if not fails(cur): return cur  # not reproducible: nothing to shrink
+  if not fails(cur): return cur
   changed = True
   while changed:
     changed = False
@@ -409,56 +537,57 @@ def shrink(entry: CorpusEntry, opts: Sequence[Opt], device: str = "CPU", inputs:
         break
   return cur
 
+def sample_opt_sequences(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str = "CPU", max_opts: int = 4,
+                         kernel: Optional[Kernel] = None) -> tuple[list[OptSequence], int, list[FuzzFailure]]:
+  """Up to n distinct non-empty valid opt sequences for entry (apply_opt only, nothing is compiled);
+  also the number of refused candidates and the failures found while applying opts."""
+  k0 = kernel if kernel is not None else Kernel(entry.ast, opts=Device[device].renderer)
+  seqs: list[OptSequence] = []
+  fails: list[FuzzFailure] = []
+  seen: set[tuple[Opt, ...]] = set()
+  refusals, stale = 0, 0
+  while len(seqs) < n and stale < 5 * n + 20:
+    seq = random_opts(k0, rng, max_opts)
+    refusals += seq.refusals
+    key = tuple(seq) + ((seq.error[0],) if seq.error is not None else ())
+    if not key or key in seen:
+      stale += 1
+      continue
+    seen.add(key)
+    if seq.error is not None:
+      fails.append(FuzzFailure(entry.name, list(key), "exception" if " raised " in seq.error[1] else "invariant", seq.error[1]))
+      continue
+    seqs.append(seq)
+  return seqs, refusals, fails
+
 def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str = "CPU", max_opts: int = 4,
-             inputs: Optional[dict[int, np.ndarray]] = None, shrink_first: bool = True, max_failures: int = 20) -> FuzzReport:
-  """Check up to `n` distinct random opt sequences on `entry` (plus the unoptimized kernel against
-  numpy). Stops after max_failures failures; the first one is shrunk to a minimal opt list."""
+             inputs: Optional[dict[int, np.ndarray]] = None, shrink_first: bool = True, max_failures: int = 20,
+             isolated: Optional[IsolatedRunner] = None, guard: int = 64) -> FuzzReport:
+  """Check the unoptimized kernel against numpy, then up to `n` distinct random valid opt sequences
+  against it (and numpy). Stops after max_failures failures; the first one is shrunk to a minimal
+  failing opt list. `isolated` runs the kernels in a worker process (crashes become failures)."""
   st = time.perf_counter()
   rep = FuzzReport()
   if inputs is None: inputs = entry.make_inputs(rng)
-  baseline: dict = {}
-  srcs: set[str] = set()
-  def record(f: Optional[FuzzFailure]) -> None:
-    if f is not None: rep.failures.append(f)
-  # the unoptimized kernel against numpy (and its outputs become the baseline)
+  checker = _Checker(entry, inputs, device, guard, isolated)
   try: k0 = Kernel(entry.ast, opts=Device[device].renderer)
   except Exception as e:  # noqa: BLE001
-    record(FuzzFailure(entry.name, [], "exception", f"Kernel() raised {type(e).__name__}: {e}"))
+    rep.failures.append(FuzzFailure(entry.name, [], "exception", f"Kernel() raised {type(e).__name__}: {e}"))
     rep.seconds = time.perf_counter() - st
     return rep
-  f0 = check_opts(entry, [], inputs, device, None, kernel=k0.copy())
-  record(f0)
+  if (f := checker.check([], k0.copy() if isolated is None else None)) is not None: rep.failures.append(f)
   rep.runs += len(entry.var_vals)
-  if f0 is None:
-    try: srcs.add(get_program(entry.ast, [], device).src)
-    except Exception: pass  # noqa: BLE001,S110  (already reported by check_opts)
-  seen: set[tuple[Opt, ...]] = set()
-  stale = 0
-  while rep.pairs < n and stale < 5 * n + 20 and len(rep.failures) < max_failures:
-    seq = random_opts(k0, rng, max_opts)
-    rep.refusals += seq.refusals
-    if seq.error is not None:
-      bad = list(seq) + [seq.error[0]]
-      if tuple(bad) not in seen:
-        seen.add(tuple(bad))
-        record(FuzzFailure(entry.name, bad, "invariant" if "raised" not in seq.error[1] else "exception", seq.error[1]))
-      stale += 1
-      continue
-    if not seq or tuple(seq) in seen:
-      stale += 1
-      continue
-    seen.add(tuple(seq))
+  seqs, rep.refusals, apply_fails = sample_opt_sequences(entry, rng, n, device, max_opts, k0)
+  rep.failures += apply_fails
+  for seq in seqs:
+    if len(rep.failures) >= max_failures: break
     rep.pairs += 1
-    f = check_opts(entry, list(seq), inputs, device, baseline, kernel=seq.kernel)  # type: ignore[attr-defined]
     rep.runs += len(entry.var_vals)
-    if f is None or f.kind not in ("exception",):
-      try: srcs.add(get_program(entry.ast, list(seq), device).src)
-      except Exception: pass  # noqa: BLE001,S110
-    record(f)
-  rep.programs = len(srcs)
-  if shrink_first and rep.failures and rep.failures[0].opts:
+    if (f := checker.check(list(seq), seq.kernel if isolated is None else None)) is not None: rep.failures.append(f)  # type: ignore[attr-defined]
+  rep.programs = len(checker.srcs)
+  if shrink_first and rep.failures and rep.failures[0].opts and rep.failures[0].kind not in ("invariant",):
     ff = rep.failures[0]
-    try: ff.minimal_opts = shrink(entry, ff.opts, device, inputs)
+    try: ff.minimal_opts = shrink(entry, ff.opts, device, inputs, isolated=isolated)
     except Exception as e:  # noqa: BLE001
       ff.message += f"\n  (shrinking failed: {type(e).__name__}: {e})"
   rep.seconds = time.perf_counter() - st
@@ -469,14 +598,19 @@ def fuzz_entry(entry: CorpusEntry, n: int, device: str = "CPU", seed: int = 0, *
   return fuzz_ast(entry, _seeded(seed, entry.name, "opts"), n, device, inputs=entry_inputs(entry, seed), **kw)
 
 def fuzz_corpus(device: str = "CPU", n_per_kernel: int = 20, seed: int = 0, small: bool = True,
-                names: Optional[Iterable[str]] = None, verbose: bool = False) -> dict[str, FuzzReport]:
-  """Fuzz every corpus entry (or `names`) with n_per_kernel opt sequences each."""
+                names: Optional[Iterable[str]] = None, verbose: bool = False, isolate: bool = True) -> dict[str, FuzzReport]:
+  """Fuzz every corpus entry (or `names`) with n_per_kernel opt sequences each. With `isolate`,
+  kernels run in a worker process, so one that corrupts memory is reported instead of crashing."""
   entries = corpus(small)
   if names is not None: entries = {k: entries[k] for k in names}
   out = {}
-  for name, e in entries.items():
-    out[name] = fuzz_entry(e, n_per_kernel, device, seed)
-    if verbose: print(f"{name:40s} {out[name].summary()}", flush=True)
+  iso = IsolatedRunner(small) if isolate else None
+  try:
+    for name, e in entries.items():
+      out[name] = fuzz_entry(e, n_per_kernel, device, seed, isolated=iso)
+      if verbose: print(f"{name:40s} {out[name].summary().splitlines()[0]}", flush=True)
+  finally:
+    if iso is not None: iso.close()
   return out
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -485,15 +619,18 @@ def main(argv: Optional[list[str]] = None) -> int:
   ap.add_argument("-n", type=int, default=20, help="opt sequences per kernel")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--big", action="store_true", help="include the larger corpus kernels")
-  ap.add_argument("-k", "--kernel", action="append", help="only these corpus entries (repeatable; substring match)")
+  ap.add_argument("--no-isolate", action="store_true", help="run kernels in this process (faster; a bad kernel may crash it)")
+  ap.add_argument("-k", "--kernel", action="append", help="only corpus entries whose name contains this (repeatable)")
+  ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
+  if args.worker: return _worker_main()
   device = args.device or Device.DEFAULT
   names = None
   if args.kernel: names = [n for n in corpus(not args.big) if any(s in n for s in args.kernel)]
-  reps = fuzz_corpus(device, args.n, args.seed, not args.big, names, verbose=True)
+  reps = fuzz_corpus(device, args.n, args.seed, not args.big, names, verbose=True, isolate=not args.no_isolate)
   total = FuzzReport()
   for r in reps.values(): total = total.merge(r)
-  print(f"TOTAL: {total.summary()}")
+  print(f"TOTAL: {total.summary().splitlines()[0]}")
   for name, r in reps.items():
     for f in r.failures[:3]: print(f"\n{f}")
   return 0 if total.ok else 1

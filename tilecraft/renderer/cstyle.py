@@ -175,6 +175,9 @@ class CStyleLanguage(Renderer):
       elif op is UOps.GEP: define(u, self.render_gep(r[src[0]], u.arg), "gep")
       elif op in (UOps.SINK,): pass
       else: raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+    # the signature: buffers by index, then symbolic values by name (the order CompiledRunner passes)
+    order = {r[u]: (0, u.arg, "") if u.op is UOps.DEFINE_GLOBAL else (1, 0, u.arg.expr) for u in uops if u.op in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR)}
+    args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
 
 @functools.cache

@@ -36,8 +36,8 @@ def _linear_coeffs(idx: sint, axes: tuple[sint, ...]) -> tuple[dict[Variable, si
   for t, k in _terms(idx):
     if t in axis_set: coeffs[t] = sym_sum((coeffs.get(t, 0), k))  # type: ignore[index]
     elif not (tv := t.vars() & axis_set): offset.append(t * k)
-    elif isinstance(t, Prod) and (t.a in axis_set) != (t.b in axis_set) and len(tv) == 1:
-      a, other = (t.a, t.b) if t.a in axis_set else (t.b, t.a)
+    elif isinstance(t, Prod) and len(tv) == 1 and ((t.a in axis_set and not (t.b.vars() & axis_set)) or (t.b in axis_set and not (t.a.vars() & axis_set))):
+      a, other = (t.a, t.b) if t.a in axis_set else (t.b, t.a)  # axis * (something free of the axes)
       coeffs[a] = sym_sum((coeffs.get(a, 0), other * k))  # type: ignore[index]
     elif (aff := _affine_in_one(t, tv)) is not None:
       a, slope, at0 = aff
@@ -123,7 +123,7 @@ class ShapeTracker:
   # ---- index expressions --------------------------------------------------------------------------
   def expr_idxs(self, idxs: Optional[tuple[sint, ...]] = None) -> tuple[sint, sint]:
     """(flat memory index, valid) for the element at `idxs` (default: one Variable per axis)."""
-    if idxs is None: return _default_expr(self)
+    if idxs is None: idxs = _axis_vars(self.shape)
     if len(idxs) != len(self.shape): raise ValueError(f"expr_idxs got {len(idxs)} indices for shape {self.shape}")
     idx, valid = self.views[-1].expr(tuple(idxs))
     for view in reversed(self.views[:-1]):
@@ -241,7 +241,7 @@ def _real_size(st: ShapeTracker) -> int:
 def _merge_views(v1: View, v2: View) -> Optional[View]:
   """One view equal to v2 over v1, or None. Decided by simplifying the composed index."""
   if v1.contiguous: return v2
-  if v2.contiguous and _eq(v1.size, v2.size): return v1.reshape(v2.shape)
+  if v2.contiguous and _eq(v1.size, v2.size) and (r := v1.reshape(v2.shape)) is not None: return r
   if v2.is_all_invalid or v1.is_all_invalid: return _all_invalid(v2.shape)
   if any(isinstance(s, Node) for s in v2.shape + v1.shape): return None
   axes = _axis_vars(v2.shape)

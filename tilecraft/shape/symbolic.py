@@ -189,7 +189,7 @@ def sym_sum(xs: Iterable[sint]) -> sint:
     if isinstance(a, int) and isinstance(b, Node): a, b = b, a
     if isinstance(b, int) and isinstance(a, Node):
       if b == 0: return a
-      if type(a) is not Sum: return Sum(((a, 1),), b)
+      if type(a) is not Sum: return Sum(((a, 1),), int(b))
       if (c := a.const + b) == 0 and len(a.terms) == 1 and a.terms[0][1] == 1: return a.terms[0][0]
       return Sum(a.terms, c)
   coeffs: dict[Node, int] = {}
@@ -255,7 +255,7 @@ def sym_div(a: sint, b: sint) -> sint:
   if b == 1: return a
   if isinstance(b, Node):
     if isinstance(a, int):
-      return a // b.vmax
+      return lo if (lo := a // b.vmax) == a // b.vmin else Div(a, b)
     if a == b: return 1
     if a.vmin >= 0 and a.vmax < b.vmin: return 0
     if isinstance(a, Mod) and a.b == b: return 0  # (x % b) // b

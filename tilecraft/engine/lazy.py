@@ -1,0 +1,103 @@
+"""The lazy graph: what a Tensor holds until it is realized.
+
+A LazyBuffer is either a *base* (an op over source views, or data already in a Buffer) or a
+*view* of a base through a ShapeTracker. Movement ops only make new views, so they cost nothing
+and end up folded into the loads of whichever kernel reads them.
+"""
+from __future__ import annotations
+import weakref
+from typing import Any, Optional, Union
+import numpy as np
+from tilecraft.dtype import DType, dtypes
+from tilecraft.helpers import prod
+from tilecraft.ops import BinaryOps, BufferOps, MetaOps, Op, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.shape.shapetracker import ShapeTracker
+from tilecraft.shape.symbolic import Variable, sint
+
+class LazyBuffer:
+  def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Optional[Op] = None, arg: Any = None,
+               srcs: tuple["LazyBuffer", ...] = (), base: Optional["LazyBuffer"] = None):
+    self.device, self.st, self.dtype = device, st, dtype
+    self.shape: tuple[sint, ...] = st.shape
+    self._base = base
+    if base is None:
+      self.op, self.arg, self.srcs = op, arg, srcs
+      self.buffer: Any = None  # a device Buffer once realized (or for data that came from outside)
+      self.forced_realize = False
+      self.children: weakref.WeakSet = weakref.WeakSet()
+      for s in srcs: s.base.children.add(self)
+    else:
+      assert base.base is base, "a view's base must be a base"
+
+  @property
+  def base(self) -> "LazyBuffer": return self._base if self._base is not None else self
+  @property
+  def is_view(self) -> bool: return self._base is not None
+  @property
+  def realized(self) -> bool: return self.base.buffer is not None and self.base.op is None
+  @property
+  def size(self) -> sint: return self.st.size
+  def __repr__(self) -> str:
+    b = self.base
+    what = "realized" if b.op is None else (b.op.name if hasattr(b.op, "name") else str(b.op))
+    return f"<LB {self.device} {self.shape} {self.dtype} {what}{' view' if self.is_view else ''}>"
+
+  # ---- constructors -------------------------------------------------------------------------------
+  @staticmethod
+  def from_buffer(buf: Any, shape: tuple[sint, ...], dtype: DType, device: str) -> "LazyBuffer":
+    lb = LazyBuffer(device, ShapeTracker.from_shape(shape), dtype)
+    lb.buffer = buf
+    return lb
+  @staticmethod
+  def const(val: Union[int, float, bool, Variable], dtype: DType, device: str, shape: tuple[sint, ...] = ()) -> "LazyBuffer":
+    """A constant broadcast to `shape` (a view of a 0-d CONST: free until used)."""
+    if not isinstance(val, Variable): val = dtypes.as_const(val, dtype)
+    base = LazyBuffer(device, ShapeTracker.from_shape(()), dtype, BufferOps.CONST, val)
+    return base._view(base.st.reshape((1,) * len(shape)).expand(shape)) if shape else base
+  @staticmethod
+  def op_of(op: Op, srcs: tuple["LazyBuffer", ...], arg: Any = None, dtype: Optional[DType] = None) -> "LazyBuffer":
+    out_dtype = dtype or (dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
+    return LazyBuffer(srcs[0].device, ShapeTracker.from_shape(srcs[0].shape), out_dtype, op, arg, srcs)
+
+  # ---- ops ----------------------------------------------------------------------------------------
+  def e(self, op: Op, *others: "LazyBuffer", arg: Any = None, dtype: Optional[DType] = None) -> "LazyBuffer":
+    srcs = (self,) + others
+    for s in srcs:
+      if s.shape != self.shape: raise ValueError(f"{op.name}: shapes {[x.shape for x in srcs]} differ (broadcast first)")
+    if op is UnaryOps.CAST and dtype is None: dtype = arg
+    # fold constant-only ops right here: a CONST through an elementwise op stays a CONST
+    return LazyBuffer.op_of(op, srcs, arg, dtype)
+  def cast(self, dtype: DType, bitcast: bool = False) -> "LazyBuffer":
+    if self.dtype == dtype: return self
+    return self.e(UnaryOps.BITCAST if bitcast else UnaryOps.CAST, arg=dtype, dtype=dtype)
+  def r(self, op: ReduceOps, axis: tuple[int, ...]) -> "LazyBuffer":
+    new_shape = tuple(1 if i in axis else s for i, s in enumerate(self.shape))
+    if not axis or all(self.shape[i] == 1 for i in axis): return self._view(self.st.reshape(new_shape)) if new_shape != self.shape else self
+    return LazyBuffer(self.device, ShapeTracker.from_shape(new_shape), self.dtype, op, tuple(sorted(axis)), (self,))
+  def copy_to(self, device: str) -> "LazyBuffer":
+    src = self.contiguous()
+    return LazyBuffer(device, ShapeTracker.from_shape(self.shape), self.dtype, MetaOps.COPY, None, (src,))
+  def contiguous(self) -> "LazyBuffer":
+    """A base holding exactly this view's elements (a copy kernel if it is a strided view)."""
+    if not self.is_view and self.base.op is not BufferOps.CONST:
+      self.forced_realize = True
+      return self
+    if self.st.contiguous and self.base.st.size == self.st.size and self.base.op is not BufferOps.CONST:
+      self.base.forced_realize = True
+      return self
+    out = LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, MetaOps.CONTIGUOUS, None, (self,))
+    out.forced_realize = True
+    return out
+
+  # ---- movement ops (views) -----------------------------------------------------------------------
+  def _view(self, st: ShapeTracker) -> "LazyBuffer":
+    if st.size == 0 and self.base.op is not None and not (isinstance(st.size, int) and st.size > 0):
+      return LazyBuffer.const(0, self.dtype, self.device, st.shape)
+    if st.contiguous and st.shape == self.base.shape: return self.base
+    return LazyBuffer(self.device, st, self.dtype, base=self.base)
+  def reshape(self, shape: tuple[sint, ...]) -> "LazyBuffer": return self._view(self.st.reshape(shape))
+  def permute(self, order: tuple[int, ...]) -> "LazyBuffer": return self._view(self.st.permute(order))
+  def expand(self, shape: tuple[sint, ...]) -> "LazyBuffer": return self._view(self.st.expand(shape))
+  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> "LazyBuffer": return self._view(self.st.pad(arg))
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> "LazyBuffer": return self._view(self.st.shrink(arg))
+  def stride(self, arg: tuple[int, ...]) -> "LazyBuffer": return self._view(self.st.stride(arg))

@@ -1,0 +1,52 @@
+"""Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
+once per (AST, device) and launched on its buffers."""
+from __future__ import annotations
+import time
+from typing import Any, Optional
+import numpy as np
+from tilecraft.codegen.kernel import Kernel
+from tilecraft.device import Buffer, CompiledRunner, Device
+from tilecraft.helpers import BEAM, DEBUG, NOOPT, getenv
+from tilecraft.ops import LazyOp, MetaOps
+from tilecraft.shape.symbolic import sym_eval
+
+_runners: dict[tuple[bytes, str, Any], CompiledRunner] = {}
+kernel_count = 0  # kernels launched in this process (for DEBUG=1 and tests)
+
+def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
+  """Apply BEAM search (BEAM=n), or nothing (NOOPT), or the hand-coded heuristics."""
+  if NOOPT: return k
+  if BEAM >= 1:
+    try: from tilecraft.engine.search import optimize_kernel
+    except ImportError: optimize_kernel = None  # search not available in this build
+    if optimize_kernel is not None: return optimize_kernel(k, bufs)
+  return k.hand_coded_optimizations()
+
+def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
+  key = (ast.key, device, (int(NOOPT), int(BEAM)))
+  if (r := _runners.get(key)) is None:
+    k = optimize(Kernel(ast, Device[device].renderer), bufs)
+    r = _runners[key] = CompiledRunner(k.to_program())
+    if DEBUG >= 3:
+      print(ast)
+      print(f"opts: {k.applied_opts}")
+    if DEBUG >= 4: print(r.p.src)
+  return r
+
+def run_schedule(schedule: list) -> None:
+  global kernel_count
+  for si in schedule:
+    for b in si.bufs:
+      if not b.is_allocated(): b.allocate()
+    if si.ast.op is MetaOps.COPY:
+      dest, src = si.bufs
+      dest.copyin(src.numpy())
+      continue
+    device = si.bufs[0].device
+    runner = get_runner(si.ast, device, list(si.bufs))
+    kernel_count += 1
+    t = runner(list(si.bufs), si.var_vals, wait=DEBUG >= 2)
+    if DEBUG >= 2 and t is not None:
+      p = runner.p
+      ops, mem = sym_eval(p.op_estimate, si.var_vals) if p.op_estimate is not None else 0, sym_eval(p.mem_estimate, si.var_vals)
+      print(f"*** {device:6s} {kernel_count:4d} {p.name:40s} {t*1e6:9.1f} us  {ops/max(t,1e-9)/1e9:8.2f} GFLOPS  {mem/max(t,1e-9)/1e9:7.2f} GB/s  {list(p.applied_opts)}")

@@ -1,0 +1,202 @@
+"""The scheduler: turns the lazy graph into a list of kernels (ScheduleItems, API).
+
+Fusion rules:
+- elementwise ops fuse into whatever reads them (and are recomputed in each reader while cheap);
+- a reduce fuses with the elementwise ops that feed it, and with the elementwise ops that consume
+  its result at the same number of elements (through reshapes only);
+- movement ops fold into the views of each kernel's loads.
+A value is realized (gets a buffer and its own kernel) when it is requested, read through an
+expanding view (the same element used many times), padded through an op with f(0) != 0, a reduce
+read by more than one kernel or by another reduce, or forced with contiguous().
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+from tilecraft.device import Buffer
+from tilecraft.helpers import prod
+from tilecraft.ops import (UNSAFE_PAD_OPS, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps, TernaryOps,
+                           UnaryOps, verify_ast)
+from tilecraft.engine.lazy import LazyBuffer
+from tilecraft.shape.shapetracker import ShapeTracker
+from tilecraft.shape.symbolic import Node, Variable, sym_eval, unbind_all
+from tilecraft.dtype import dtypes
+
+ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
+
+@dataclass
+class ScheduleItem:
+  """One kernel (or copy) to run (API): `ast` and its buffers, outputs first."""
+  ast: LazyOp
+  bufs: tuple[Buffer, ...]
+  var_vals: dict[Variable, int] = field(default_factory=dict)
+  outputs: tuple[LazyBuffer, ...] = ()
+  @property
+  def inputs(self) -> tuple[Buffer, ...]: return self.bufs[len(self.ast.src):] if self.ast.op is MetaOps.KERNEL else self.bufs[1:]
+
+class _Restart(Exception):
+  """A value turned out to need realizing while building a kernel: build again."""
+  def __init__(self, lb: LazyBuffer): self.lb = lb
+
+def _walk(outs: list[LazyBuffer]) -> list[LazyBuffer]:
+  """Every unrealized base reachable from outs, sources before users."""
+  order: list[LazyBuffer] = []
+  seen: set[int] = set()
+  stack: list[tuple[LazyBuffer, bool]] = [(o.base, False) for o in reversed(outs)]
+  while stack:
+    b, done = stack.pop()
+    if done: order.append(b); continue
+    if id(b) in seen or b.op is None: continue
+    seen.add(id(b))
+    stack.append((b, True))
+    stack.extend((s.base, False) for s in b.srcs)
+  return order
+
+def _subtree_ops(b: LazyBuffer, realizes: set[int], memo: dict[int, int]) -> int:
+  """How many elementwise ops computing b would inline (stops at realized values)."""
+  if id(b) in memo: return memo[id(b)]
+  n = 1 + sum(_subtree_ops(s.base, realizes, memo) for s in b.srcs if s.base.op in ELEMENTWISE_OPS and id(s.base) not in realizes)
+  memo[id(b)] = n
+  return n
+
+ELEMENTWISE_OPS = set(UnaryOps) | set(BinaryOps) | set(TernaryOps) | {MetaOps.CONTIGUOUS}
+
+def _has_unsafe_pad(b: LazyBuffer, realizes: set[int]) -> bool:
+  stack, seen = [b], set()
+  while stack:
+    x = stack.pop()
+    if id(x) in seen or x.op is None or id(x) in realizes and x is not b: continue
+    seen.add(id(x))
+    if x.op in UNSAFE_PAD_OPS or (x.op is UnaryOps.NEG and x.dtype == dtypes.bool) or x.op in ReduceOps and x is not b: return True
+    if x.op is BinaryOps.CMPNE or x.op is BinaryOps.CMPLT: pass
+    stack.extend(s.base for s in x.srcs)
+  return False
+
+def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int]:
+  realizes = {id(o.base) for o in outs if o.base.op is not None}
+  for b in order:
+    if b.forced_realize or b.op in (MetaOps.COPY, MetaOps.EMPTY, MetaOps.ASSIGN): realizes.add(id(b))
+  # sources read through expanding views, or padded through ops that aren't zero at zero
+  users: dict[int, int] = {}
+  for b in order:
+    for s in b.srcs:
+      sb = s.base
+      if sb.op is None or sb.op is BufferOps.CONST: continue
+      users[id(sb)] = users.get(id(sb), 0) + 1
+      if s.is_view and _is_expanding(s): realizes.add(id(sb))
+      if s.is_view and any(v.mask is not None for v in s.st.views) and _has_unsafe_pad(sb, realizes): realizes.add(id(sb))
+      if b.op is MetaOps.COPY: realizes.add(id(sb))
+  for b in order:
+    if b.op in ReduceOps and users.get(id(b), 0) > 1: realizes.add(id(b))
+  # elementwise values read many times are recomputed only while that stays cheap
+  memo: dict[int, int] = {}
+  for b in order:
+    if b.op in ELEMENTWISE_OPS and users.get(id(b), 0) > 1 and _subtree_ops(b, realizes, memo) * users[id(b)] > 48: realizes.add(id(b))
+  return realizes
+
+def _is_expanding(v: LazyBuffer) -> bool:
+  """Does this view read some element of its base more than once?"""
+  size, base_size = v.st.size, v.base.st.size
+  if isinstance(size, Node) or isinstance(base_size, Node):
+    return any(st == 0 and s != 1 for st, s in zip(v.st.real_strides(ignore_valid=True), v.st.shape))
+  if size > base_size: return True
+  return any(st == 0 and s != 1 for st, s in zip(v.st.real_strides(ignore_valid=True), v.st.shape))
+
+class _KernelBuilder:
+  def __init__(self, out: LazyBuffer, realizes: set[int]):
+    self.out, self.realizes = out, realizes
+    self.inputs: dict[int, tuple[int, LazyBuffer]] = {}
+    self.var_vals: dict[Variable, int] = {}
+    self.reduce: Optional[LazyBuffer] = None
+    self.memo: dict[tuple, LazyOp] = {}
+
+  def _unbind(self, st: ShapeTracker) -> ShapeTracker:
+    st, vals = st.unbind()
+    self.var_vals.update(vals)
+    return st
+
+  def build(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> LazyOp:
+    """The AST computing base b, viewed through st (b's shape -> the kernel's space)."""
+    key = (id(b), st, under_reduce)
+    if key in self.memo: return self.memo[key]
+    if b.op is None or (id(b) in self.realizes and b is not self.out):
+      idx, _ = self.inputs.setdefault(id(b), (len(self.inputs) + 1, b))
+      ret = LazyOp(BufferOps.LOAD, (), MemBuffer(idx, b.dtype, self._unbind(st)))
+    elif b.op is BufferOps.CONST:
+      val = b.arg
+      if isinstance(val, Variable) and val.is_bound:
+        u, v = val.unbind()
+        self.var_vals[u] = v  # type: ignore[index]
+        val = u
+      ret = LazyOp(BufferOps.CONST, (), ConstBuffer(val, b.dtype, self._unbind(st)))
+    elif b.op in ELEMENTWISE_OPS:
+      srcs = tuple(self.build(s.base, s.st + st if s.is_view else st, under_reduce) for s in b.srcs)
+      ret = srcs[0] if b.op is MetaOps.CONTIGUOUS else LazyOp(b.op, srcs, b.arg)
+    elif b.op in ReduceOps:
+      if under_reduce: raise _Restart(b)  # a reduce of a reduce: the inner one gets its own kernel
+      if not _is_reshape(st, b.shape): raise _Restart(b)
+      if self.reduce is not None and (self.reduce.shape != b.shape or self.reduce.arg != b.arg or self.reduce.srcs[0].shape != b.srcs[0].shape):
+        raise _Restart(b)
+      self.reduce = b
+      s = b.srcs[0]
+      inp = self.build(s.base, s.st if s.is_view else ShapeTracker.from_shape(s.shape), True)
+      ret = LazyOp(b.op, (inp,), b.arg)
+    else: raise RuntimeError(f"scheduler can't fuse {b.op}")
+    self.memo[key] = ret
+    return ret
+
+def _is_reshape(st: ShapeTracker, shape: tuple) -> bool:
+  """st reads its base (of `shape`) element for element in order: a pure reshape."""
+  return len(st.views) == 1 and st.views[0].contiguous and st.size == prod(shape)
+
+def _reshape_leaves(op: LazyOp, shape: tuple, memo: dict) -> LazyOp:
+  """Re-express the post-reduce part of a kernel in the reduce's output shape."""
+  if op in memo: return memo[op]
+  if op.op in ReduceOps: ret = op
+  elif op.op in (BufferOps.LOAD, BufferOps.CONST): ret = LazyOp(op.op, (), replace(op.arg, st=op.arg.st.reshape(shape)))
+  else: ret = LazyOp(op.op, tuple(_reshape_leaves(s, shape, memo) for s in op.src), op.arg)
+  memo[op] = ret
+  return ret
+
+def _buffer_for(lb: LazyBuffer, var_vals: dict) -> Buffer:
+  b = lb.base
+  if b.buffer is None:
+    size = prod(b.shape)
+    if isinstance(size, Node): size = sym_eval(unbind_all(size)[0], {**_bound_vals(size), **var_vals})
+    b.buffer = Buffer(b.device, int(size), b.dtype)
+  return b.buffer
+
+def _bound_vals(x: Any) -> dict:
+  return unbind_all(x)[1] if isinstance(x, Node) else {}
+
+def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
+  """The kernels that compute `outs`, in an order that respects their dependencies."""
+  outs = [o for o in outs if not o.base.realized]
+  order = _walk(outs)
+  realizes = _decide_realizes(order, outs)
+  for _ in range(10000):
+    try: return _build_schedule(order, realizes)
+    except _Restart as r: realizes.add(id(r.lb))
+  raise RuntimeError("scheduler did not converge")
+
+def _build_schedule(order: list[LazyBuffer], realizes: set[int]) -> list[ScheduleItem]:
+  items: list[ScheduleItem] = []
+  for b in order:  # sources come first, so producers are scheduled before consumers
+    if id(b) not in realizes: continue
+    if b.op is MetaOps.COPY:
+      src = b.srcs[0]
+      items.append(ScheduleItem(LazyOp(MetaOps.COPY, (), src.dtype.itemsize * prod(src.shape)),
+                                (_buffer_for(b, {}), _buffer_for(src, {})), {}, (b,)))
+      continue
+    kb = _KernelBuilder(b, realizes)
+    out_shape = b.shape
+    value = kb.build(b, ShapeTracker.from_shape(out_shape), False)
+    out_st = ShapeTracker.from_shape(out_shape)
+    if kb.reduce is not None and kb.reduce.shape != out_shape:
+      value = _reshape_leaves(value, kb.reduce.shape, {})
+      out_st = out_st.reshape(kb.reduce.shape)
+    out_st = kb._unbind(out_st)
+    ast = LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (value,), MemBuffer(0, b.dtype, out_st)),))
+    verify_ast(ast)
+    inputs = [lb for _, lb in sorted(kb.inputs.values(), key=lambda x: x[0])]
+    items.append(ScheduleItem(ast, tuple(_buffer_for(x, kb.var_vals) for x in (b, *inputs)), kb.var_vals, (b,)))
+  return items

@@ -1,0 +1,661 @@
+"""Tensor (API): numpy-like array math, lazily fused into kernels.
+
+Every op builds a LazyBuffer graph; nothing runs until `realize()`, `numpy()`, `tolist()` or
+`item()`. Semantics follow numpy: broadcasting, dtype promotion, floor division and modulo,
+NaN and inf, `axis`/`keepdim` on reductions.
+"""
+from __future__ import annotations
+import math
+from typing import Any, Callable, Optional, Sequence, Union
+import numpy as np
+from tilecraft.device import Buffer, Device
+from tilecraft.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tilecraft.engine.lazy import LazyBuffer
+from tilecraft.engine.realize import run_schedule
+from tilecraft.engine.schedule import ScheduleItem, create_schedule
+from tilecraft.helpers import argsort, prod
+from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval
+
+Scalar = Union[int, float, bool]
+
+def _canon_device(device: Optional[str]) -> str:
+  return Device.canonicalize(device) if device is not None else Device.DEFAULT
+
+class Tensor:
+  __slots__ = ("lazydata",)
+  _seed: int = 0x5EED
+  _rng_counter: int = 0
+
+  def __init__(self, data: Any, device: Optional[str] = None, dtype: Optional[Union[DType, str]] = None):
+    dev = _canon_device(device)
+    dt = to_dtype(dtype) if dtype is not None else None
+    if isinstance(data, LazyBuffer): self.lazydata = data if dt is None or data.dtype == dt else data.cast(dt); return
+    if isinstance(data, Tensor): self.lazydata = data.lazydata; return
+    if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+      self.lazydata = LazyBuffer.const(data, dt or dtypes.from_py(data), dev)
+      return
+    if isinstance(data, Variable):
+      self.lazydata = LazyBuffer.const(data, dt or dtypes.int32, dev)
+      return
+    if isinstance(data, (list, tuple)):
+      arr = np.array(data)
+      if dt is None:
+        # python lists follow numpy, except that floats default to float32 and ints to int32
+        dt = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.default_int if arr.dtype.kind in "iu" else None
+        if dt is None: raise TypeError(f"can't make a Tensor from a list of {arr.dtype}")
+      data = arr
+    if isinstance(data, np.generic): data = np.array(data)
+    if not isinstance(data, np.ndarray): raise TypeError(f"can't make a Tensor from {type(data).__name__}")
+    if dt is None: dt = dtypes.from_np(data.dtype)
+    if dt == dtypes.bfloat16: src = np.ascontiguousarray(data, dtype=np.float32)
+    elif dt.np is None: raise TypeError(f"dtype {dt} has no numpy form")
+    else: src = np.ascontiguousarray(data.astype(dt.np, copy=False))
+    buf = Buffer(dev, max(src.size, 0), dt)
+    if src.size: buf.allocate().copyin(src.reshape(-1))
+    self.lazydata = LazyBuffer.from_buffer(buf, tuple(src.shape), dt, dev)
+
+  # ---- properties ---------------------------------------------------------------------------------
+  @property
+  def shape(self) -> tuple[sint, ...]: return self.lazydata.shape
+  @property
+  def dtype(self) -> DType: return self.lazydata.dtype
+  @property
+  def device(self) -> str: return self.lazydata.device
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> sint: return prod(self.shape)
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]  # type: ignore[return-value]
+  def __repr__(self) -> str: return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
+
+  # ---- realization --------------------------------------------------------------------------------
+  def schedule(self, *others: "Tensor") -> list[ScheduleItem]:
+    """The kernels that compute this tensor (and others) (API)."""
+    return create_schedule([t.lazydata for t in (self,) + others])
+  def realize(self, *others: "Tensor") -> "Tensor":
+    run_schedule(self.schedule(*others))
+    return self
+  def numpy(self) -> np.ndarray:
+    if any(isinstance(s, Node) for s in self.shape): raise ValueError(f"numpy() of a symbolic shape {self.shape}: shrink to concrete sizes first")
+    if 0 in self.shape: return np.zeros(self.shape, dtype=self.dtype.np or np.float32)
+    t = self.contiguous_base()
+    buf = t.lazydata.base.buffer
+    out = buf.numpy()[:prod(self.shape)]
+    return out.reshape(self.shape)
+  def contiguous_base(self) -> "Tensor":
+    """A tensor whose lazydata is a realized base holding exactly these elements in order."""
+    lb = self.lazydata
+    if not (lb.realized and not lb.is_view): lb = lb.contiguous()
+    t = Tensor(lb)
+    t.realize()
+    return t
+  def tolist(self) -> Any: return self.numpy().tolist()
+  def item(self) -> Scalar:
+    if self.numel() != 1: raise ValueError(f"item() needs exactly one element, tensor has shape {self.shape}")
+    return self.numpy().reshape(()).item()
+  def contiguous(self) -> "Tensor": return Tensor(self.lazydata.contiguous())
+  def to(self, device: str) -> "Tensor":
+    device = _canon_device(device)
+    if device == self.device: return self
+    Device[device]  # fail now, clearly, if the device can't be opened
+    return Tensor(self.lazydata.copy_to(device))
+  def assign(self, x: "Tensor") -> "Tensor":
+    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} doesn't match {self.shape}")
+    self.lazydata = x.cast(self.dtype).lazydata
+    return self
+
+  # ---- constructors -------------------------------------------------------------------------------
+  @staticmethod
+  def full(shape: Sequence[sint], fill: Scalar, dtype: Optional[Union[DType, str]] = None, device: Optional[str] = None) -> "Tensor":
+    shape = _shape(shape)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill)
+    return Tensor(LazyBuffer.const(fill, dt, _canon_device(device), shape))
+  @staticmethod
+  def zeros(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor": return Tensor.full(_shape(shape), 0.0, dtype or dtypes.default_float, device)
+  @staticmethod
+  def ones(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor": return Tensor.full(_shape(shape), 1.0, dtype or dtypes.default_float, device)
+  @staticmethod
+  def empty(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
+    shape, dt, dev = _shape(shape), to_dtype(dtype) if dtype is not None else dtypes.default_float, _canon_device(device)
+    return Tensor(LazyBuffer.from_buffer(Buffer(dev, int(prod(shape)), dt), shape, dt, dev))
+  @staticmethod
+  def arange(start: Scalar, stop: Optional[Scalar] = None, step: Scalar = 1, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
+    """Computed by a kernel: a running count collapsed to closed form by the code generator."""
+    if stop is None: start, stop = 0, start
+    n = max(0, math.ceil((stop - start) / step))
+    dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
+    if n == 0: return Tensor.zeros(0, dtype=dt, device=device)
+    # count[i] = number of j in [0, n) with i + j >= n - 1, i.e. i + 1
+    ones = Tensor.full((1,), 1, dtypes.int32, device).expand(n).pad(((n - 1, 0),))
+    window = ones._windows(n)  # (n, n): window[i, j] = padded[i + j]
+    idx = window.sum(1) - 1
+    return (idx.cast(dt) * step + start).cast(dt)
+  def _windows(self, n: int) -> "Tensor":
+    """(L-n+1, n) sliding windows of a 1-D tensor of length L, as a view (no copy)."""
+    (L,) = self.shape
+    m = L - n + 1
+    # repeat, then take rows of length L+1 so each row starts one element later
+    x = self.reshape(1, L).expand(m + 1, L).reshape((m + 1) * L)[:m * (L + 1)].reshape(m, L + 1)
+    return x[:, :n]
+  @staticmethod
+  def eye(n: int, m: Optional[int] = None, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
+    m = n if m is None else m
+    x = Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device).pad(((0, m),)).reshape(1, m + 1).expand(n, m + 1).reshape(n * (m + 1))
+    return x[:n * m].reshape(n, m)
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None:
+    Tensor._seed, Tensor._rng_counter = int(seed), 0
+  @staticmethod
+  def rand(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
+    """Uniform [0, 1): an integer hash of (seed, call, element index), computed in a kernel."""
+    shape = _shape(shape)
+    n = int(prod(shape))
+    Tensor._rng_counter += 1
+    key = _mix32((Tensor._seed * 0x9E3779B1 + Tensor._rng_counter * 0x85EBCA77) & 0xFFFFFFFF)
+    if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
+    ctr = Tensor.arange(n, dtype=dtypes.uint32, device=device)
+    bits = _hash_u32(ctr ^ Tensor(key, dtype=dtypes.uint32, device=device).expand(n))
+    out = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+    return out.reshape(shape).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+  @staticmethod
+  def randn(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
+    """Standard normal via Box-Muller on two uniform draws."""
+    shape = _shape(shape)
+    u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
+    z = (1 - u1).log().mul(-2).sqrt() * (u2 * (2 * math.pi)).cos()
+    return z.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+
+  # ---- broadcasting and elementwise ---------------------------------------------------------------
+  def _const_like(self, x: Scalar, dtype: Optional[DType] = None) -> "Tensor":
+    return Tensor(LazyBuffer.const(x, dtype or self.dtype, self.device, self.shape))
+  def _to_tensor(self, x: Any) -> "Tensor":
+    if isinstance(x, Tensor): return x
+    if isinstance(x, (bool, int, float)):
+      # python scalars take the tensor's kind where they fit (numpy's weak scalar promotion)
+      if isinstance(x, bool): dt = dtypes.bool if self.dtype == dtypes.bool else self.dtype
+      elif isinstance(x, int): dt = self.dtype if self.dtype != dtypes.bool else dtypes.default_int
+      else: dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
+      return Tensor(LazyBuffer.const(x, dt, self.device))
+    if isinstance(x, Variable): return Tensor(LazyBuffer.const(x, dtypes.int32, self.device))
+    return Tensor(x, device=self.device)
+  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple["Tensor", "Tensor"]:
+    x, y = self, self._to_tensor(y)
+    if reverse: x, y = y, x
+    if x.device != y.device: raise ValueError(f"operands are on different devices: {x.device} and {y.device}")
+    shape = _broadcast_shape(x.shape, y.shape)
+    if match_dtype and x.dtype != y.dtype:
+      dt = least_upper_dtype(x.dtype, y.dtype)
+      x, y = x.cast(dt), y.cast(dt)
+    return x._expand_to(shape), y._expand_to(shape)
+  def _expand_to(self, shape: tuple) -> "Tensor":
+    if self.shape == shape: return self
+    padded = (1,) * (len(shape) - self.ndim) + self.shape
+    return Tensor(self.lazydata.reshape(padded).expand(shape)) if padded != shape else Tensor(self.lazydata.reshape(shape))
+  def _e(self, op: Any, *srcs: "Tensor", dtype: Optional[DType] = None) -> "Tensor":
+    return Tensor(self.lazydata.e(op, *[s.lazydata for s in srcs], dtype=dtype))
+
+  def cast(self, dtype: Union[DType, str]) -> "Tensor": return Tensor(self.lazydata.cast(to_dtype(dtype)))
+  def bitcast(self, dtype: Union[DType, str]) -> "Tensor":
+    dt = to_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize: raise ValueError(f"bitcast {self.dtype} -> {dt}: sizes differ")
+    return Tensor(self.lazydata.cast(dt, bitcast=True))
+  def float(self) -> "Tensor": return self.cast(dtypes.float32)
+  def half(self) -> "Tensor": return self.cast(dtypes.float16)
+  def int(self) -> "Tensor": return self.cast(dtypes.int32)
+  def bool(self) -> "Tensor": return self.cast(dtypes.bool)
+
+  def add(self, y: Any, reverse: bool = False) -> "Tensor":
+    x, y = self._broadcasted(y, reverse)
+    return x._e(BinaryOps.ADD if x.dtype != dtypes.bool else BinaryOps.OR, y)
+  def sub(self, y: Any, reverse: bool = False) -> "Tensor":
+    x, y = self._broadcasted(y, reverse)
+    if x.dtype == dtypes.bool: raise TypeError("numpy boolean subtract is not supported: use logical_xor")
+    return x._e(BinaryOps.SUB, y)
+  def mul(self, y: Any, reverse: bool = False) -> "Tensor":
+    x, y = self._broadcasted(y, reverse)
+    return x._e(BinaryOps.MUL if x.dtype != dtypes.bool else BinaryOps.AND, y)
+  def div(self, y: Any, reverse: bool = False) -> "Tensor":
+    """True division (ints become floats, like numpy)."""
+    x, y = self._broadcasted(y, reverse)
+    dt = least_upper_float(x.dtype) if not dtypes.is_float(x.dtype) else x.dtype
+    if x.dtype != dt and dtypes.is_int(x.dtype) and x.dtype.itemsize >= 4: dt = dtypes.float32
+    x, y = x.cast(dt), y.cast(dt)
+    return x * y.reciprocal()
+  def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
+    x, y = self._broadcasted(y, reverse)
+    if dtypes.is_float(x.dtype): return (x / y).floor()
+    if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
+    return x._e(BinaryOps.IDIV, y)
+  def mod(self, y: Any, reverse: bool = False) -> "Tensor":
+    x, y = self._broadcasted(y, reverse)
+    if dtypes.is_float(x.dtype): return x - (x / y).floor() * y
+    if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
+    return x._e(BinaryOps.MOD, y)
+  def pow(self, y: Any, reverse: bool = False) -> "Tensor":
+    if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
+      if y == 2: return self * self
+      if y == 1: return self
+      if y == 0: return self._const_like(1)
+      if y == 0.5: return self.sqrt()
+      if y == -1: return self.reciprocal()
+    x, y = self._broadcasted(y, reverse)
+    if not dtypes.is_float(x.dtype): x, y = x.float(), y.float()
+    # sign handling for negative bases with integer exponents
+    mag = (y * x.abs().log2()).exp2()
+    yi = y.floor()
+    is_int = (yi == y)
+    odd = (yi.abs() % 2) == 1
+    neg = x < 0
+    res = neg.where(is_int.where(odd.where(-mag, mag), Tensor(math.nan, device=x.device)._expand_to(x.shape)), mag)
+    return (x == 0).where((y == 0).where(1.0, (y < 0).where(math.inf, 0.0)), res)
+  def maximum(self, y: Any) -> "Tensor":
+    x, y = self._broadcasted(y)
+    return x._e(BinaryOps.MAX, y) if x.dtype != dtypes.bool else x._e(BinaryOps.OR, y)
+  def minimum(self, y: Any) -> "Tensor":
+    x, y = self._broadcasted(y)
+    if x.dtype == dtypes.bool: return x._e(BinaryOps.AND, y)
+    return -((-x).maximum(-y)) if dtypes.is_float(x.dtype) or not dtypes.is_unsigned(x.dtype) else (x < y).where(x, y)
+  def where(self, x: Any, y: Any) -> "Tensor":
+    cond = self if self.dtype == dtypes.bool else self != 0
+    xt, yt = cond._to_tensor(x), cond._to_tensor(y)
+    if not isinstance(x, Tensor) and isinstance(y, Tensor): xt = y._to_tensor(x)
+    if not isinstance(y, Tensor) and isinstance(x, Tensor): yt = x._to_tensor(y)
+    xt, yt = xt._broadcasted(yt)
+    shape = _broadcast_shape(cond.shape, xt.shape)
+    return cond._expand_to(shape)._e(TernaryOps.WHERE, xt._expand_to(shape), yt._expand_to(shape))
+
+  # comparisons
+  def _cmp(self, op: Any, y: Any, reverse: bool = False) -> "Tensor":
+    x, y = self._broadcasted(y, reverse)
+    return x._e(op, y)
+  def __lt__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPLT, y)
+  def __gt__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPLT, y, reverse=True)
+  def __le__(self, y: Any) -> "Tensor": return (self > y).logical_not() if not dtypes.is_float(self.dtype) else self._le(y)
+  def __ge__(self, y: Any) -> "Tensor": return (self < y).logical_not() if not dtypes.is_float(self.dtype) else self._ge(y)
+  def _le(self, y: Any) -> "Tensor":
+    x, yy = self._broadcasted(y)
+    return (x < yy) | (x == yy)
+  def _ge(self, y: Any) -> "Tensor":
+    x, yy = self._broadcasted(y)
+    return (yy < x) | (x == yy)
+  def __eq__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPNE, y).logical_not()  # type: ignore[override]
+  def __ne__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPNE, y)  # type: ignore[override]
+  __hash__ = object.__hash__
+  def logical_not(self) -> "Tensor": return self.cast(dtypes.bool)._e(UnaryOps.NEG) if self.dtype != dtypes.bool else self._e(UnaryOps.NEG)
+  def __invert__(self) -> "Tensor":
+    if self.dtype == dtypes.bool: return self.logical_not()
+    if not dtypes.is_int(self.dtype): raise TypeError(f"~ needs an integer or bool tensor, got {self.dtype}")
+    return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ int(dtypes.max(self.dtype))
+  def _bit(self, op: Any, y: Any, reverse: bool = False) -> "Tensor":
+    x, y = self._broadcasted(y, reverse)
+    if dtypes.is_float(x.dtype): raise TypeError(f"bitwise {op.name} needs integer or bool tensors, got {x.dtype}")
+    return x._e(op, y)
+  def __and__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.AND, y)
+  def __or__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.OR, y)
+  def __xor__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.XOR, y)
+  def __rand__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.AND, y, True)
+  def __ror__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.OR, y, True)
+  def __rxor__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.XOR, y, True)
+  def __lshift__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.SHL, y)
+  def __rshift__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.SHR, y)
+
+  # unary math
+  def neg(self) -> "Tensor": return self.logical_not() if self.dtype == dtypes.bool else self._e(UnaryOps.NEG)
+  def _float(self) -> "Tensor": return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype) if self.dtype.itemsize < 4 else dtypes.float32)
+  def reciprocal(self) -> "Tensor": return self._float()._e(UnaryOps.RECIP)
+  def sqrt(self) -> "Tensor": return self._float()._e(UnaryOps.SQRT)
+  def rsqrt(self) -> "Tensor": return self.sqrt().reciprocal()
+  def exp2(self) -> "Tensor": return self._float()._e(UnaryOps.EXP2)
+  def log2(self) -> "Tensor": return self._float()._e(UnaryOps.LOG2)
+  def exp(self) -> "Tensor": return (self._float() * (1 / math.log(2))).exp2()
+  def log(self) -> "Tensor": return self._float().log2() * math.log(2)
+  def sin(self) -> "Tensor": return self._float()._e(UnaryOps.SIN)
+  def cos(self) -> "Tensor": return ((math.pi / 2) - self._float()).sin()
+  def tan(self) -> "Tensor": return self.sin() / self.cos()
+  def relu(self) -> "Tensor": return self.maximum(0) if not dtypes.is_float(self.dtype) else (self > 0).where(self, self._const_like(0.0))
+  def sigmoid(self) -> "Tensor": return (1 + (-self._float()).exp()).reciprocal()
+  def tanh(self) -> "Tensor": return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+  def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def abs(self) -> "Tensor":
+    if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
+    return (self < 0).where(-self, self)
+  def sign(self) -> "Tensor": return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+  def floor(self) -> "Tensor":
+    if not dtypes.is_float(self.dtype): return self
+    t = self.cast(dtypes.int64).cast(self.dtype)
+    big = self.abs() >= 2.0 ** 52
+    out = (t > self).where(t - 1, t)
+    return (big | (self != self)).where(self, out)
+  def ceil(self) -> "Tensor": return -((-self).floor())
+  def round(self) -> "Tensor":
+    """Half to even, like numpy."""
+    f = (self + 0.5).floor()
+    tie = (f - self) == 0.5
+    return (tie & ((f % 2) != 0)).where(f - 1, f)
+  def isnan(self) -> "Tensor": return self != self
+  def isinf(self) -> "Tensor": return self.abs() == math.inf
+  def clip(self, lo: Any, hi: Any) -> "Tensor": return self.maximum(lo).minimum(hi)
+
+  __add__ = lambda s, y: s.add(y)  # noqa: E731
+  __radd__ = lambda s, y: s.add(y, True)  # noqa: E731
+  __sub__ = lambda s, y: s.sub(y)  # noqa: E731
+  __rsub__ = lambda s, y: s.sub(y, True)  # noqa: E731
+  __mul__ = lambda s, y: s.mul(y)  # noqa: E731
+  __rmul__ = lambda s, y: s.mul(y, True)  # noqa: E731
+  __truediv__ = lambda s, y: s.div(y)  # noqa: E731
+  __rtruediv__ = lambda s, y: s.div(y, True)  # noqa: E731
+  __floordiv__ = lambda s, y: s.floordiv(y)  # noqa: E731
+  __rfloordiv__ = lambda s, y: s.floordiv(y, True)  # noqa: E731
+  __mod__ = lambda s, y: s.mod(y)  # noqa: E731
+  __rmod__ = lambda s, y: s.mod(y, True)  # noqa: E731
+  __pow__ = lambda s, y: s.pow(y)  # noqa: E731
+  __rpow__ = lambda s, y: s.pow(y, True)  # noqa: E731
+  __neg__ = lambda s: s.neg()  # noqa: E731
+  __matmul__ = lambda s, y: s.matmul(y)  # noqa: E731
+  __rmatmul__ = lambda s, y: s._to_tensor(y).matmul(s)  # noqa: E731
+
+  # ---- movement -----------------------------------------------------------------------------------
+  def reshape(self, *shape: Any) -> "Tensor":
+    shape = _shape(shape)
+    if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1: raise ValueError(f"reshape {shape}: at most one -1")
+    if -1 in [s for s in shape if isinstance(s, int)]:
+      known = prod(s for s in shape if not (isinstance(s, int) and s == -1))
+      if known == 0 or self.numel() % known != 0: raise ValueError(f"cannot reshape {self.shape} into {shape}")
+      shape = tuple(self.numel() // known if isinstance(s, int) and s == -1 else s for s in shape)
+    if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"reshape {shape}: negative dimension")
+    if not _same(prod(shape), self.numel()): raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) into {shape}")
+    return Tensor(self.lazydata.reshape(shape))
+  def view(self, *shape: Any) -> "Tensor": return self.reshape(*shape)
+  def flatten(self, start_dim: int = 0) -> "Tensor":
+    start_dim = self._axis(start_dim) if self.ndim else 0
+    return self.reshape(self.shape[:start_dim] + (prod(self.shape[start_dim:]),))
+  def permute(self, *order: Any) -> "Tensor":
+    order = tuple(self._axis(a) for a in _shape(order))
+    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute {order} is not a permutation of {self.ndim} axes")
+    return Tensor(self.lazydata.permute(order))
+  def transpose(self, a: int = -2, b: int = -1) -> "Tensor":
+    order = list(range(self.ndim))
+    a, b = self._axis(a), self._axis(b)
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+  @property
+  def T(self) -> "Tensor": return self.permute(tuple(reversed(range(self.ndim))))
+  def expand(self, *shape: Any) -> "Tensor":
+    shape = _shape(shape)
+    shape = tuple(s if not (isinstance(s, int) and s == -1) else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
+    _broadcast_shape(self.shape, shape)
+    if _broadcast_shape(self.shape, shape) != shape: raise ValueError(f"can't expand {self.shape} to {shape}")
+    return self._expand_to(shape)
+  def pad(self, padding: Sequence[tuple[sint, sint]], value: Scalar = 0) -> "Tensor":
+    """numpy-style: one (before, after) pair per axis."""
+    padding = tuple((int(b), int(a)) if isinstance(b, int) and isinstance(a, int) else (b, a) for b, a in padding)
+    if len(padding) != self.ndim: raise ValueError(f"pad needs {self.ndim} (before, after) pairs, got {len(padding)}")
+    if any((isinstance(x, int) and x < 0) for p in padding for x in p): return self._pad_negative(padding, value)
+    ret = Tensor(self.lazydata.pad(padding))
+    if value == 0: return ret
+    mask = Tensor(LazyBuffer.const(True, dtypes.bool, self.device, self.shape).pad(padding))
+    return mask.where(ret, value)
+  def _pad_negative(self, padding: tuple, value: Scalar) -> "Tensor":
+    shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(padding, self.shape))
+    return self.shrink(shrink).pad(tuple((max(0, b), max(0, a)) for b, a in padding), value)
+  def shrink(self, arg: Sequence[Optional[tuple[sint, sint]]]) -> "Tensor":
+    arg = tuple(a if a is not None else (0, s) for a, s in zip(arg, self.shape))
+    return Tensor(self.lazydata.shrink(arg)) if any(a != (0, s) for a, s in zip(arg, self.shape)) else self
+  def flip(self, axis: Any) -> "Tensor":
+    axes = {self._axis(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))}
+    return Tensor(self.lazydata.stride(tuple(-1 if i in axes else 1 for i in range(self.ndim))))
+  def squeeze(self, axis: Optional[int] = None) -> "Tensor":
+    if axis is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    a = self._axis(axis)
+    if self.shape[a] != 1: return self
+    return self.reshape(self.shape[:a] + self.shape[a + 1:])
+  def unsqueeze(self, axis: int) -> "Tensor":
+    a = axis + self.ndim + 1 if axis < 0 else axis
+    return self.reshape(self.shape[:a] + (1,) + self.shape[a:])
+  def _axis(self, a: int, ndim: Optional[int] = None) -> int:
+    n = self.ndim if ndim is None else ndim
+    if not isinstance(a, (int, np.integer)) or not -max(n, 1) <= a < max(n, 1): raise IndexError(f"axis {a} is out of range for a tensor of {n} dims")
+    return int(a) % max(n, 1)
+
+  # ---- reductions ---------------------------------------------------------------------------------
+  def _reduce(self, op: ReduceOps, axis: Any = None, keepdim: bool = False) -> "Tensor":
+    axes = tuple(range(self.ndim)) if axis is None else tuple(sorted({self._axis(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))}))
+    out_shape = tuple(s for i, s in enumerate(self.shape) if i not in axes)
+    if any(self.shape[a] == 0 for a in axes):
+      if op is ReduceOps.MAX: raise ValueError("max of an empty axis has no identity")
+      ret = Tensor.full(tuple(1 if i in axes else s for i, s in enumerate(self.shape)), 0, self.dtype, self.device)
+    else: ret = Tensor(self.lazydata.r(op, axes))
+    return ret if keepdim else ret.reshape(out_shape)
+  def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> "Tensor":
+    x = self
+    if dtype is not None: x = x.cast(to_dtype(dtype))
+    elif x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8):
+      x = x.cast(dtypes.uint64 if dtypes.is_unsigned(x.dtype) else dtypes.int64)  # numpy sums ints in 64 bits
+    return x._reduce(ReduceOps.SUM, axis, keepdim)
+  def max(self, axis: Any = None, keepdim: bool = False) -> "Tensor": return self._reduce(ReduceOps.MAX, axis, keepdim)
+  def min(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+    if self.dtype == dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
+    if dtypes.is_unsigned(self.dtype): return (int(dtypes.max(self.dtype)) - self).max(axis, keepdim).__rsub__(int(dtypes.max(self.dtype)))
+    return -((-self).max(axis, keepdim))
+  def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+    x = self._float()
+    s = x.sum(axis, keepdim)
+    n = prod(self.shape) // max(prod(s.shape), 1) if prod(s.shape) else 0
+    return s * (1.0 / n) if n else s * math.nan
+  def var(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor":
+    x = self._float()
+    m = x.mean(axis, keepdim=True)
+    n = prod(x.shape) // max(prod(m.shape), 1)
+    return ((x - m) ** 2).sum(axis, keepdim) * (1.0 / max(n - correction, 0)) if n - correction > 0 else ((x - m) ** 2).sum(axis, keepdim) * math.nan
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor": return self.var(axis, keepdim, correction).sqrt()
+  def argmax(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor":
+    """Index of the first maximum (numpy semantics)."""
+    if axis is None: return self.flatten().argmax(0)
+    a = self._axis(axis)
+    n = self.shape[a]
+    m = self.max(a, keepdim=True)
+    idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape((n,) + (1,) * (self.ndim - a - 1))
+    hit = (self == m) | ((self != self) & (m != m))
+    return (n - (hit.where(idx._expand_to(self.shape), 0)).max(a, keepdim)).cast(dtypes.int64)
+  def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor": return (-self).argmax(axis, keepdim) if dtypes.is_float(self.dtype) or not dtypes.is_unsigned(self.dtype) else (int(dtypes.max(self.dtype)) - self).argmax(axis, keepdim)
+  def softmax(self, axis: int = -1) -> "Tensor":
+    x = self._float()
+    e = (x - x.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+  def log_softmax(self, axis: int = -1) -> "Tensor":
+    x = self._float()
+    m = x - x.max(axis, keepdim=True)
+    return m - m.exp().sum(axis, keepdim=True).log()
+  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+    x = self._float()
+    m = x.max(axis, keepdim=True)
+    return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.max(axis, keepdim).shape)
+  def cumsum(self, axis: int = 0) -> "Tensor":
+    """Running sum along an axis: a windowed reduce over a padded view."""
+    a = self._axis(axis)
+    n = self.shape[a]
+    if n == 0: return self
+    x = self.sum(axis=(), dtype=None) if False else self
+    if x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8): x = x.cast(dtypes.int64 if not dtypes.is_unsigned(x.dtype) else dtypes.uint64)
+    x = x.transpose(a, -1)
+    lead = x.shape[:-1]
+    flat = x.reshape(-1, n) if lead else x.reshape(1, n)
+    rows = flat.shape[0]
+    padded = flat.pad(((0, 0), (n - 1, 0)))  # rows x (2n-1)
+    # windows[r, i, j] = padded[r, i + j]
+    w = padded.reshape(rows, 1, 2 * n - 1).expand(rows, n + 1, 2 * n - 1).reshape(rows, (n + 1) * (2 * n - 1))
+    w = w[:, :n * 2 * n].reshape(rows, n, 2 * n)[:, :, :n]
+    out = w.sum(2).reshape(*lead, n) if lead else w.sum(2).reshape(n)
+    return out.transpose(a, -1)
+
+  # ---- matmul and friends -------------------------------------------------------------------------
+  def dot(self, w: "Tensor") -> "Tensor": return self.matmul(w)
+  def matmul(self, w: Any) -> "Tensor":
+    w = self._to_tensor(w)
+    if self.ndim == 0 or w.ndim == 0: raise ValueError("matmul: operands must have at least 1 dimension (use * for scalars)")
+    x, y = self, w
+    if x.shape[-1] != y.shape[-2 if y.ndim > 1 else 0]:
+      raise ValueError(f"matmul: shapes {x.shape} and {y.shape} don't line up ({x.shape[-1]} != {y.shape[-2 if y.ndim > 1 else 0]})")
+    dt = least_upper_dtype(x.dtype, y.dtype)
+    x, y = x.cast(dt), y.cast(dt)
+    xv = x.reshape(*x.shape[:-1], *(1,) * min(y.ndim - 1, 1), x.shape[-1])
+    yv = y.reshape(*y.shape[:-2], *(1,) * min(x.ndim - 1, 1), *y.shape[-min(y.ndim, 2):]).transpose(-1, -2) if y.ndim > 1 else y
+    out = (xv * yv).sum(-1, dtype=dt if not dtypes.is_int(dt) else None)
+    return out.cast(dt) if out.dtype != dt else out
+  def linear(self, weight: "Tensor", bias: Optional["Tensor"] = None) -> "Tensor":
+    x = self.matmul(weight)
+    return x + bias if bias is not None else x
+  def layernorm(self, axis: Any = -1, eps: float = 1e-5) -> "Tensor":
+    x = self._float()
+    m = x.mean(axis, keepdim=True)
+    xc = x - m
+    return xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()
+
+  # ---- indexing -----------------------------------------------------------------------------------
+  def __getitem__(self, idx: Any) -> "Tensor":
+    if not isinstance(idx, tuple): idx = (idx,)
+    if any(i is Ellipsis for i in idx):
+      if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis")
+      pos = next(j for j, i in enumerate(idx) if i is Ellipsis)
+      n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+      idx = idx[:pos] + (slice(None),) * (self.ndim - n_real) + idx[pos + 1:]
+    if sum(1 for i in idx if i is not None) > self.ndim: raise IndexError(f"too many indices for a tensor of {self.ndim} dims")
+    x, dim, new_shape, squeeze = self, 0, [], []
+    shrink, strides, flips = [], [], []
+    for i in idx:
+      if i is None: continue
+      s = self.shape[dim]
+      if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
+        j = int(i) + (s if i < 0 else 0)
+        if not 0 <= j < s: raise IndexError(f"index {i} is out of bounds for axis {dim} with size {s}")
+        shrink.append((j, j + 1)); strides.append(1); squeeze.append(dim)
+      elif isinstance(i, slice):
+        start, stop, step = i.indices(s)
+        if step > 0: lo, hi = start, max(start, stop)
+        else: lo, hi = (stop + 1, start + 1) if start > stop else (0, 0)
+        shrink.append((lo, hi)); strides.append(step)
+      elif isinstance(i, Tensor): raise NotImplementedError("indexing with a Tensor (gather) is not supported yet")
+      else: raise TypeError(f"unsupported index {i!r}")
+      dim += 1
+    shrink += [(0, s) for s in self.shape[dim:]]
+    strides += [1] * (self.ndim - dim)
+    x = x.shrink(shrink)
+    if any(st != 1 for st in strides):
+      # a negative step walks from the end of the kept range
+      x = Tensor(x.lazydata.stride(tuple(strides)))
+    # drop integer-indexed dims, insert None dims
+    out_shape, d = [], 0
+    for i in idx:
+      if i is None: out_shape.append(1); continue
+      if d not in squeeze: out_shape.append(x.shape[d])
+      d += 1
+    out_shape += list(x.shape[d:])
+    return x.reshape(tuple(out_shape))
+
+  @staticmethod
+  def cat(*ts: "Tensor", axis: int = 0) -> "Tensor": return ts[0].cat_(*ts[1:], axis=axis)
+  def cat_(self, *others: "Tensor", axis: int = 0) -> "Tensor":
+    ts = (self,) + others
+    a = self._axis(axis)
+    for t in ts:
+      if t.ndim != self.ndim or any(s != o for i, (s, o) in enumerate(zip(t.shape, self.shape)) if i != a):
+        raise ValueError(f"cat: shapes {[t.shape for t in ts]} differ outside axis {a}")
+    dt = least_upper_dtype(*[t.dtype for t in ts])
+    total = sum(t.shape[a] for t in ts)
+    out, off = None, 0
+    for t in ts:
+      p = [(0, 0)] * self.ndim
+      p[a] = (off, total - off - t.shape[a])
+      piece = t.cast(dt).pad(p)
+      out = piece if out is None else out + piece
+      off += t.shape[a]
+    return out  # type: ignore[return-value]
+  @staticmethod
+  def stack(*ts: "Tensor", axis: int = 0) -> "Tensor":
+    a = axis + ts[0].ndim + 1 if axis < 0 else axis
+    return Tensor.cat(*[t.unsqueeze(a) for t in ts], axis=a)
+
+  # ---- convolution and pooling ---------------------------------------------------------------------
+  def _pool(self, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> "Tensor":
+    """(..., *out_spatial, *k) windows over the last len(k) dims, as views (no copies)."""
+    nd = len(k)
+    nlead = self.ndim - nd
+    x = self
+    for i, (kk, st, d) in enumerate(zip(k, stride, dilation)):
+      ax = nlead + i
+      m = x.ndim - 1
+      x = x.permute(*[j for j in range(x.ndim) if j != ax], ax)._windows_last(kk, st, d)  # (*others, o, kk)
+      x = x.permute(*range(ax), m, *range(ax, m), m + 1)
+    return x
+  def _windows_last(self, kk: int, st: int, d: int) -> "Tensor":
+    """(*pre, L) -> (*pre, o, kk) with out[..., a, b] = x[..., a*st + b*d]."""
+    pre, L = self.shape[:-1], self.shape[-1]
+    o = (L - d * (kk - 1) - 1) // st + 1
+    if o <= 0: raise ValueError(f"window {kk} (dilation {d}) is larger than the input length {L}")
+    # repeat the row kk times; rows of length L+d then start d elements later each
+    flat = self.reshape(*pre, 1, L).expand(*pre, kk, L).reshape(*pre, kk * L).pad(((0, 0),) * len(pre) + ((0, kk * d),))
+    rows = flat.reshape(*pre, kk, L + d)[..., :(o - 1) * st + 1]
+    if st > 1: rows = rows[..., ::st]
+    return rows.transpose(-1, -2)
+  def conv2d(self, weight: "Tensor", bias: Optional["Tensor"] = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> "Tensor":
+    """NCHW input, (cout, cin/groups, kh, kw) weight."""
+    if self.ndim != 4 or weight.ndim != 4: raise ValueError(f"conv2d needs 4-D input and weight, got {self.shape} and {weight.shape}")
+    n, cin, h, w = self.shape
+    cout, cpg, kh, kw = weight.shape
+    if cin != cpg * groups or cout % groups: raise ValueError(f"conv2d: input channels {cin} != weight {cpg} x groups {groups}, or {cout} % {groups} != 0")
+    st, dl = _pair(stride), _pair(dilation)
+    pd = _pair(padding)
+    x = self.pad(((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
+    win = x._pool((kh, kw), st, dl)  # n, cin, oh, ow, kh, kw
+    oh, ow = win.shape[2], win.shape[3]
+    win = win.reshape(n, groups, 1, cpg, oh, ow, kh, kw)
+    wt = weight.reshape(1, groups, cout // groups, cpg, 1, 1, kh, kw)
+    dt = least_upper_dtype(self.dtype, weight.dtype)
+    prod_ = (win.cast(dt) * wt.cast(dt)).permute(0, 1, 2, 4, 5, 3, 6, 7)  # n g co oh ow cpg kh kw
+    out = prod_.sum((5, 6, 7), dtype=dt if dtypes.is_float(dt) else None).reshape(n, cout, oh, ow)
+    return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
+  def max_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> "Tensor":
+    k, pd = _pair(kernel_size), _pair(padding)
+    x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1])), value=-math.inf if dtypes.is_float(self.dtype) else int(dtypes.min(self.dtype))) if any(pd) else self
+    return x._pool(k, _pair(stride if stride is not None else kernel_size), _pair(dilation)).max((-2, -1))
+  def avg_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0) -> "Tensor":
+    k, pd = _pair(kernel_size), _pair(padding)
+    x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
+    return x._pool(k, _pair(stride if stride is not None else kernel_size), (1, 1)).mean((-2, -1))
+
+def _pair(x: Any) -> tuple[int, int]: return (x, x) if isinstance(x, int) else tuple(x)  # type: ignore[return-value]
+
+def _shape(shape: Any) -> tuple:
+  if len(shape) == 1 and isinstance(shape[0], (list, tuple)): shape = tuple(shape[0])
+  out = tuple(int(s) if isinstance(s, (int, np.integer)) else s for s in shape)
+  for s in out:
+    if not isinstance(s, (int, Node)): raise TypeError(f"shape {out} has a non-integer dimension {s!r}")
+  return out
+
+def _same(a: sint, b: sint) -> bool:
+  if isinstance(a, int) and isinstance(b, int): return a == b
+  return (a - b) == 0 if not isinstance(a - b, Node) else False
+
+def _broadcast_shape(a: tuple, b: tuple) -> tuple:
+  n = max(len(a), len(b))
+  a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+  out = []
+  for x, y in zip(a, b):
+    if x == y or y == 1: out.append(x)
+    elif x == 1: out.append(y)
+    else: raise ValueError(f"shapes {a} and {b} can't be broadcast together (dim {x} vs {y})")
+  return tuple(out)
+
+def _mix32(x: int) -> int:
+  x ^= x >> 16; x = (x * 0x7FEB352D) & 0xFFFFFFFF; x ^= x >> 15; x = (x * 0x846CA68B) & 0xFFFFFFFF; x ^= x >> 16  # noqa: E702
+  return x
+
+def _hash_u32(x: Tensor) -> Tensor:
+  """The same 32-bit integer mix as _mix32, as tensor ops (uint32 arithmetic wraps)."""
+  x = x ^ (x >> 16)
+  x = x * Tensor(0x7FEB352D, dtype=dtypes.uint32, device=x.device)
+  x = x ^ (x >> 15)
+  x = x * Tensor(0x846CA68B, dtype=dtypes.uint32, device=x.device)
+  return x ^ (x >> 16)

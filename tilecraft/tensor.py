@@ -5,22 +5,129 @@ Every op builds a LazyBuffer graph; nothing runs until `realize()`, `numpy()`, `
 NaN and inf, `axis`/`keepdim` on reductions.
 """
 from __future__ import annotations
-import math
+import functools, math, struct, weakref
 from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
-from tilecraft.device import Buffer, Device
+from tilecraft.device import Buffer, Device, DeviceUnavailable
 from tilecraft.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from tilecraft.engine.lazy import LazyBuffer
 from tilecraft.engine.realize import run_schedule
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
 from tilecraft.helpers import argsort, prod
-from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
-from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval
+from tilecraft.ops import BinaryOps, BufferOps, MetaOps, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval, unbind_all
 
 Scalar = Union[int, float, bool]
 
 def _canon_device(device: Optional[str]) -> str:
   return Device.canonicalize(device) if device is not None else Device.DEFAULT
+
+# ---- dtypes a tensor may hold ---------------------------------------------------------------------
+_TENSOR_DTYPES = (dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+                  dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+
+def _tensor_dtype(dtype: Union[DType, str]) -> DType:
+  """A scalar dtype a Tensor can hold: vectors, pointers, images and void are kernel-internal."""
+  dt = to_dtype(dtype)
+  if dt not in _TENSOR_DTYPES:
+    raise TypeError(f"a Tensor can't hold {dt!r}: tensor dtypes are {', '.join(d.name for d in _TENSOR_DTYPES)}")
+  return dt
+
+@functools.lru_cache(maxsize=None)
+def _device_dtype_error(device: str, dt: DType) -> Optional[str]:
+  """Why `device` can't compute with `dt`, or None when it can (asked once per pair)."""
+  try: dev = Device[device]
+  except DeviceUnavailable: return None  # the device itself is reported when it is used
+  names = getattr(dev.renderer, "type_names", None)
+  if names is not None and dt not in names: return f"device {device} has no {dt.name} type"
+  if device == "OPENCL" and dt == dtypes.float64:
+    try:
+      from tilecraft.runtime.opencl import _context
+      ext = _context()[1].extensions
+    except Exception: return None
+    if "cl_khr_fp64" not in ext: return f"OpenCL device has no double precision (cl_khr_fp64 missing)"
+  return None
+
+def _check_dtype(device: str, dt: DType) -> DType:
+  if (why := _device_dtype_error(device, dt)) is not None: raise TypeError(f"dtype {dt.name} is not supported on {device}: {why}")
+  return dt
+
+# ---- the lazy graph, through one door -------------------------------------------------------------
+# Identical ops over identical sources share one LazyBuffer (hash-consing), so a subgraph built twice
+# is computed once. Keys hold ids of the sources, which the cached value keeps alive; a value that
+# gets realized drops its sources, so it is taken out of the cache first. Symbolic views are not
+# cached: Variables bound to different values compare equal.
+_lazy_cache: "weakref.WeakValueDictionary[tuple, LazyBuffer]" = weakref.WeakValueDictionary()
+
+def _src_key(lb: LazyBuffer) -> Optional[tuple]:
+  if lb.is_view:
+    if lb.st.vars(): return None
+    return (id(lb.base), lb.st)
+  return (id(lb), None)
+
+def _cached(key: Optional[tuple], make: Callable[[], LazyBuffer]) -> LazyBuffer:
+  if key is None or any(k is None for k in key[-1]): return make()
+  if (hit := _lazy_cache.get(key)) is not None and not hit.realized: return hit
+  ret = make()
+  if not ret.is_view and ret.op is not None and getattr(ret, "_tc_key", None) is None:
+    _lazy_cache[key] = ret
+    ret._tc_key = key  # type: ignore[attr-defined]
+  return ret
+
+def _is_zero(shape: tuple) -> bool: return any(isinstance(s, int) and s == 0 for s in shape)
+
+def _lb_empty(shape: tuple, dt: DType, device: str) -> LazyBuffer:
+  """A zero-element tensor: an empty Buffer, never a kernel."""
+  return LazyBuffer.from_buffer(Buffer(device, 0, dt), shape, dt, device)
+
+def _const_key(val: Any, dt: DType) -> Any:
+  if isinstance(val, float): return ("f", struct.pack("<d", val))  # tells -0.0 from 0.0, and NaN equals NaN
+  return (type(val).__name__, val)
+
+def _lb_const(val: Any, dt: DType, device: str, shape: tuple = ()) -> LazyBuffer:
+  if _is_zero(shape): return _lb_empty(shape, dt, device)
+  if isinstance(val, Node): base = LazyBuffer.const(val, dt, device)
+  else:
+    val = dtypes.as_const(val, dt)
+    base = _cached(("CONST", _const_key(val, dt), dt, device, ()), lambda: LazyBuffer.const(val, dt, device))
+  return base.reshape((1,) * len(shape)).expand(shape) if shape else base
+
+def _lb_e(op: Any, srcs: Sequence[LazyBuffer], arg: Any = None, dtype: Optional[DType] = None) -> LazyBuffer:
+  if _is_zero(srcs[0].shape):
+    out = dtype or (arg if op in (UnaryOps.CAST, UnaryOps.BITCAST) else dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
+    return _lb_empty(srcs[0].shape, out, srcs[0].device)
+  return _cached((op, arg, dtype, tuple(_src_key(s) for s in srcs)), lambda: srcs[0].e(op, *srcs[1:], arg=arg, dtype=dtype))
+
+def _lb_cast(lb: LazyBuffer, dt: DType, bitcast: bool = False) -> LazyBuffer:
+  if lb.dtype == dt: return lb
+  _check_dtype(lb.device, dt)
+  if _is_zero(lb.shape): return _lb_empty(lb.shape, dt, lb.device)
+  return _cached(("BITCAST" if bitcast else "CAST", dt, (_src_key(lb),)), lambda: lb.cast(dt, bitcast))
+
+def _lb_r(lb: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
+  return _cached((op, axes, (_src_key(lb),)), lambda: lb.r(op, axes))
+
+def _lb_contiguous(lb: LazyBuffer) -> LazyBuffer:
+  if _is_zero(lb.shape) or not lb.is_view: return lb if _is_zero(lb.shape) else lb.contiguous()
+  return _cached(("CONTIGUOUS", None, (_src_key(lb),)), lb.contiguous)
+
+def _py_dtype(x: Any) -> DType:
+  """The dtype of a python scalar: bool, default_int (int64/uint64 when it doesn't fit), default_float."""
+  if isinstance(x, bool): return dtypes.bool
+  if isinstance(x, int):
+    for dt in (dtypes.default_int, dtypes.int64, dtypes.uint64):
+      if int(dtypes.min(dt)) <= x <= int(dtypes.max(dt)): return dt
+    raise OverflowError(f"python int {x} does not fit in any tensor dtype")
+  if isinstance(x, float): return dtypes.default_float
+  if isinstance(x, Variable): return dtypes.int32
+  raise TypeError(f"no tensor dtype for a python {type(x).__name__}")
+
+def _mark_realized(lb: LazyBuffer) -> None:
+  """After its kernel ran, a value is data: later schedules read its buffer instead of recomputing it."""
+  b = lb.base
+  if b.op is None or b.op is BufferOps.CONST or b.buffer is None or not b.buffer.is_allocated(): return
+  if (key := getattr(b, "_tc_key", None)) is not None and _lazy_cache.get(key) is b: del _lazy_cache[key]
+  b.op, b.arg, b.srcs = None, None, ()
 
 class Tensor:
   __slots__ = ("lazydata",)
@@ -28,31 +135,44 @@ class Tensor:
   _rng_counter: int = 0
 
   def __init__(self, data: Any, device: Optional[str] = None, dtype: Optional[Union[DType, str]] = None):
+    dt = _tensor_dtype(dtype) if dtype is not None else None
+    if isinstance(data, Tensor): data = data.lazydata
+    if isinstance(data, LazyBuffer):
+      self.lazydata = data if dt is None else _lb_cast(data, dt)
+      if device is not None and _canon_device(device) != data.device: self.lazydata = self.to(device).lazydata
+      return
     dev = _canon_device(device)
-    dt = to_dtype(dtype) if dtype is not None else None
-    if isinstance(data, LazyBuffer): self.lazydata = data if dt is None or data.dtype == dt else data.cast(dt); return
-    if isinstance(data, Tensor): self.lazydata = data.lazydata; return
     if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-      self.lazydata = LazyBuffer.const(data, dt or dtypes.from_py(data), dev)
+      self.lazydata = _lb_const(data, _check_dtype(dev, dt or _py_dtype(data)), dev)
       return
     if isinstance(data, Variable):
-      self.lazydata = LazyBuffer.const(data, dt or dtypes.int32, dev)
+      self.lazydata = _lb_const(data, _check_dtype(dev, dt or dtypes.int32), dev)
       return
     if isinstance(data, (list, tuple)):
       arr = np.array(data)
       if dt is None:
-        # python lists follow numpy, except that floats default to float32 and ints to int32
-        dt = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.default_int if arr.dtype.kind in "iu" else None
-        if dt is None: raise TypeError(f"can't make a Tensor from a list of {arr.dtype}")
+        # python lists follow numpy, except that floats default to float32 and ints to int32 (int64 when they don't fit)
+        if arr.dtype == np.bool_: dt = dtypes.bool
+        elif arr.dtype.kind == "f": dt = dtypes.default_float
+        elif arr.dtype.kind in "iu":
+          fits = arr.size == 0 or (int(arr.min()) >= int(dtypes.min(dtypes.default_int)) and int(arr.max()) <= int(dtypes.max(dtypes.default_int)))
+          dt = dtypes.default_int if fits else dtypes.from_np(arr.dtype)
+        else: raise TypeError(f"can't make a Tensor from a list of {arr.dtype} (nested lists must be rectangular, of bools or numbers)")
       data = arr
     if isinstance(data, np.generic): data = np.array(data)
     if not isinstance(data, np.ndarray): raise TypeError(f"can't make a Tensor from {type(data).__name__}")
-    if dt is None: dt = dtypes.from_np(data.dtype)
-    if dt == dtypes.bfloat16: src = np.ascontiguousarray(data, dtype=np.float32)
-    elif dt.np is None: raise TypeError(f"dtype {dt} has no numpy form")
-    else: src = np.ascontiguousarray(data.astype(dt.np, copy=False))
-    buf = Buffer(dev, max(src.size, 0), dt)
-    if src.size: buf.allocate().copyin(src.reshape(-1))
+    if dt is None:
+      try: dt = _tensor_dtype(dtypes.from_np(data.dtype))
+      except (TypeError, ValueError, KeyError) as e: raise TypeError(f"can't make a Tensor from a numpy array of {data.dtype}") from e
+    _check_dtype(dev, dt)
+    # np.ascontiguousarray turns 0-d arrays into 1-d ones: keep the shape
+    if dt == dtypes.bfloat16: src = np.ascontiguousarray(data, dtype=np.float32).reshape(data.shape)
+    else: src = np.ascontiguousarray(data.astype(dt.np, copy=False)).reshape(data.shape)
+    if src.size == 0:
+      self.lazydata = _lb_empty(tuple(src.shape), dt, dev)
+      return
+    buf = Buffer(dev, src.size, dt)
+    buf.allocate().copyin(src.reshape(-1))
     self.lazydata = LazyBuffer.from_buffer(buf, tuple(src.shape), dt, dev)
 
   # ---- properties ---------------------------------------------------------------------------------
@@ -75,19 +195,32 @@ class Tensor:
     """The kernels that compute this tensor (and others) (API)."""
     return create_schedule([t.lazydata for t in (self,) + others])
   def realize(self, *others: "Tensor") -> "Tensor":
-    run_schedule(self.schedule(*others))
+    sched = self.schedule(*others)
+    run_schedule(sched)
+    for si in sched:
+      for lb in si.outputs: _mark_realized(lb)
     return self
   def numpy(self) -> np.ndarray:
-    if any(isinstance(s, Node) for s in self.shape): raise ValueError(f"numpy() of a symbolic shape {self.shape}: shrink to concrete sizes first")
-    if 0 in self.shape: return np.zeros(self.shape, dtype=self.dtype.np or np.float32)
+    shape = self._concrete_shape("numpy()")
+    if 0 in shape: return np.zeros(shape, dtype=self.dtype.np or np.float32)
     t = self.contiguous_base()
     buf = t.lazydata.base.buffer
-    out = buf.numpy()[:prod(self.shape)]
-    return out.reshape(self.shape)
+    out = buf.numpy()[:prod(shape)]
+    return out.reshape(shape)
+  def _concrete_shape(self, what: str) -> tuple[int, ...]:
+    """The shape with bound Variables replaced by their values."""
+    out = []
+    for s in self.shape:
+      if isinstance(s, Node):
+        unbound, vals = unbind_all(s)
+        if any(not v.is_bound for v in s.vars()): raise ValueError(f"{what} of a tensor of shape {self.shape}: bind its Variables (or shrink to concrete sizes) first")
+        s = sym_eval(unbound, vals)
+      out.append(int(s))
+    return tuple(out)
   def contiguous_base(self) -> "Tensor":
     """A tensor whose lazydata is a realized base holding exactly these elements in order."""
     lb = self.lazydata
-    if not (lb.realized and not lb.is_view): lb = lb.contiguous()
+    if not (lb.realized and not lb.is_view): lb = _lb_contiguous(lb)
     t = Tensor(lb)
     t.realize()
     return t
@@ -95,11 +228,13 @@ class Tensor:
   def item(self) -> Scalar:
     if self.numel() != 1: raise ValueError(f"item() needs exactly one element, tensor has shape {self.shape}")
     return self.numpy().reshape(()).item()
-  def contiguous(self) -> "Tensor": return Tensor(self.lazydata.contiguous())
+  def contiguous(self) -> "Tensor": return Tensor(_lb_contiguous(self.lazydata))
   def to(self, device: str) -> "Tensor":
     device = _canon_device(device)
     if device == self.device: return self
     Device[device]  # fail now, clearly, if the device can't be opened
+    _check_dtype(device, self.dtype)
+    if _is_zero(self.shape): return Tensor(_lb_empty(self.shape, self.dtype, device))
     return Tensor(self.lazydata.copy_to(device))
   def assign(self, x: "Tensor") -> "Tensor":
     if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} doesn't match {self.shape}")
@@ -110,15 +245,20 @@ class Tensor:
   @staticmethod
   def full(shape: Sequence[sint], fill: Scalar, dtype: Optional[Union[DType, str]] = None, device: Optional[str] = None) -> "Tensor":
     shape = _shape(shape)
-    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill)
-    return Tensor(LazyBuffer.const(fill, dt, _canon_device(device), shape))
+    if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"negative dimension in shape {shape}")
+    dev = _canon_device(device)
+    dt = _check_dtype(dev, _tensor_dtype(dtype) if dtype is not None else _py_dtype(fill))
+    return Tensor(_lb_const(fill, dt, dev, shape))
   @staticmethod
   def zeros(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor": return Tensor.full(_shape(shape), 0.0, dtype or dtypes.default_float, device)
   @staticmethod
   def ones(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor": return Tensor.full(_shape(shape), 1.0, dtype or dtypes.default_float, device)
   @staticmethod
   def empty(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
-    shape, dt, dev = _shape(shape), to_dtype(dtype) if dtype is not None else dtypes.default_float, _canon_device(device)
+    """Uninitialized memory of this shape (its contents are whatever the allocator returns)."""
+    shape, dev = _shape(shape), _canon_device(device)
+    if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"negative dimension in shape {shape}")
+    dt = _check_dtype(dev, _tensor_dtype(dtype) if dtype is not None else dtypes.default_float)
     return Tensor(LazyBuffer.from_buffer(Buffer(dev, int(prod(shape)), dt), shape, dt, dev))
   @staticmethod
   def arange(start: Scalar, stop: Optional[Scalar] = None, step: Scalar = 1, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
@@ -169,21 +309,29 @@ class Tensor:
 
   # ---- broadcasting and elementwise ---------------------------------------------------------------
   def _const_like(self, x: Scalar, dtype: Optional[DType] = None) -> "Tensor":
-    return Tensor(LazyBuffer.const(x, dtype or self.dtype, self.device, self.shape))
-  def _to_tensor(self, x: Any) -> "Tensor":
+    return Tensor(_lb_const(x, dtype or self.dtype, self.device, self.shape))
+  def _to_tensor(self, x: Any, cmp: bool = False) -> "Tensor":
+    """x as a tensor on this device. Python scalars are weak (numpy 2, NEP 50): they take this tensor's
+    dtype when their kind fits it; an int that doesn't fit an int dtype is an OverflowError, except in
+    comparisons, which widen to compare exactly."""
     if isinstance(x, Tensor): return x
-    if isinstance(x, (bool, int, float)):
-      # python scalars take the tensor's kind where they fit (numpy's weak scalar promotion)
-      if isinstance(x, bool): dt = dtypes.bool if self.dtype == dtypes.bool else self.dtype
-      elif isinstance(x, int): dt = self.dtype if self.dtype != dtypes.bool else dtypes.default_int
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+      if isinstance(x, bool): dt = self.dtype
+      elif isinstance(x, int):
+        if self.dtype == dtypes.bool: dt = _py_dtype(x)
+        elif dtypes.is_int(self.dtype) and not int(dtypes.min(self.dtype)) <= x <= int(dtypes.max(self.dtype)):
+          if not cmp: raise OverflowError(f"python integer {x} out of bounds for {self.dtype.name}")
+          dt = least_upper_dtype(self.dtype, _py_dtype(x) if x >= 0 else dtypes.int64)
+        else: dt = self.dtype
       else: dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
-      return Tensor(LazyBuffer.const(x, dt, self.device))
-    if isinstance(x, Variable): return Tensor(LazyBuffer.const(x, dtypes.int32, self.device))
-    return Tensor(x, device=self.device)
-  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple["Tensor", "Tensor"]:
-    x, y = self, self._to_tensor(y)
+      return Tensor(_lb_const(x, _check_dtype(self.device, dt), self.device))
+    if isinstance(x, Variable): return Tensor(_lb_const(x, dtypes.int32, self.device))
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)): return Tensor(x, device=self.device)
+    raise TypeError(f"can't combine a Tensor with {type(x).__name__}")
+  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True, cmp: bool = False) -> tuple["Tensor", "Tensor"]:
+    x, y = self, self._to_tensor(y, cmp)
     if reverse: x, y = y, x
-    if x.device != y.device: raise ValueError(f"operands are on different devices: {x.device} and {y.device}")
+    if x.device != y.device: raise ValueError(f"operands are on different devices: {x.device} and {y.device} (move one with .to())")
     shape = _broadcast_shape(x.shape, y.shape)
     if match_dtype and x.dtype != y.dtype:
       dt = least_upper_dtype(x.dtype, y.dtype)
@@ -192,15 +340,21 @@ class Tensor:
   def _expand_to(self, shape: tuple) -> "Tensor":
     if self.shape == shape: return self
     padded = (1,) * (len(shape) - self.ndim) + self.shape
-    return Tensor(self.lazydata.reshape(padded).expand(shape)) if padded != shape else Tensor(self.lazydata.reshape(shape))
+    x = self._mv("reshape", padded) if padded != self.shape else self
+    return x._mv("expand", shape) if padded != shape else x
+  def _mv(self, fn: str, arg: Any) -> "Tensor":
+    """A movement op: a view of the same base. A zero-element result is an empty buffer instead."""
+    new_st = getattr(self.lazydata.st, fn)(arg)
+    if _is_zero(new_st.shape): return Tensor(_lb_empty(new_st.shape, self.dtype, self.device))
+    return Tensor(getattr(self.lazydata, fn)(arg))
   def _e(self, op: Any, *srcs: "Tensor", dtype: Optional[DType] = None) -> "Tensor":
-    return Tensor(self.lazydata.e(op, *[s.lazydata for s in srcs], dtype=dtype))
+    return Tensor(_lb_e(op, [self.lazydata] + [s.lazydata for s in srcs], dtype=dtype))
 
-  def cast(self, dtype: Union[DType, str]) -> "Tensor": return Tensor(self.lazydata.cast(to_dtype(dtype)))
+  def cast(self, dtype: Union[DType, str]) -> "Tensor": return Tensor(_lb_cast(self.lazydata, _tensor_dtype(dtype)))
   def bitcast(self, dtype: Union[DType, str]) -> "Tensor":
-    dt = to_dtype(dtype)
-    if dt.itemsize != self.dtype.itemsize: raise ValueError(f"bitcast {self.dtype} -> {dt}: sizes differ")
-    return Tensor(self.lazydata.cast(dt, bitcast=True))
+    dt = _tensor_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize: raise ValueError(f"bitcast {self.dtype.name} -> {dt.name}: item sizes differ ({self.dtype.itemsize} vs {dt.itemsize} bytes)")
+    return Tensor(_lb_cast(self.lazydata, dt, bitcast=True))
   def float(self) -> "Tensor": return self.cast(dtypes.float32)
   def half(self) -> "Tensor": return self.cast(dtypes.float16)
   def int(self) -> "Tensor": return self.cast(dtypes.int32)

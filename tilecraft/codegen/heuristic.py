@@ -62,7 +62,7 @@ def hand_coded_optimizations(k: Any) -> Any:
       return k
 
   # small output, big reduce on GPUs: group the reduce so many threads share it
-  if gpu and k.reduceops and not sym and k.first_reduce < k.first_upcast and \
+  if gpu and k.reduceops and not sym and not k.const_sum_reduce() and k.first_reduce < k.first_upcast and \
       prod(k.full_shape[:k.first_reduce]) <= 2048 and len(k.reduceops) == 1:
     for amt in (256, 16):
       if _try(k, Opt(OptOps.GROUPTOP, 0, amt), f"small output ({prod(k.full_shape[:k.first_reduce])}) with a long reduce: group the reduce by {amt}"):
@@ -97,7 +97,8 @@ def hand_coded_optimizations(k: Any) -> Any:
     upcasted_reuse += 1
 
   # reduce unrolling: short reduces fully, long ones by the vector width along a contiguous input
-  if k.first_reduce + k.group_for_reduces < k.first_upcast:
+  # (not for arange-style constant sums: those become a closed-form count without a loop)
+  if k.first_reduce + k.group_for_reduces < k.first_upcast and not k.const_sum_reduce():
     ax = k.first_upcast - 1
     size = k.full_shape[ax]
     rel = ax - k.first_reduce

@@ -17,7 +17,7 @@ from enum import Enum, auto
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.helpers import DEBUG, dedup, prod, round_up
-from tilecraft.ops import (UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps,
+from tilecraft.ops import (UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
 from tilecraft.renderer import Program, Renderer
 from tilecraft.shape.shapetracker import ShapeTracker
@@ -228,7 +228,8 @@ class Kernel:
       check(self.local_dims == 0 and self.group_for_reduces == 0, "NOLOCALS can't be applied after locals are used")
       self.dont_use_locals = True
       return
-    check(opt.axis is not None and isinstance(opt.axis, int) and opt.axis >= 0, f"{opt.op.name}: axis must be a non-negative int, got {opt.axis!r}")
+    check(opt.axis is not None and isinstance(opt.axis, int) and not isinstance(opt.axis, bool) and opt.axis >= 0,
+          f"{opt.op.name}: axis must be a non-negative int, got {opt.axis!r}")
     axis = opt.real_axis(self)
     check(axis < self.shape_len, f"{opt.op.name}: axis {axis} is out of range for a kernel with {self.shape_len} dims")
     if opt.op is OptOps.SWAP:
@@ -238,7 +239,7 @@ class Kernel:
       self.reshape_and_permute(None, order)
       return
     size = self.full_shape[axis]
-    check(isinstance(opt.amt, int) and opt.amt >= 0, f"{opt.op.name}: amount must be a non-negative int, got {opt.amt!r}")
+    check(isinstance(opt.amt, int) and not isinstance(opt.amt, bool) and opt.amt >= 0, f"{opt.op.name}: amount must be a non-negative int, got {opt.amt!r}")
     amt = opt.amt if opt.amt != 0 else size
     if opt.op is OptOps.PADTO: return self._padto(axis, amt)
     check(isinstance(size, int), f"{opt.op.name}: axis {axis} has symbolic size {size}")
@@ -256,6 +257,7 @@ class Kernel:
       check(not self.dont_use_locals, f"{opt.op.name}: can't group after NOLOCALS")
       check(self.first_reduce + self.group_for_reduces <= axis < self.first_upcast, f"{opt.op.name}: axis {axis} is not a reduce axis")
       check(len(self.reduceops) == 1, f"{opt.op.name}: grouping needs exactly one reduce, kernel has {len(self.reduceops)}")
+      check(self.group_for_reduces == 0, f"{opt.op.name}: the reduce is already grouped (one group axis is supported)")
       check(self.tensor_core is None, f"{opt.op.name}: can't group with tensor cores")
       self._check_shared(amt)
       self.shift_to(axis, amt, top=opt.op is OptOps.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
@@ -273,13 +275,18 @@ class Kernel:
       self.shift_to(axis, amt, insert_before=None)
       self.upcasted += 1
     elif opt.op is OptOps.UPCASTMID:
-      check(any(isinstance(b.dtype, ImageDType) for b in self.membufs), "UPCASTMID: only for image kernels")
-      check(self.group_for_reduces > 0 and axis == self.first_reduce and amt == 4, "UPCASTMID: only the first grouped axis by 4")
-      check(self.full_shape[axis] == self.output_shape[axis], "UPCASTMID: axis must not be reduced")
+      # image outputs only: a grouped reduce keeps 4 output channels per thread in the middle region
+      check(isinstance(self.outbufs[0].dtype, ImageDType), "UPCASTMID: only for image outputs")
+      check(self.group_for_reduces > 0, "UPCASTMID: needs a grouped reduce")
+      check(axis < self.global_dims, f"UPCASTMID: axis {axis} is not a global axis")
+      unit = [a for a in self.sts[0].unit_stride_axes() if a < self.first_reduce]
+      check(unit == [axis], f"UPCASTMID: axis {axis} must be the output's only unit-stride axis (those are {unit})")
+      check(amt == 4, "UPCASTMID: only by 4")
       self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
     else: raise KernelOptError(f"unknown opt {opt.op}")
     self.simplify_ones()
+    if self.group_for_reduces: self._check_shared(1)  # later opts (LOCAL, UPCAST, PADTO) grow the staging buffer too
 
   def _tc_thread_ok(self, axis: int) -> bool:
     return self.tensor_core is None or axis not in getattr(self, "tc_thread_axes", ())
@@ -305,6 +312,14 @@ class Kernel:
     check(new <= 4 * size, f"PADTO: padding {size} to {new} is more than 4x the work")
     if new == size: return
     self.sts = [st.pad(tuple((0, new - size) if i == axis and st.shape[i] != 1 else (0, 0) for i in range(len(st.shape)))) for st in self.sts]
+
+  def const_sum_reduce(self) -> bool:
+    """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in
+    closed form unless its axes are unrolled, so heuristics leave those axes alone."""
+    if len(self.reduceops) != 1 or self.reduceops[0].op is not ReduceOps.SUM: return False
+    src = self.reduceops[0].src[0]
+    while src.op is UnaryOps.CAST: src = src.src[0]
+    return src.op is BufferOps.CONST
 
   # ---- heuristics (implemented in heuristic.py) -----------------------------------------------------
   def required_optimizations(self) -> "Kernel":

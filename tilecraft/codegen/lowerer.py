@@ -332,6 +332,7 @@ class Lowerer:
     return UOp(UOps.ALU, dt, tuple(vals), op.op)
 
   def lower_reduce(self, op: LazyOp) -> dict[tuple, UOp]:
+    if (collapsed := self._collapse_const_sum(op)) is not None: return collapsed
     red_axes = set(op.arg)
     # which loops this reduce runs over: the serial reduce loops, or in a grouped reduce's second
     # stage, loops over the group axes (whose index is then the loop, not the thread id)
@@ -377,6 +378,63 @@ class Lowerer:
     parts = [v.gep(i) for i in range(v.dtype.count)]
     while len(parts) > 1: parts = [self._combine(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
     return parts[0]
+
+  def _collapse_const_sum(self, op: LazyOp) -> Optional[dict[tuple, UOp]]:
+    """arange-style reduces: a SUM of a masked constant over a loop whose mask bounds the loop
+    variable linearly is a count, computed in closed form instead of looping."""
+    if op.op is not ReduceOps.SUM: return None
+    src, casts = op.src[0], []
+    while src.op is UnaryOps.CAST: casts.append(src.arg); src = src.src[0]
+    if src.op is not BufferOps.CONST or isinstance(src.arg.val, Variable): return None
+    if any(a in self.magenta or a == self.vax for a in op.arg if self.shape[a] != 1): return None
+    loop_vars = {self.idx_vars[a]: a for a in op.arg if isinstance(self.idx_vars[a], Variable) and a in self.red_axes}
+    if not loop_vars: return None
+    c = src.arg.val
+    for dt in reversed(casts): c = dtypes.as_const(c, dt)
+    res: dict[tuple, UOp] = {}
+    for lane in self.lanes(False):
+      _, valid = self.index(src.arg.st, lane)
+      per = [valid] if self.vlane is None or not (isinstance(valid, Node) and self.vlane in valid.vars()) else [_subst(valid, self.vlane, i) for i in range(self.W)]
+      counts = [self._count(v, loop_vars) for v in per]
+      if any(x is None for x in counts): return None
+      vals = [UOp.alu(BinaryOps.MUL, n.cast(op.dtype), UOp.const(op.dtype, c)) for n in counts]  # type: ignore[union-attr]
+      res[lane] = vals[0] if len(vals) == 1 else UOp(UOps.VECTORIZE, op.dtype.vec(self.W), tuple(vals))
+    return res
+
+  def _count(self, valid: sint, loop_vars: dict[Variable, int]) -> Optional[UOp]:
+    """How many values of the loop variables make `valid` true, if it bounds one of them linearly."""
+    conds = [] if valid == 1 else list(valid.nodes) if isinstance(valid, And) else [valid]
+    dep = {v for cnd in conds if isinstance(cnd, Node) for v in cnd.vars() if v in loop_vars}
+    if len(dep) > 1: return None
+    r = next(iter(dep)) if dep else None
+    size = prod(self.shape[a] for v, a in loop_vars.items() if v is not r)
+    lo: list[sint] = [0]
+    hi: list[sint] = [self.shape[loop_vars[r]]] if r is not None else []
+    free: list[sint] = []
+    for cnd in conds:
+      if r is None or r not in cnd.vars(): free.append(cnd); continue
+      negated = isinstance(cnd, Sum) and cnd.const == 1 and len(cnd.terms) == 1 and cnd.terms[0][1] == -1 and isinstance(cnd.terms[0][0], Lt)
+      lt = cnd.terms[0][0] if negated else cnd
+      if not isinstance(lt, Lt): return None
+      terms = dict(lt.a.terms) if isinstance(lt.a, Sum) else {lt.a: 1}
+      coef = terms.get(r)
+      if coef not in (1, -1): return None
+      rest = lt.a - r * coef
+      if isinstance(rest, Node) and r in rest.vars(): return None
+      # coef*r + rest < b
+      if coef == 1: (lo if negated else hi).append(lt.b - rest)
+      else: (hi if negated else lo).append(rest - lt.b + 1)
+    if r is None: n: UOp = UOp.const(dtypes.int32, 1)
+    else:
+      lo_u = [self.sym_to_uop(x, dtypes.int32) for x in lo]
+      hi_u = [self.sym_to_uop(x, dtypes.int32) for x in hi]
+      top, bot = hi_u[0], lo_u[0]
+      for h in hi_u[1:]: top = UOp.alu(UnaryOps.NEG, UOp.alu(BinaryOps.MAX, UOp.alu(UnaryOps.NEG, top), UOp.alu(UnaryOps.NEG, h)))
+      for b in lo_u[1:]: bot = UOp.alu(BinaryOps.MAX, bot, b)
+      n = UOp.alu(BinaryOps.MAX, UOp.alu(BinaryOps.SUB, top, bot), UOp.const(dtypes.int32, 0))
+    if size != 1: n = UOp.alu(BinaryOps.MUL, n, UOp.const(dtypes.int32, size))
+    if free: n = UOp.alu(TernaryOps.WHERE, self.sym_bool(sym_and(*free)), n, UOp.const(dtypes.int32, 0))
+    return n
 
   def _group_ranges(self) -> list[UOp]:
     """Loops over the group axes for a grouped reduce's second stage (reading local memory)."""

@@ -93,12 +93,29 @@ def _fold_alu(a: UOp) -> Optional[UOp]:
   if a.arg is BinaryOps.IDIV and a.src[1].arg == 0: return None  # keep the hardware's behaviour
   return _fold(a.arg, a.dtype, *[s.arg for s in a.src])
 
+def _splat(u: UOp) -> Any:
+  """The constant value of a CONST, or of a VECTORIZE whose lanes are all the same CONST; else None."""
+  if u.op is UOps.CONST: return u.arg
+  if u.op is UOps.VECTORIZE and all(s is u.src[0] for s in u.src) and u.src[0].op is UOps.CONST: return u.src[0].arg
+  return None
+
+def _fold_vector_alu(a: UOp) -> Optional[UOp]:
+  """An ALU over vectors of constants is a vector of folded constants."""
+  if a.dtype.count == 1 or not all(s.op is UOps.VECTORIZE and all(x.op is UOps.CONST for x in s.src) or s.op is UOps.CONST for s in a.src): return None
+  lanes = []
+  for i in range(a.dtype.count):
+    vals = [s.src[i].arg if s.op is UOps.VECTORIZE else s.arg for s in a.src]
+    if (c := _fold(a.arg, a.dtype.scalar(), *vals)) is None: return None
+    lanes.append(c)
+  return UOp(UOps.VECTORIZE, a.dtype, tuple(lanes))
+
 def _is_int(u: UOp) -> bool: return dtypes.is_int(u.dtype) or u.dtype.scalar() == dtypes.bool
 def _c(u: UOp, v: Any) -> UOp: return UOp.const(u.dtype, v)
 
 X = UPat.var("x")
 constant_folding = PatternMatcher([
   (UPat(UOps.ALU, name="a"), _fold_alu),
+  (UPat(UOps.ALU, name="a"), _fold_vector_alu),
   (UPat(UOps.CAST, name="c", src=(UPat.cvar("x"),)), lambda c, x: UOp.const(c.dtype, x.arg) if c.dtype.count == 1 and not isinstance(x.arg, tuple) else None),
   (UPat(UOps.GEP, name="g", src=(UPat(UOps.VECTORIZE, name="v"),)), lambda g, v: v.src[g.arg]),
   (UPat(UOps.VECTORIZE, name="v", src=None), lambda v: v.src[0].src[0] if all(s.op is UOps.GEP and s.src[0] is v.src[0].src[0] and s.arg == i for i, s in enumerate(v.src)) and v.src[0].src[0].dtype == v.dtype else None),
@@ -106,8 +123,10 @@ constant_folding = PatternMatcher([
 
 algebraic = PatternMatcher([
   # identities
-  (UPat.alu(BinaryOps.ADD, X, UPat.cvar("c"), commutative=True), lambda x, c: x if c.arg == 0 else None),
-  (UPat.alu(BinaryOps.MUL, X, UPat.cvar("c"), commutative=True), lambda x, c: x if c.arg == 1 else (_c(x, 0) if c.arg == 0 and _is_int(x) else None)),
+  (UPat.alu(BinaryOps.ADD, X, UPat(UOps.CONST, name="c"), commutative=True), lambda x, c: x if c.arg == 0 else None),
+  (UPat.alu(BinaryOps.ADD, X, UPat(UOps.VECTORIZE, name="c"), commutative=True), lambda x, c: x if _splat(c) == 0 and x.dtype == c.dtype else None),
+  (UPat.alu(BinaryOps.MUL, X, UPat(UOps.CONST, name="c"), commutative=True), lambda x, c: x if c.arg == 1 else (_c(x, 0) if c.arg == 0 and _is_int(x) else None)),
+  (UPat.alu(BinaryOps.MUL, X, UPat(UOps.VECTORIZE, name="c"), commutative=True), lambda x, c: x if _splat(c) == 1 and x.dtype == c.dtype else None),
   (UPat.alu(BinaryOps.SUB, X, UPat.cvar("c")), lambda x, c: x if c.arg == 0 else None),
   (UPat.alu(BinaryOps.IDIV, X, UPat.cvar("c")), lambda x, c: x if c.arg == 1 else None),
   (UPat.alu(BinaryOps.MOD, X, UPat.cvar("c")), lambda x, c: _c(x, 0) if c.arg == 1 and _is_int(x) else None),

@@ -246,7 +246,8 @@ def _iso_run(name: str, small: bool, opts: list, device: str, vv_index: int, gua
   try:
     e = corpus(small)[name]
     p = get_program(e.ast, opts, device)
-    return "ok", (run_program(e.ast, p, inputs, device, e.var_vals[vv_index], guard), _src_hash(p.src))
+    outs = run_program(e.ast, p, inputs, device, e.var_vals[vv_index], guard)
+    return "ok", (outs, _src_hash(p.src), (cache_stats.programs, cache_stats.compiles))
   except GuardZoneError as ex: return "guard", str(ex)
   except KernelOptError as ex: return "refused", str(ex)
   except Exception as ex:  # noqa: BLE001
@@ -260,6 +261,7 @@ class IsolatedRunner:
     self.small, self.timeout = small, timeout
     self.proc: Any = None
     self.last_src = ""
+    self.worker_stats = (0, 0)  # (programs rendered, runners compiled) by the current worker so far
   def _start(self) -> Any:
     if self.proc is None or self.proc.poll() is not None:
       import subprocess
@@ -278,7 +280,7 @@ class IsolatedRunner:
       raise KernelCrash(f"the worker running {entry.name} with {list(opts)} died or hung ({type(e).__name__}, exit code {rc}): "
                         "the kernel likely wrote out of bounds") from None
     if kind == "ok":
-      self.last_src = res[1]
+      self.last_src, self.worker_stats = res[1], res[2]
       return res[0]
     if kind == "guard": raise GuardZoneError.from_message(res)
     if kind == "refused": raise KernelOptError(res)
@@ -422,6 +424,35 @@ def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4) -> 
     k = kc
   seq.kernel = k  # type: ignore[attr-defined]
   return seq
+
+def enumerate_opts(kernel: Kernel, ops: Sequence[OptOps] = (OptOps.UPCAST, OptOps.UNROLL), amounts: Sequence[int] = (0, 2, 3, 4, 7, 8),
+                   max_len: int = 3) -> tuple[list[tuple[list[Opt], Kernel]], int]:
+  """Every valid sequence of up to max_len opts from ops x axes (0..shape_len-1) x amounts, applied
+  breadth first. Sequences reaching a kernel state already seen (same trackers and region counts:
+  the same program) are pruned. Returns ([(opts, kernel)] for each distinct state, the number of
+  valid sequences before pruning)."""
+  def key(k: Kernel) -> tuple: return _kernel_state(k)[:-1]
+  seen = {key(kernel)}
+  out: list[tuple[list[Opt], Kernel]] = []
+  frontier: list[tuple[list[Opt], Kernel]] = [([], kernel)]
+  valid = 0
+  for _ in range(max_len):
+    nxt: list[tuple[list[Opt], Kernel]] = []
+    for opts, k in frontier:
+      for op in ops:
+        for axis in range(k.shape_len):
+          for amt in amounts:
+            opt = Opt(op, axis, amt)
+            kc, err = try_opt(k, opt)
+            if err is not None: raise RuntimeError(f"{opts + [opt]}: {err}")
+            if kc is None: continue
+            valid += 1
+            if (kk := key(kc)) in seen: continue
+            seen.add(kk)
+            nxt.append((opts + [opt], kc))
+    out += nxt
+    frontier = nxt
+  return out, valid
 
 # ---- fuzzing -------------------------------------------------------------------------------------
 

@@ -138,10 +138,13 @@ class ShapeTracker:
       valid = sym_and(valid, v2)
     return idx, valid
 
+  @property
+  def concrete(self) -> bool: return all(v.concrete for v in self.views)
+
   def real_strides(self, ignore_valid: bool = False) -> tuple[Optional[sint], ...]:
     """Per-axis stride of the memory index; None where the axis enters non-linearly (or through the
     mask, unless ignore_valid). A number is exact: one step along the axis moves the address by it."""
-    return _real_strides(self, ignore_valid)
+    return (_real_strides_cached if self.concrete else _real_strides)(self, ignore_valid)
 
   def unit_stride_axes(self, ignore_valid: bool = False) -> list[int]:
     return [i for i, st in enumerate(self.real_strides(ignore_valid)) if isinstance(st, int) and st == 1]
@@ -182,7 +185,8 @@ class ShapeTracker:
     """Merge the last two views while their composition is exactly one view."""
     if len(self.views) >= 2 and any(v.is_all_invalid for v in self.views): return ShapeTracker((_all_invalid(self.shape),))
     st = self
-    while len(st.views) >= 2 and (merged := _merge_views(st.views[-2], st.views[-1])) is not None:
+    while len(st.views) >= 2 and (merged := (_merge_views_cached if st.views[-2].concrete and st.views[-1].concrete else _merge_views)(
+        st.views[-2], st.views[-1])) is not None:
       st = ShapeTracker(st.views[:-2] + (merged,))
     return st
 
@@ -193,6 +197,8 @@ class ShapeTracker:
     return st
 
 # ---- cached analyses (the optimizer asks these many times for the same trackers) ------------------
+# Analyses whose result may hold Variables are cached only for concrete trackers: Variables compare
+# equal whatever value they are bound to, so a cached result could carry another call's bound values.
 
 @functools.lru_cache(maxsize=4096)
 def _default_expr(st: ShapeTracker) -> tuple[sint, sint]: return st.expr_idxs(_axis_vars(st.shape))
@@ -208,7 +214,6 @@ def _masked_axes(st: ShapeTracker) -> tuple[bool, ...]:
   vs = valid.vars() if isinstance(valid, Node) else set()
   return tuple(isinstance(a, Variable) and a in vs for a in axes)
 
-@functools.lru_cache(maxsize=4096)
 def _real_strides(st: ShapeTracker, ignore_valid: bool) -> tuple[Optional[sint], ...]:
   last = st.views[-1]
   if len(st.views) == 1:
@@ -237,7 +242,6 @@ def _real_size(st: ShapeTracker) -> int:
     hi = min(hi if isinstance(hi, int) else hi.vmax, hi2)
   return int(hi if isinstance(hi, int) else hi.vmax) + 1
 
-@functools.lru_cache(maxsize=4096)
 def _merge_views(v1: View, v2: View) -> Optional[View]:
   """One view equal to v2 over v1, or None. Decided by simplifying the composed index."""
   if v1.contiguous: return v2
@@ -259,3 +263,6 @@ def _merge_views(v1: View, v2: View) -> Optional[View]:
   # (an axis narrowed to one value is an int in `narrowed`: its address is already in the offset)
   strides = tuple(coeffs.get(a, 0) if isinstance(a, Variable) else 0 for a in narrowed)  # type: ignore[call-overload]
   return View.create(v2.shape, strides, offset, tuple((b, e) for b, e in box))
+
+_real_strides_cached = functools.lru_cache(maxsize=4096)(_real_strides)
+_merge_views_cached = functools.lru_cache(maxsize=4096)(_merge_views)

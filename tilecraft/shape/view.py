@@ -13,6 +13,7 @@ Canonical form (what `View.create` returns):
 - `contiguous` is True exactly for unmasked row-major views at offset 0.
 """
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 from typing import Optional
 from tilecraft.helpers import prod
@@ -93,11 +94,17 @@ class View:
   def is_all_invalid(self) -> bool:
     """True when no element is valid (canonical form: every mask range is (0, 0))."""
     return self.mask is not None and any(_known_lt(b, e) is False for b, e in self.mask)
+  @property
+  def concrete(self) -> bool:
+    """No symbolic shape, stride, offset or mask."""
+    return isinstance(self.offset, int) and all(isinstance(x, int) for x in self.shape + self.strides) and \
+      (self.mask is None or all(isinstance(x, int) for m in self.mask for x in m))
   def vars(self) -> set[Variable]:
     return sym_vars(self.shape) | sym_vars(self.strides) | sym_vars(self.offset) | sym_vars(tuple(x for m in (self.mask or ()) for x in m))
 
   def expr(self, idxs: tuple[sint, ...]) -> tuple[sint, sint]:
     """(memory index, valid) of the element at `idxs`."""
+    if len(idxs) != len(self.shape): raise ValueError(f"{len(idxs)} indices for a view of shape {self.shape}")
     idx = sym_sum([self.offset] + [i * st for i, st in zip(idxs, self.strides) if not _eq(st, 0)])
     if self.mask is None: return idx, 1
     conds: list[sint] = []
@@ -187,7 +194,9 @@ class View:
       raise ValueError(f"reshape {self.shape} -> {new_shape}: sizes {old_size} and {new_size} differ")
     if self.is_all_invalid or any(_eq(s, 0) for s in self.shape) or any(_eq(s, 0) for s in new_shape): return _all_invalid(new_shape)
     if self.contiguous: return View.create(new_shape)
-    return _reshape_groups(self, new_shape)
+    # results are cached only for concrete views: Variables compare equal whatever value they are bound
+    # to, so a cached symbolic view could carry another call's bound values
+    return (_reshape_cached if self.concrete and all(isinstance(s, int) for s in new_shape) else _reshape_groups)(self, new_shape)
 
 # ---- reshape: match old and new dims in groups of equal size, merge each old group, split it ----------
 
@@ -279,3 +288,5 @@ def _reshape_groups(v: View, new_shape: tuple[sint, ...]) -> Optional[View]:
       masked = True
       for k, m in zip(gj, split[1]): mask[k] = m
   return View.create(new_shape, tuple(strides), offset, tuple(mask) if masked else None)
+
+_reshape_cached = functools.lru_cache(maxsize=8192)(_reshape_groups)

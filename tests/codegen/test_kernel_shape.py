@@ -330,8 +330,6 @@ def test_opencl_grouped_sum_and_max(op, rng):
   k = make(reduce_ast((6, 256), (1,), ReduceOps.MAX), dev.renderer, [Opt(op, 0, 16)])
   np.testing.assert_array_equal(run(k, [x], "OPENCL"), x.max(1))
 
-@pytest.mark.xfail(strict=True, reason="a second GROUP is accepted by apply_opt but lowering crashes "
-                   "(AttributeError: 'tuple' object has no attribute 'src' in rewrite.py)")
 def test_two_groups_refused_or_correct(rng):
   """Two GROUPs on one reduce: either refused by apply_opt or rendered and correct."""
   k = make(matmul(25, 20, 16), GPU, [Opt(OptOps.GROUP, 0, 2)])

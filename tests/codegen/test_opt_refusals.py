@@ -259,8 +259,6 @@ def _local_buffer_bytes(k):
   ast = k.get_optimized_ast()
   return max([x.arg.st.size * x.arg.dtype.itemsize for x in ast.lazyops if x.op is BufferOps.STORE and x.arg.idx < 0] or [0])
 
-@pytest.mark.xfail(strict=True, reason="shared_max is only checked by GROUP/GROUPTOP: a LOCAL, UPCAST or PADTO applied after the GROUP "
-                   "grows the local buffer past shared_max without a KernelOptError (the same opts in the other order are refused)")
 @pytest.mark.parametrize("opt", [Opt(L, 0, 4), Opt(U, 0, 4), Opt(PAD, 1, 32)], ids=["local", "upcast", "padto-green"])
 def test_shared_max_after_group(opt):
   k = make(rowreduce(64, 256), tiny_shared(32), [Opt(G, 0, 8)])
@@ -271,20 +269,16 @@ def test_shared_max_after_group(opt):
 
 # ---- bools are not ints here ----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="bool passes the isinstance(int) checks: Opt(UPCAST, 0, False) is taken as amt=0 (the whole axis)")
 def test_bool_amount_refused():
   k = make(elementwise((8,)), CPU)
   assert_refused(k, Opt(U, 0, False), r"amount")
 
-@pytest.mark.xfail(strict=True, reason="bool passes the isinstance(int) checks: Opt(UPCAST, True, 4) is taken as axis 1")
 def test_bool_axis_refused():
   k = make(matmul(16, 16, 16), GPU)
   assert_refused(k, Opt(U, True, 4), r"axis")
 
 # ---- UPCASTMID: its image case ---------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="UPCASTMID can never be applied: it requires axis == first_reduce and that the axis is not "
-                   "reduced, but the axis at first_reduce is always reduced (first_reduce is defined that way)")
 def test_upcastmid_image_case_is_reachable():
   """On a grouped reduce with an image output, some UPCASTMID by 4 is accepted and makes a white axis."""
   k = make(image_reduce(), GPU, [Opt(G, 0, 4)])

@@ -241,7 +241,10 @@ class Kernel:
     size = self.full_shape[axis]
     check(isinstance(opt.amt, int) and not isinstance(opt.amt, bool) and opt.amt >= 0, f"{opt.op.name}: amount must be a non-negative int, got {opt.amt!r}")
     amt = opt.amt if opt.amt != 0 else size
-    if opt.op is OptOps.PADTO: return self._padto(axis, amt)
+    if opt.op is OptOps.PADTO:
+      self._padto(axis, amt)
+      if self.group_for_reduces: self._check_shared(1)
+      return
     check(isinstance(size, int), f"{opt.op.name}: axis {axis} has symbolic size {size}")
     check(isinstance(amt, int) and amt > 1 if opt.op is not OptOps.LOCAL else amt >= 1, f"{opt.op.name}: amount {amt} must be > 1")
     check(size % amt == 0, f"{opt.op.name}: {amt} does not divide axis {axis} of size {size}")

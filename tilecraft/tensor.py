@@ -329,12 +329,14 @@ class Tensor:
     if isinstance(x, (np.ndarray, np.generic, list, tuple)): return Tensor(x, device=self.device)
     raise TypeError(f"can't combine a Tensor with {type(x).__name__}")
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True, cmp: bool = False) -> tuple["Tensor", "Tensor"]:
-    x, y = self, self._to_tensor(y, cmp)
-    if reverse: x, y = y, x
+    weak = isinstance(y, (bool, int, float)) and not isinstance(y, np.generic)
+    yt = self._to_tensor(y, cmp)
+    x, y = (yt, self) if reverse else (self, yt)
     if x.device != y.device: raise ValueError(f"operands are on different devices: {x.device} and {y.device} (move one with .to())")
     shape = _broadcast_shape(x.shape, y.shape)
     if match_dtype and x.dtype != y.dtype:
-      dt = least_upper_dtype(x.dtype, y.dtype)
+      # a python scalar's dtype was picked to be the result's (weak promotion); tensors promote
+      dt = yt.dtype if weak else least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(dt), y.cast(dt)
     return x._expand_to(shape), y._expand_to(shape)
   def _expand_to(self, shape: tuple) -> "Tensor":
@@ -378,61 +380,111 @@ class Tensor:
     x, y = x.cast(dt), y.cast(dt)
     return x * y.reciprocal()
   def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
+    """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
-    if dtypes.is_float(x.dtype): return (x / y).floor()
+    if dtypes.is_float(x.dtype):
+      q = (x / y).floor()
+      # numpy: inf // finite is nan; finite // inf is -1 when the signs differ, else 0
+      q = (x.isinf() & (y != 0)).where(math.nan, q)
+      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(-1.0, 0.0), q)
     if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
-    return x._e(BinaryOps.IDIV, y)
+    if dtypes.is_unsigned(x.dtype): return x._e(BinaryOps.IDIV, y)
+    # x // -1 is -x (MIN // -1 wraps to MIN, as in numpy): dividing MIN by -1 traps on CPUs
+    m1 = y == -1
+    return m1.where(-x, x._e(BinaryOps.IDIV, m1.where(1, y)))
   def mod(self, y: Any, reverse: bool = False) -> "Tensor":
+    """numpy modulo: the result takes the divisor's sign; integer modulo by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
-    if dtypes.is_float(x.dtype): return x - (x / y).floor() * y
+    if dtypes.is_float(x.dtype):
+      r = x - (x / y).floor() * y
+      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(y, x), r)
     if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
-    return x._e(BinaryOps.MOD, y)
+    if dtypes.is_unsigned(x.dtype): return x._e(BinaryOps.MOD, y)
+    return x._e(BinaryOps.MOD, (y == -1).where(1, y))  # anything % -1 is 0; MIN % -1 would trap
   def pow(self, y: Any, reverse: bool = False) -> "Tensor":
-    if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
-      if y == 2: return self * self
-      if y == 1: return self
-      if y == 0: return self._const_like(1)
-      if y == 0.5: return self.sqrt()
-      if y == -1: return self.reciprocal()
+    """numpy power: integer tensors to integer powers stay integers; floats follow C pow's special cases."""
+    if not reverse and isinstance(y, (int, float)) and not isinstance(y, (bool, np.generic)):
+      if isinstance(y, int) and not dtypes.is_float(self.dtype):
+        if y < 0: raise ValueError(f"integers to negative integer powers are not allowed ({self.dtype.name} ** {y})")
+        return (self if self.dtype != dtypes.bool else self.cast(dtypes.default_int))._ipow_const(y)
+      if dtypes.is_float(self.dtype) and float(y).is_integer() and abs(y) <= 32:
+        r = self._ipow_const(abs(int(y)))
+        return r if y >= 0 else r.reciprocal()
     x, y = self._broadcasted(y, reverse)
-    if not dtypes.is_float(x.dtype): x, y = x.float(), y.float()
-    # sign handling for negative bases with integer exponents
+    if not dtypes.is_float(x.dtype):
+      if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
+      return x._ipow_tensor(y)
+    # |x| ** y, then the sign for negative bases with integer exponents
     mag = (y * x.abs().log2()).exp2()
     yi = y.floor()
     is_int = (yi == y)
     odd = (yi.abs() % 2) == 1
     neg = x < 0
-    res = neg.where(is_int.where(odd.where(-mag, mag), Tensor(math.nan, device=x.device)._expand_to(x.shape)), mag)
-    return (x == 0).where((y == 0).where(1.0, (y < 0).where(math.inf, 0.0)), res)
+    res = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
+    res = (x == 0).where((y == 0).where(1.0, (y < 0).where(math.inf, 0.0)), res)
+    return ((y == 0) | (x == 1)).where(1.0, res)  # x ** 0 and 1 ** y are 1, even for nan
+  def _ipow_const(self, n: int) -> "Tensor":
+    """x ** n for an int n >= 0 by repeated squaring (exact for integers)."""
+    if n == 0: return self._const_like(1)
+    out: Optional[Tensor] = None
+    base = self
+    while n:
+      if n & 1: out = base if out is None else out * base
+      n >>= 1
+      if n: base = base * base
+    return out  # type: ignore[return-value]
+  def _ipow_tensor(self, e: "Tensor") -> "Tensor":
+    """Integer x ** e elementwise (wrapping like numpy). A negative e, which numpy refuses, gives 1 / x
+    truncated: 1 for x == 1, +-1 for x == -1, else 0."""
+    bits = 8 * e.dtype.itemsize - (0 if dtypes.is_unsigned(e.dtype) else 1)
+    out, base = self._const_like(1), self
+    for k in range(bits):
+      out = ((e >> k) & 1).cast(dtypes.bool).where(out * base, out)
+      if k + 1 < bits: base = base * base
+    if dtypes.is_unsigned(e.dtype): return out
+    odd = (e & 1).cast(dtypes.bool)
+    return (e < 0).where((self == 1).where(1, (self == -1).where(odd.where(-1, 1), 0)), out)
   def maximum(self, y: Any) -> "Tensor":
     x, y = self._broadcasted(y)
     return x._e(BinaryOps.MAX, y) if x.dtype != dtypes.bool else x._e(BinaryOps.OR, y)
   def minimum(self, y: Any) -> "Tensor":
     x, y = self._broadcasted(y)
     if x.dtype == dtypes.bool: return x._e(BinaryOps.AND, y)
-    return -((-x).maximum(-y)) if dtypes.is_float(x.dtype) or not dtypes.is_unsigned(x.dtype) else (x < y).where(x, y)
+    if dtypes.is_float(x.dtype): return -((-x).maximum(-y))  # keeps nan like maximum does
+    return ~((~x).maximum(~y))  # ~ reverses the order of integers and, unlike -, never overflows
   def where(self, x: Any, y: Any) -> "Tensor":
+    """x where self is true (nonzero), else y; broadcasting, with numpy promotion of x and y."""
     cond = self if self.dtype == dtypes.bool else self != 0
-    xt, yt = cond._to_tensor(x), cond._to_tensor(y)
-    if not isinstance(x, Tensor) and isinstance(y, Tensor): xt = y._to_tensor(x)
-    if not isinstance(y, Tensor) and isinstance(x, Tensor): yt = x._to_tensor(y)
-    xt, yt = xt._broadcasted(yt)
-    shape = _broadcast_shape(cond.shape, xt.shape)
+    if isinstance(x, Tensor) and isinstance(y, Tensor): xt, yt = x, y
+    elif isinstance(x, Tensor): xt, yt = x, x._to_tensor(y)  # a python scalar is weak: it takes x's kind
+    elif isinstance(y, Tensor): xt, yt = y._to_tensor(x), y
+    else:
+      scalars = [v for v in (x, y) if not isinstance(v, Tensor)]
+      if any(isinstance(v, float) for v in scalars): dt = dtypes.default_float
+      elif any(isinstance(v, int) and not isinstance(v, bool) for v in scalars):
+        dt = least_upper_dtype(*(_py_dtype(v) for v in scalars if isinstance(v, int) and not isinstance(v, bool)))
+      else: dt = dtypes.bool
+      xt, yt = Tensor(x, dtype=dt, device=cond.device), Tensor(y, dtype=dt, device=cond.device)
+    if xt.dtype != yt.dtype:
+      # the weak side's dtype is already the result's; two tensors promote
+      dt = yt.dtype if not isinstance(y, Tensor) else xt.dtype if not isinstance(x, Tensor) else least_upper_dtype(xt.dtype, yt.dtype)
+      xt, yt = xt.cast(dt), yt.cast(dt)
+    shape = _broadcast_shape(_broadcast_shape(cond.shape, xt.shape), yt.shape)
     return cond._expand_to(shape)._e(TernaryOps.WHERE, xt._expand_to(shape), yt._expand_to(shape))
 
   # comparisons
   def _cmp(self, op: Any, y: Any, reverse: bool = False) -> "Tensor":
-    x, y = self._broadcasted(y, reverse)
+    x, y = self._broadcasted(y, reverse, cmp=True)
     return x._e(op, y)
   def __lt__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPLT, y)
   def __gt__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPLT, y, reverse=True)
   def __le__(self, y: Any) -> "Tensor": return (self > y).logical_not() if not dtypes.is_float(self.dtype) else self._le(y)
   def __ge__(self, y: Any) -> "Tensor": return (self < y).logical_not() if not dtypes.is_float(self.dtype) else self._ge(y)
   def _le(self, y: Any) -> "Tensor":
-    x, yy = self._broadcasted(y)
+    x, yy = self._broadcasted(y, cmp=True)
     return (x < yy) | (x == yy)
   def _ge(self, y: Any) -> "Tensor":
-    x, yy = self._broadcasted(y)
+    x, yy = self._broadcasted(y, cmp=True)
     return (yy < x) | (x == yy)
   def __eq__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPNE, y).logical_not()  # type: ignore[override]
   def __ne__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPNE, y)  # type: ignore[override]
@@ -468,7 +520,7 @@ class Tensor:
   def sin(self) -> "Tensor": return self._float()._e(UnaryOps.SIN)
   def cos(self) -> "Tensor": return ((math.pi / 2) - self._float()).sin()
   def tan(self) -> "Tensor": return self.sin() / self.cos()
-  def relu(self) -> "Tensor": return self.maximum(0) if not dtypes.is_float(self.dtype) else (self > 0).where(self, self._const_like(0.0))
+  def relu(self) -> "Tensor": return self.maximum(0) if not dtypes.is_float(self.dtype) else (self < 0).where(0.0, self)  # nan stays nan
   def sigmoid(self) -> "Tensor": return (1 + (-self._float()).exp()).reciprocal()
   def tanh(self) -> "Tensor": return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
   def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
@@ -488,8 +540,9 @@ class Tensor:
     f = (self + 0.5).floor()
     tie = (f - self) == 0.5
     return (tie & ((f % 2) != 0)).where(f - 1, f)
-  def isnan(self) -> "Tensor": return self != self
-  def isinf(self) -> "Tensor": return self.abs() == math.inf
+  def isnan(self) -> "Tensor": return self != self if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
+  def isinf(self) -> "Tensor": return self.abs() == math.inf if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
+  def isfinite(self) -> "Tensor": return (self - self) == 0 if dtypes.is_float(self.dtype) else self._const_like(True, dtypes.bool)
   def clip(self, lo: Any, hi: Any) -> "Tensor": return self.maximum(lo).minimum(hi)
 
   __add__ = lambda s, y: s.add(y)  # noqa: E731
@@ -520,7 +573,7 @@ class Tensor:
       shape = tuple(self.numel() // known if isinstance(s, int) and s == -1 else s for s in shape)
     if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"reshape {shape}: negative dimension")
     if not _same(prod(shape), self.numel()): raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) into {shape}")
-    return Tensor(self.lazydata.reshape(shape))
+    return self._mv("reshape", shape) if shape != self.shape else self
   def view(self, *shape: Any) -> "Tensor": return self.reshape(*shape)
   def flatten(self, start_dim: int = 0) -> "Tensor":
     start_dim = self._axis(start_dim) if self.ndim else 0
@@ -528,7 +581,7 @@ class Tensor:
   def permute(self, *order: Any) -> "Tensor":
     order = tuple(self._axis(a) for a in _shape(order))
     if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute {order} is not a permutation of {self.ndim} axes")
-    return Tensor(self.lazydata.permute(order))
+    return self._mv("permute", order) if order != tuple(range(self.ndim)) else self
   def transpose(self, a: int = -2, b: int = -1) -> "Tensor":
     order = list(range(self.ndim))
     a, b = self._axis(a), self._axis(b)
@@ -539,27 +592,35 @@ class Tensor:
   def expand(self, *shape: Any) -> "Tensor":
     shape = _shape(shape)
     shape = tuple(s if not (isinstance(s, int) and s == -1) else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
-    _broadcast_shape(self.shape, shape)
-    if _broadcast_shape(self.shape, shape) != shape: raise ValueError(f"can't expand {self.shape} to {shape}")
+    try: ok = len(shape) >= self.ndim and _broadcast_shape(self.shape, shape) == shape
+    except ValueError: ok = False
+    if not ok: raise ValueError(f"can't expand shape {self.shape} to {shape}: only size-1 (or new leading) dims can grow")
     return self._expand_to(shape)
   def pad(self, padding: Sequence[tuple[sint, sint]], value: Scalar = 0) -> "Tensor":
     """numpy-style: one (before, after) pair per axis."""
     padding = tuple((int(b), int(a)) if isinstance(b, int) and isinstance(a, int) else (b, a) for b, a in padding)
     if len(padding) != self.ndim: raise ValueError(f"pad needs {self.ndim} (before, after) pairs, got {len(padding)}")
     if any((isinstance(x, int) and x < 0) for p in padding for x in p): return self._pad_negative(padding, value)
-    ret = Tensor(self.lazydata.pad(padding))
+    if all(p == (0, 0) for p in padding): return self
+    if _is_zero(self.shape):
+      return Tensor.full(tuple(s + b + a for s, (b, a) in zip(self.shape, padding)), value, self.dtype, self.device)
+    ret = self._mv("pad", padding)
     if value == 0: return ret
-    mask = Tensor(LazyBuffer.const(True, dtypes.bool, self.device, self.shape).pad(padding))
+    mask = Tensor(_lb_const(True, dtypes.bool, self.device, self.shape))._mv("pad", padding)
     return mask.where(ret, value)
   def _pad_negative(self, padding: tuple, value: Scalar) -> "Tensor":
     shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(padding, self.shape))
     return self.shrink(shrink).pad(tuple((max(0, b), max(0, a)) for b, a in padding), value)
   def shrink(self, arg: Sequence[Optional[tuple[sint, sint]]]) -> "Tensor":
     arg = tuple(a if a is not None else (0, s) for a, s in zip(arg, self.shape))
-    return Tensor(self.lazydata.shrink(arg)) if any(a != (0, s) for a, s in zip(arg, self.shape)) else self
+    if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
+    for (b, e), s in zip(arg, self.shape):
+      if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
+        raise ValueError(f"shrink {arg} is out of range for shape {self.shape}")
+    return self._mv("shrink", arg) if any(a != (0, s) for a, s in zip(arg, self.shape)) else self
   def flip(self, axis: Any) -> "Tensor":
     axes = {self._axis(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))}
-    return Tensor(self.lazydata.stride(tuple(-1 if i in axes else 1 for i in range(self.ndim))))
+    return self._mv("stride", tuple(-1 if i in axes else 1 for i in range(self.ndim))) if axes else self
   def squeeze(self, axis: Optional[int] = None) -> "Tensor":
     if axis is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     a = self._axis(axis)
@@ -574,46 +635,62 @@ class Tensor:
     return int(a) % max(n, 1)
 
   # ---- reductions ---------------------------------------------------------------------------------
+  def _axes(self, axis: Any) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    axes = [self._axis(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))]
+    if len(set(axes)) != len(axes): raise ValueError(f"repeated axis in {axis} for a tensor of {self.ndim} dims")
+    return tuple(sorted(axes))
   def _reduce(self, op: ReduceOps, axis: Any = None, keepdim: bool = False) -> "Tensor":
-    axes = tuple(range(self.ndim)) if axis is None else tuple(sorted({self._axis(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))}))
+    axes = self._axes(axis)
+    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     out_shape = tuple(s for i, s in enumerate(self.shape) if i not in axes)
-    if any(self.shape[a] == 0 for a in axes):
-      if op is ReduceOps.MAX: raise ValueError("max of an empty axis has no identity")
-      ret = Tensor.full(tuple(1 if i in axes else s for i, s in enumerate(self.shape)), 0, self.dtype, self.device)
-    else: ret = Tensor(self.lazydata.r(op, axes))
+    if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes):
+      if op is ReduceOps.MAX: raise ValueError(f"max/min of shape {self.shape} over empty axis {[a for a in axes if self.shape[a] == 0]}: no identity")
+      ret = Tensor.full(kept, 0, self.dtype, self.device)
+    elif _is_zero(kept): ret = Tensor(_lb_empty(kept, self.dtype, self.device))
+    else: ret = Tensor(_lb_r(self.lazydata, op, axes))
     return ret if keepdim else ret.reshape(out_shape)
   def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> "Tensor":
+    """numpy sum: bools and ints narrower than 64 bits are summed as (u)int64."""
     x = self
-    if dtype is not None: x = x.cast(to_dtype(dtype))
+    if dtype is not None: x = x.cast(_tensor_dtype(dtype))
     elif x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8):
-      x = x.cast(dtypes.uint64 if dtypes.is_unsigned(x.dtype) else dtypes.int64)  # numpy sums ints in 64 bits
+      x = x.cast(dtypes.uint64 if dtypes.is_unsigned(x.dtype) else dtypes.int64)
     return x._reduce(ReduceOps.SUM, axis, keepdim)
   def max(self, axis: Any = None, keepdim: bool = False) -> "Tensor": return self._reduce(ReduceOps.MAX, axis, keepdim)
   def min(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
     if self.dtype == dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
-    if dtypes.is_unsigned(self.dtype): return (int(dtypes.max(self.dtype)) - self).max(axis, keepdim).__rsub__(int(dtypes.max(self.dtype)))
+    if dtypes.is_int(self.dtype): return ~((~self).max(axis, keepdim))  # ~ reverses the order without overflowing
     return -((-self).max(axis, keepdim))
+  def _count(self, axis: Any) -> sint:
+    """How many elements each output of a reduce over `axis` combines."""
+    return prod(self.shape[a] for a in self._axes(axis))
+  def _div_count(self, s: "Tensor", n: sint) -> "Tensor":
+    if isinstance(n, int): return s * (1.0 / n) if n > 0 else s * math.nan
+    if isinstance(n, Variable): return s / Tensor(n, device=self.device).cast(s.dtype)
+    raise NotImplementedError(f"a mean over the symbolic size {n} (reduce over one Variable-sized axis at a time)")
   def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
     x = self._float()
-    s = x.sum(axis, keepdim)
-    n = prod(self.shape) // max(prod(s.shape), 1) if prod(s.shape) else 0
-    return s * (1.0 / n) if n else s * math.nan
+    return self._div_count(x.sum(axis, keepdim), self._count(axis))
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor":
+    """Variance with `correction` (numpy's ddof) subtracted from the count."""
     x = self._float()
-    m = x.mean(axis, keepdim=True)
-    n = prod(x.shape) // max(prod(m.shape), 1)
-    return ((x - m) ** 2).sum(axis, keepdim) * (1.0 / max(n - correction, 0)) if n - correction > 0 else ((x - m) ** 2).sum(axis, keepdim) * math.nan
+    ss = ((x - x.mean(axis, keepdim=True)) ** 2).sum(axis, keepdim)
+    n = self._count(axis)
+    return self._div_count(ss, n - correction if not isinstance(n, int) or n - correction > 0 else 0)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor": return self.var(axis, keepdim, correction).sqrt()
   def argmax(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor":
     """Index of the first maximum (numpy semantics)."""
-    if axis is None: return self.flatten().argmax(0)
+    if axis is None: return self.flatten().argmax(0, keepdim=False).reshape((1,) * self.ndim if keepdim else ())
     a = self._axis(axis)
     n = self.shape[a]
     m = self.max(a, keepdim=True)
     idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape((n,) + (1,) * (self.ndim - a - 1))
     hit = (self == m) | ((self != self) & (m != m))
     return (n - (hit.where(idx._expand_to(self.shape), 0)).max(a, keepdim)).cast(dtypes.int64)
-  def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor": return (-self).argmax(axis, keepdim) if dtypes.is_float(self.dtype) or not dtypes.is_unsigned(self.dtype) else (int(dtypes.max(self.dtype)) - self).argmax(axis, keepdim)
+  def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor":
+    """Index of the first minimum (numpy semantics)."""
+    return (-self if dtypes.is_float(self.dtype) else ~self if dtypes.is_int(self.dtype) else self.logical_not()).argmax(axis, keepdim)
   def softmax(self, axis: int = -1) -> "Tensor":
     x = self._float()
     e = (x - x.max(axis, keepdim=True)).exp()
@@ -625,14 +702,16 @@ class Tensor:
   def logsumexp(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
     x = self._float()
     m = x.max(axis, keepdim=True)
+    m = m.isinf().where(0.0, m)  # all -inf gives -inf and any +inf gives inf, instead of nan
     return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.max(axis, keepdim).shape)
   def cumsum(self, axis: int = 0) -> "Tensor":
     """Running sum along an axis: a windowed reduce over a padded view."""
+    if axis is None: return self.flatten().cumsum(0)
     a = self._axis(axis)
     n = self.shape[a]
-    if n == 0: return self
-    x = self.sum(axis=(), dtype=None) if False else self
+    x = self
     if x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8): x = x.cast(dtypes.int64 if not dtypes.is_unsigned(x.dtype) else dtypes.uint64)
+    if _is_zero(x.shape): return Tensor(_lb_empty(x.shape, x.dtype, x.device))
     x = x.transpose(a, -1)
     lead = x.shape[:-1]
     flat = x.reshape(-1, n) if lead else x.reshape(1, n)
@@ -652,6 +731,9 @@ class Tensor:
     x, y = self, w
     if x.shape[-1] != y.shape[-2 if y.ndim > 1 else 0]:
       raise ValueError(f"matmul: shapes {x.shape} and {y.shape} don't line up ({x.shape[-1]} != {y.shape[-2 if y.ndim > 1 else 0]})")
+    if x.ndim > 2 or y.ndim > 2:
+      try: _broadcast_shape(x.shape[:-2], y.shape[:-2])
+      except ValueError: raise ValueError(f"matmul: batch dims of shapes {x.shape} and {y.shape} can't be broadcast together") from None
     dt = least_upper_dtype(x.dtype, y.dtype)
     x, y = x.cast(dt), y.cast(dt)
     xv = x.reshape(*x.shape[:-1], *(1,) * min(y.ndim - 1, 1), x.shape[-1])
@@ -698,7 +780,7 @@ class Tensor:
     x = x.shrink(shrink)
     if any(st != 1 for st in strides):
       # a negative step walks from the end of the kept range
-      x = Tensor(x.lazydata.stride(tuple(strides)))
+      x = x._mv("stride", tuple(strides))
     # drop integer-indexed dims, insert None dims
     out_shape, d = [], 0
     for i in idx:
@@ -794,12 +876,12 @@ def _same(a: sint, b: sint) -> bool:
 
 def _broadcast_shape(a: tuple, b: tuple) -> tuple:
   n = max(len(a), len(b))
-  a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
   out = []
-  for x, y in zip(a, b):
-    if x == y or y == 1: out.append(x)
-    elif x == 1: out.append(y)
-    else: raise ValueError(f"shapes {a} and {b} can't be broadcast together (dim {x} vs {y})")
+  for i, (x, y) in enumerate(zip(pa, pb)):
+    if x == y or (isinstance(y, int) and y == 1): out.append(x)
+    elif isinstance(x, int) and x == 1: out.append(y)
+    else: raise ValueError(f"shapes {a} and {b} can't be broadcast together (dim {i - n} is {x} vs {y})")
   return tuple(out)
 
 def _mix32(x: int) -> int:

@@ -67,8 +67,11 @@ def st_indices(st: ShapeTracker, var_vals: Optional[dict] = None) -> tuple[np.nd
   return idx, valid
 
 def _view_indices(view: Any, shape: tuple[int, ...], vv: dict, idxs: Optional[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray]:
-  if idxs is None: idxs = tuple(np.arange(s).reshape([-1 if i == d else 1 for i in range(len(shape))]) for d, s in enumerate(shape))
-  idx = np.full(np.broadcast_shapes(shape, *[i.shape for i in idxs]) if idxs else (), _ev(view.offset, vv), dtype=np.int64)
+  if idxs is None:
+    idxs = tuple(np.arange(s).reshape([-1 if i == d else 1 for i in range(len(shape))]) for d, s in enumerate(shape))
+    out_shape = shape
+  else: out_shape = np.broadcast_shapes(*[i.shape for i in idxs]) if idxs else ()
+  idx = np.full(out_shape, _ev(view.offset, vv), dtype=np.int64)
   valid = np.ones(idx.shape, dtype=np.bool_)
   for d, (i, stv) in enumerate(zip(idxs, view.strides)):
     stv = _ev(stv, vv)

@@ -12,7 +12,7 @@ from tilecraft.dtype import DType, dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import BinaryOps, BufferOps, MetaOps, Op, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.shapetracker import ShapeTracker
-from tilecraft.shape.symbolic import Variable, sint
+from tilecraft.shape.symbolic import Node, Variable, sint
 
 class LazyBuffer:
   def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Optional[Op] = None, arg: Any = None,
@@ -73,7 +73,23 @@ class LazyBuffer:
   def r(self, op: ReduceOps, axis: tuple[int, ...]) -> "LazyBuffer":
     new_shape = tuple(1 if i in axis else s for i, s in enumerate(self.shape))
     if not axis or all(self.shape[i] == 1 for i in axis): return self._view(self.st.reshape(new_shape)) if new_shape != self.shape else self
+    if (split := self._split_reduce(op, axis, new_shape)) is not None: return split
     return LazyBuffer(self.device, ShapeTracker.from_shape(new_shape), self.dtype, op, tuple(sorted(axis)), (self,))
+
+  def _split_reduce(self, op: ReduceOps, axis: tuple[int, ...], new_shape: tuple) -> Optional["LazyBuffer"]:
+    """A long reduce into a small output runs as two kernels: partial reduces over chunks (in
+    parallel across cores or workgroups), then a short reduce of the partials."""
+    out_size, red = prod(new_shape), prod(self.shape[i] for i in axis)
+    if any(isinstance(x, Node) for x in self.shape) or out_size > 16 or red < 1 << 15: return None
+    # split the largest reduced axis into (chunks, rest) with as many chunks as fit 256
+    ax = max(axis, key=lambda i: self.shape[i])
+    n = self.shape[ax]
+    chunks = next((c for c in (256, 128, 64, 32, 16, 8) if n % c == 0 and n // c >= 256), None)
+    if chunks is None: return None
+    x = self.reshape(self.shape[:ax] + (chunks, n // chunks) + self.shape[ax + 1:])
+    inner = tuple(a + (a > ax) for a in axis if a != ax) + (ax + 1,)
+    partial = x.r(op, inner).contiguous()
+    return partial.r(op, (ax,) + tuple(a + (a > ax) for a in axis if a != ax)).reshape(new_shape)
   def copy_to(self, device: str) -> "LazyBuffer":
     src = self.contiguous()
     return LazyBuffer(device, ShapeTracker.from_shape(self.shape), self.dtype, MetaOps.COPY, None, (src,))

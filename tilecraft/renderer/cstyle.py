@@ -180,6 +180,29 @@ class CStyleLanguage(Renderer):
     args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
 
+def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
+  """exp2 on a whole vector without library calls (so it stays vectorized): 2^x = 2^n * 2^f with
+  n = floor(x + 1/2), |f| <= 1/2, 2^f by its Taylor series to degree 7 (error below float32
+  rounding), and 2^n built in the exponent bits of two factors. NaN stays NaN."""
+  if scalar != dtypes.float32: raise NotImplementedError("vector exp2 is float32 only")
+  c = [math.log(2) ** k / math.factorial(k) for k in range(8)]
+  poly = f"{c[7]!r}f"
+  for k in range(6, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
+  # C has no vector ?:, so selects are bit blends with the all-ones/all-zeros lane masks of comparisons
+  return [f"static inline {vt} tc_sel_{vt}({it} m, {vt} a, {vt} b) {{ return ({vt})((({it})a & m) | (({it})b & ~m)); }}",
+          f"static inline {vt} tc_exp2_{vt}({vt} x) {{",
+          f"  {vt} zero = ({vt}){{}};",
+          f"  {vt} xc = tc_sel_{vt}(x < -150.0f, zero - 150.0f, tc_sel_{vt}(x > 129.0f, zero + 129.0f, x));",
+          f"  {vt} y = xc + 0.5f;",
+          f"  {it} n = __builtin_convertvector(y, {it});",
+          f"  n = n + ({it})(__builtin_convertvector(n, {vt}) > y);  /* truncation -> floor */",
+          f"  {vt} f = xc - __builtin_convertvector(n, {vt});",
+          f"  {vt} p = {poly};",
+          f"  {it} n2 = n >> 1, n1 = n - n2;  /* 2^n as two normal powers of two: exact into subnormals and up to inf */",
+          f"  {vt} r = (p * ({vt})((n1 + 127) << 23)) * ({vt})((n2 + 127) << 23);",
+          f"  return tc_sel_{vt}(x != x, x, r);",
+          "}"]
+
 @functools.cache
 def _host_vector_width() -> int:
   try:
@@ -201,7 +224,7 @@ class CRenderer(CStyleLanguage):
                 dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
                 dtypes.float32: "float", dtypes.float64: "double"}
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
-  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2})
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register on this host (the C compiler targets -march=native)."""
@@ -210,13 +233,19 @@ class CRenderer(CStyleLanguage):
     if isinstance(dt, ImageDType): raise NotImplementedError("the CPU has no image types")
     if dt.count > 1 and not isinstance(dt, PtrDType): return {dtypes.int64: "longlong", dtypes.int32: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)
     return super().render_dtype(dt)
+  def render_math(self, op: Any, x: str, dt: DType) -> str:
+    if dt.count > 1 and op is UnaryOps.EXP2: return f"tc_exp2_{self.render_dtype(dt)}({x})"
+    return super().render_math(op, x, dt)
   def prelude(self, uops: list[UOp]) -> list[str]:
     lines = ["#include <math.h>"]
-    vecs = sorted({u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}, key=lambda d: (d.scalar().name, d.count))
-    for v in vecs:
+    vecs = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
+    exp2s = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is UnaryOps.EXP2 and u.dtype.count > 1}
+    vecs |= {dtypes.int32.vec(d.count) for d in exp2s}
+    for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count)):
       base = self.type_names[v.scalar()]
       # element alignment: vector loads and stores may be unaligned
       lines.append(f"typedef {base} {self.render_dtype(v)} __attribute__((vector_size({v.itemsize}), aligned({v.scalar().itemsize})));")
+    for d in sorted(exp2s, key=lambda d: d.count): lines += _vector_exp2(self.render_dtype(d), self.render_dtype(dtypes.int32.vec(d.count)), d.scalar())
     if any(u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src) for u in uops if u.op is UOps.CAST):
       lines += ["static inline float bf16_to_f32(unsigned short x) { union { unsigned int u; float f; } c = {.u = (unsigned int)x << 16}; return c.f; }",
                 "static inline unsigned short f32_to_bf16(float f) { union { float f; unsigned int u; } c = {.f = f};",

@@ -375,9 +375,7 @@ class Tensor:
   def div(self, y: Any, reverse: bool = False) -> "Tensor":
     """True division (ints become floats, like numpy)."""
     x, y = self._broadcasted(y, reverse)
-    dt = least_upper_float(x.dtype) if not dtypes.is_float(x.dtype) else x.dtype
-    if x.dtype != dt and dtypes.is_int(x.dtype) and x.dtype.itemsize >= 4: dt = dtypes.float32
-    x, y = x.cast(dt), y.cast(dt)
+    x, y = x._float(), y._float()
     return x * y.reciprocal()
   def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
     """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
@@ -509,7 +507,11 @@ class Tensor:
 
   # unary math
   def neg(self) -> "Tensor": return self.logical_not() if self.dtype == dtypes.bool else self._e(UnaryOps.NEG)
-  def _float(self) -> "Tensor": return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype) if self.dtype.itemsize < 4 else dtypes.float32)
+  def _float(self) -> "Tensor":
+    """The float dtype numpy computes float-valued ops of this dtype in (bool/int8/uint8 -> float16,
+    int16/uint16 -> float32), except that wider ints give default_float rather than float64."""
+    if dtypes.is_float(self.dtype): return self
+    return self.cast(least_upper_dtype(self.dtype, dtypes.float16) if self.dtype.itemsize < 4 else dtypes.default_float)
   def reciprocal(self) -> "Tensor": return self._float()._e(UnaryOps.RECIP)
   def sqrt(self) -> "Tensor": return self._float()._e(UnaryOps.SQRT)
   def rsqrt(self) -> "Tensor": return self.sqrt().reciprocal()
@@ -669,12 +671,14 @@ class Tensor:
     if isinstance(n, int): return s * (1.0 / n) if n > 0 else s * math.nan
     if isinstance(n, Variable): return s / Tensor(n, device=self.device).cast(s.dtype)
     raise NotImplementedError(f"a mean over the symbolic size {n} (reduce over one Variable-sized axis at a time)")
+  def _mean_float(self) -> "Tensor": return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-    x = self._float()
+    """numpy mean: ints and bools average as default_float (numpy: float64)."""
+    x = self._mean_float()
     return self._div_count(x.sum(axis, keepdim), self._count(axis))
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor":
     """Variance with `correction` (numpy's ddof) subtracted from the count."""
-    x = self._float()
+    x = self._mean_float()
     ss = ((x - x.mean(axis, keepdim=True)) ** 2).sum(axis, keepdim)
     n = self._count(axis)
     return self._div_count(ss, n - correction if not isinstance(n, int) or n - correction > 0 else 0)
@@ -744,7 +748,8 @@ class Tensor:
     x = self.matmul(weight)
     return x + bias if bias is not None else x
   def layernorm(self, axis: Any = -1, eps: float = 1e-5) -> "Tensor":
-    x = self._float()
+    """(x - mean) / sqrt(var + eps) over `axis` (no scale or shift)."""
+    x = self._mean_float()
     m = x.mean(axis, keepdim=True)
     xc = x - m
     return xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()

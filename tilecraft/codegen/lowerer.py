@@ -60,20 +60,26 @@ class Lowerer:
 
   # ---- axes ---------------------------------------------------------------------------------------
   def _pick_vector_axis(self) -> Optional[int]:
+    """The upcast axis kept as vector lanes: an output axis the output walks contiguously, or an
+    unrolled reduce axis (vector accumulators, one horizontal reduce after the loop). Among those,
+    the one where the fewest inputs need gathers, then the most read contiguously."""
     if not self.ren.supports_float4: return None
-    out_st = self.k.sts[0]
-    rs = out_st.real_strides()
     if any(not _vectorizable(self.ren, b.dtype) for b in self.k.bufs): return None
-    cands = [a for a in self.upcast_axes if a not in self.magenta and self.shape[a] in (2, 4, 8, 16) and rs[a] == 1]
-    if cands: return cands[-1]
-    # else an unrolled reduce axis that some input walks contiguously: vector accumulators, one
-    # horizontal reduce after the loop (all reduces must run over it)
-    if self.k.group_for_reduces: return None
-    ins = [st for b, st in zip(self.k.bufs, self.k.sts) if isinstance(b, MemBuffer) and b.idx >= len(self.k.outbufs)]
-    for a in reversed(self.magenta):
-      if self.shape[a] in (2, 4, 8, 16) and all(a in r.arg for r in self.ast.lazyops if r.op in ReduceOps) and any(st.real_strides()[a] == 1 for st in ins):
-        return a
-    return None
+    out_rs = self.k.sts[0].real_strides()
+    ins = [st.real_strides() for b, st in zip(self.k.bufs, self.k.sts) if isinstance(b, MemBuffer) and b.idx >= len(self.k.outbufs)]
+    reduces = [r for r in self.ast.lazyops if r.op in ReduceOps]
+    best: Optional[tuple] = None
+    for a in self.upcast_axes:
+      if self.shape[a] not in (2, 4, 8, 16): continue
+      if a in self.magenta:
+        if self.k.group_for_reduces or not all(a in r.arg for r in reduces): continue
+      elif out_rs[a] != 1: continue
+      gathers = sum(1 for rs in ins if rs[a] not in (0, 1))
+      contiguous = sum(1 for rs in ins if rs[a] == 1) + (a not in self.magenta)
+      if a in self.magenta and not any(rs[a] == 1 for rs in ins): continue
+      score = (-gathers, contiguous, a not in self.magenta, a)
+      if best is None or score > best[0]: best = (score, a)
+    return best[1] if best is not None else None
 
   def _make_index_vars(self) -> None:
     k, shape = self.k, self.shape

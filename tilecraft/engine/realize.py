@@ -1,7 +1,7 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
 once per (AST, device) and launched on its buffers."""
 from __future__ import annotations
-import time
+import atexit, time
 from typing import Any, Optional
 import numpy as np
 from tilecraft.codegen.kernel import Kernel
@@ -31,7 +31,13 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) ->
       print(ast)
       print(f"opts: {k.applied_opts}")
     if DEBUG >= 4: print(r.p.src)
+    if DEBUG >= 5:
+      for i, u in enumerate(r.p.uops or []): print(f"{i:4d} {u.op.name:12s} {str(u.dtype):20s} {[(r.p.uops or []).index(s) if s in (r.p.uops or []) else '-' for s in u.src]} {u.arg!r}")
   return r
+
+@atexit.register
+def _report_count() -> None:
+  if DEBUG >= 1 and kernel_count: print(f"tilecraft: {kernel_count} kernels run")
 
 def run_schedule(schedule: list) -> None:
   global kernel_count

@@ -990,7 +990,18 @@ class _Search:
     self.time([hand], must=True)
     self.time([base] if base is not hand else [], must=True)
     r.hand_time, r.base_time = hand.time, base.time
-    beam = sorted([c for c in seeds if c.timed], key=lambda c: c.time)[:self.amt]
+    # the heuristic's intermediate kernels are seeds too: a better kernel is often one step off its
+    # path (say, a smaller register tile before the unroll) rather than one step past its end
+    prefixes = []
+    for i in range(len(self.start_opts) + 1, len(hand.opts)):
+      k = self.kernel.copy()
+      try:
+        for o in hand.opts[len(self.start_opts):i]: k.apply_opt(o, reason="beam search (seed: hand-coded prefix)")
+      except KernelOptError: continue
+      if (c := self.add(k)) is not None: prefixes.append(c)
+    self._bar(add_total=len(prefixes))
+    self.evaluate(prefixes)
+    beam = sorted([c for c in seeds + prefixes if c.timed], key=lambda c: c.time)[:self.amt]
     rounds = 0
     while beam and rounds < self.max_rounds and not self.over_budget():
       rounds += 1

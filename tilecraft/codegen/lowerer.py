@@ -85,7 +85,10 @@ class Lowerer:
     k, shape = self.k, self.shape
     def var(name: str, s: sint) -> sint: return 0 if s == 1 else Variable(name, 0, _ceil(s) - 1)
     if not self.ren.has_local:
-      # CPU: global axes are nested loops, the outermost parallel
+      # CPU: global axes are nested loops, the outermost parallel unless the kernel is too small
+      # for waking the other cores to pay off
+      work = prod(shape)
+      parallel = not isinstance(work, int) or work >= 1 << 15
       parent: Optional[UOp] = None
       for i in range(self.first_reduce):
         v = var(f"gidx{i}", shape[i])
@@ -93,7 +96,7 @@ class Lowerer:
         if isinstance(v, Variable):
           end = self.sym_to_uop(shape[i], dtypes.int32)
           r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), end) + ((parent,) if parent is not None else ()),
-                  ("parallel" if parent is None else "global", i))
+                  ("parallel" if parent is None and parallel else "global", i))
           self.varmap[v] = r
           parent = r
       self.outer_range = parent

@@ -32,6 +32,7 @@ class Progress:
     self.i += 1
     self.note(f"[{self.i}/{self.total}] {msg}" if self.total else msg)
   def note(self, msg: str) -> None:
+    """Replace the progress line with msg."""
     if not self.enabled: return
     if self.tty:
       self.stream.write("\r" + msg.ljust(self._width)[:max(self._width, len(msg))])
@@ -44,6 +45,7 @@ class Progress:
     self.stream.write(msg + "\n")
     self.stream.flush()
   def clear(self) -> None:
+    """Erase the progress line (terminal only)."""
     if self.enabled and self.tty and self._width:
       self.stream.write("\r" + " " * self._width + "\r")
       self.stream.flush()
@@ -56,6 +58,7 @@ def fmt_opt(o: Any) -> str:
   return f"{op}{o.axis}:{o.amt}"
 
 def fmt_opts(opts: Iterable[Any]) -> str:
+  """Opts as space-separated short forms, "-" for none."""
   s = " ".join(fmt_opt(o) for o in opts)
   return s or "-"
 
@@ -91,6 +94,7 @@ def open_device(name: Optional[str]) -> str:
 
 def search_available() -> Optional[str]:
   """None when BEAM search can run, else the reason it can't."""
-  try: from tilecraft.engine.search import beam_search  # noqa: F401
+  try: import tilecraft.engine.search as _search  # noqa: F401
   except ImportError as e: return f"BEAM search is not available in this build (tilecraft.engine.search: {e})"
+  if not hasattr(_search, "beam_search"): return "BEAM search is not available in this build (tilecraft.engine.search has no beam_search)"
   return None

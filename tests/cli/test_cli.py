@@ -1,0 +1,183 @@
+"""The `tilecraft` command line, run the way a user runs it: `python -m tilecraft ...` in a subprocess.
+Small sizes (`--quick`) keep the whole file fast."""
+from __future__ import annotations
+import importlib.util, json, os, shutil, subprocess, sys
+from pathlib import Path
+from typing import Any, Optional
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+
+def tc(*args: str, env: Optional[dict[str, str]] = None, timeout: float = 300) -> subprocess.CompletedProcess:
+  """Run `python -m tilecraft ARGS` from the repository root; stdout/stderr as text."""
+  full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
+  for k in ("DEBUG", "NOOPT", "BEAM", "DEVICE"): full_env.pop(k, None)
+  return subprocess.run([sys.executable, "-m", "tilecraft", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+def _module_exists(name: str) -> bool:
+  r = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True)
+  return r.returncode == 0
+
+# ---- bench ---------------------------------------------------------------------------------------
+
+BENCH_COLUMNS = ["kernel", "time", "GFLOPS", "GB/s", "%peakFLOPS", "%peakBW", "%roof", "numpy", "vs numpy", "check", "opts"]
+QUICK_KERNELS = ["matmul_64", "matmul_128", "matvec_256", "conv2d_8x16", "softmax_64x256", "layernorm_64x256", "sum_64K", "elementwise_64K"]
+
+def _check_table(out: str) -> None:
+  lines = out.splitlines()
+  header = next(l for l in lines if l.startswith("kernel "))
+  for col in BENCH_COLUMNS: assert col in header, f"column {col!r} missing from {header!r}"
+  assert "peak (measured):" in out and "GFLOPS" in out and "GB/s" in out
+  for name in QUICK_KERNELS:
+    row = next((l for l in lines if l.startswith(name + " ")), None)
+    assert row is not None, f"no table row for {name}:\n{out}"
+    assert "  ok  " in row, f"{name} not verified: {row}"
+  assert f"all {len(QUICK_KERNELS)} kernels verified against numpy" in out
+
+def _check_json(data: dict[str, Any]) -> None:
+  assert data["schema"] == "tilecraft-bench/1"
+  assert data["device"] == "CPU" and data["ok"] is True
+  for k in ("cpu", "cores", "platform", "python", "numpy", "compiler"): assert k in data["host"]
+  assert data["settings"]["quick"] is True and data["settings"]["runs"] >= 1
+  peak = data["peak"]
+  assert peak["gflops"] > 0 and peak["gbs"] > 0 and peak["flops_source"] in peak["probes"] and peak["bw_source"] in peak["probes"]
+  assert [k["name"] for k in data["kernels"]] == QUICK_KERNELS
+  for k in data["kernels"]:
+    assert k["ok"] and k["verified"] and k["error"] is None, k
+    assert k["max_rel_error"] <= k["tol"]
+    assert k["runs"] >= data["settings"]["runs"] and k["numpy_runs"] >= data["settings"]["runs"]
+    for f in ("time_s", "gflops", "gbs", "intensity", "pct_peak_flops", "pct_peak_bw", "pct_roofline", "numpy_time_s", "vs_numpy"):
+      assert isinstance(k[f], float) and k[f] > 0, (k["name"], f, k[f])
+    assert isinstance(k["flops"], int) and isinstance(k["bytes"], int) and k["bytes"] > 0
+    assert k["schedule"] and all({"name", "opts", "time_s", "flops", "bytes"} <= set(s) for s in k["schedule"])
+    assert sum(s["flops"] for s in k["schedule"]) == k["flops"]
+    assert k["vs_numpy"] == pytest.approx(k["numpy_time_s"] / k["time_s"])
+
+def test_bench_quick_table_json_plot(tmp_path: Path) -> None:
+  """One `bench --quick --json --plot` run: every kernel verified, the table's columns, the JSON
+  schema, a valid PNG (or, without matplotlib, a clear message), and `roofline` redrawing it."""
+  js, png = tmp_path / "bench.json", tmp_path / "roofline.png"
+  r = tc("bench", "--quick", "--json", str(js), "--plot", str(png))
+  _check_table(r.stdout)
+  _check_json(json.loads(js.read_text()))
+  if not HAS_MPL:
+    assert r.returncode == 2 and "needs matplotlib" in r.stderr
+    return
+  assert r.returncode == 0, r.stdout + r.stderr
+  data = png.read_bytes()
+  assert data[:8] == PNG_MAGIC and len(data) > 10000
+  again = tmp_path / "again.png"
+  r = tc("roofline", str(js), "-o", str(again))
+  assert r.returncode == 0, r.stderr
+  assert again.read_bytes()[:8] == PNG_MAGIC
+
+def test_bench_json_to_stdout_quiet() -> None:
+  r = tc("bench", "--quick", "-k", "sum", "--json", "-", "--quiet", "--runs", "1", "--warmup", "0")
+  assert r.returncode == 0, r.stderr
+  data = json.loads(r.stdout)
+  assert [k["name"] for k in data["kernels"]] == ["sum_64K"] and data["ok"]
+  assert "[1/1]" not in r.stderr  # --quiet: no progress
+
+def test_bench_unknown_kernel() -> None:
+  r = tc("bench", "--quick", "-k", "no_such_kernel")
+  assert r.returncode == 2 and "no benchmark kernel matches" in r.stderr
+
+def test_bench_unavailable_device() -> None:
+  r = tc("bench", "--quick", "--device", "METAL")
+  assert r.returncode == 2 and "METAL" in r.stderr and "not available" in r.stderr
+
+# ---- show ----------------------------------------------------------------------------------------
+
+def test_show_prints_each_kernel() -> None:
+  r = tc("show", "(a@b).relu()", "--shapes", "a=64x64,b=64x64", "-v")
+  assert r.returncode == 0, r.stderr
+  out = r.stdout
+  for part in ("--- AST", "--- shape:", "--- opts", "--- uops", "--- source"): assert part in out
+  names = [l.split(": ", 1)[1].split(" on ")[0] for l in out.splitlines() if l.startswith("=== kernel ")]
+  assert names and names[0].startswith("r_")
+  for n in names: assert f"void {n}(" in out, f"source of {n} not printed"
+  assert "SUM" in out and "  -- " in out  # the reduce in the AST, a reason for an opt
+
+def test_show_one_kernel_and_run() -> None:
+  r = tc("show", "a.softmax(-1)", "--shapes", "a=4x32", "--kernel", "1", "--run")
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.count("=== kernel ") == 1 and "result (4, 32)" in r.stdout
+
+@pytest.mark.parametrize("expr", ["a.__class__", "__import__('os')", "open('x')", "a.numpy()", "[x for x in a]", "lambda: 1", "b + 1"])
+def test_show_rejects_unsafe_or_unknown(expr: str) -> None:
+  r = tc("show", expr, "--shapes", "a=4")
+  assert r.returncode == 2, r.stdout
+  assert "tilecraft show:" in r.stderr
+
+# ---- devices -------------------------------------------------------------------------------------
+
+def test_devices_lists_cpu_usable() -> None:
+  r = tc("devices")
+  assert r.returncode == 0, r.stderr
+  assert any(l.startswith("CPU") and "usable: ran a test kernel" in l for l in r.stdout.splitlines())
+  for name in ("LLVM", "OPENCL", "PYTHON", "CUDA", "METAL", "HIP"): assert name in r.stdout
+  r = tc("devices", "--json", "-", "--no-run")
+  devs = {d["name"]: d for d in json.loads(r.stdout)["devices"]}
+  assert devs["CPU"]["usable"] and devs["CPU"]["caps"]["has_local"] is False
+  assert not devs["METAL"]["usable"] and devs["METAL"]["reason"]
+
+# ---- fuzz ----------------------------------------------------------------------------------------
+
+def test_fuzz_small_run() -> None:
+  r = tc("fuzz", "--device", "CPU", "--n", "3", "--seed", "0", "-k", "ew_7")
+  if not _module_exists("tilecraft.engine.fuzz"):
+    assert r.returncode == 2 and "not available" in r.stderr
+    return
+  assert r.returncode == 0, r.stdout + r.stderr
+  assert "fuzzed 1 corpus kernels on CPU" in r.stdout and "no unexpected failures" in r.stdout
+
+def test_fuzz_failure_exits_1() -> None:
+  """A known-bug corpus kernel counts as a failure with --strict: exit 1 and the minimal opts."""
+  if not _module_exists("tilecraft.engine.fuzz"): pytest.skip("the fuzzer is not in this build")
+  from tilecraft.engine import corpus
+  bugs = [e for b in getattr(corpus, "KNOWN_BUGS", []) if "CPU" in b.devices and "noopt" in b.checks for e in b.entries]
+  if not bugs: pytest.skip("no known-bug corpus kernel fails on CPU")
+  r = tc("fuzz", "--n", "2", "-k", bugs[0], "--strict", "--quiet", "--no-isolate")
+  assert r.returncode == 1, r.stdout + r.stderr
+  assert "FAIL " in r.stdout
+  r = tc("fuzz", "--n", "2", "-k", bugs[0], "--quiet", "--no-isolate")
+  assert r.returncode == 0 and "known-bug" in r.stdout
+
+# ---- tune ----------------------------------------------------------------------------------------
+
+def test_tune_fills_the_search_cache(tmp_path: Path) -> None:
+  env = {"CACHEDB": str(tmp_path / "search.db")}
+  r = tc("tune", "--quick", "-k", "elementwise", "--beam", "1", "--quiet", env=env)
+  if not _module_exists("tilecraft.engine.search"):
+    assert r.returncode == 2 and "not available" in r.stderr
+    return
+  assert r.returncode == 0, r.stdout + r.stderr
+  assert "elementwise_64K" in r.stdout and (tmp_path / "search.db").exists()
+  r = tc("tune", "--quick", "-k", "elementwise", "--beam", "1", "--quiet", env=env)
+  assert r.returncode == 0 and "cached" in r.stdout
+
+# ---- calibrate and the command itself -------------------------------------------------------------
+
+def test_calibrate_quick_is_cached(tmp_path: Path) -> None:
+  env = {"XDG_CACHE_HOME": str(tmp_path)}
+  r = tc("calibrate", "--quick", "--json", "-", env=env)
+  assert r.returncode == 0, r.stderr
+  peaks = json.loads(r.stdout)
+  assert peaks["gflops"] > 0 and peaks["gbs"] > 0 and peaks["quick"] is True
+  cached = json.loads((tmp_path / "tilecraft" / "calibration.json").read_text())
+  assert any(v["gflops"] == peaks["gflops"] for v in cached.values())
+  r = tc("calibrate", "--quick", "--show", "--json", "-", env=env)  # --show: the cached one, nothing measured
+  assert json.loads(r.stdout)["measured_at"] == peaks["measured_at"]
+
+def test_help_and_no_command() -> None:
+  r = tc("--help")
+  assert r.returncode == 0
+  for cmd in ("bench", "show", "devices", "fuzz", "tune", "calibrate", "roofline"): assert cmd in r.stdout
+  assert tc().returncode == 2
+
+@pytest.mark.skipif(shutil.which("tilecraft") is None, reason="the console script is not installed (pip install -e .)")
+def test_console_script() -> None:
+  r = subprocess.run(["tilecraft", "devices", "--no-run"], capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0 and "CPU" in r.stdout

@@ -1,0 +1,246 @@
+"""`tilecraft bench`: the benchmark suite on one device, checked and timed against numpy.
+
+Each kernel of the suite (tilecraft.cli.suite) is written with the Tensor frontend, realized once
+(compiling its kernels), verified against numpy in float64 (a wrong result fails the run), then
+timed side by side with numpy in the same process:
+
+  tilecraft time = the sum of the kernel times of its schedule, each measured by
+                   `CompiledRunner(bufs, var_vals, wait=True)` (CPU: wall time around the
+                   kernel call; OPENCL: profiling events); the best of at least --runs runs
+                   after --warmup runs (fast kernels run until 0.25 s is spent, at most 200
+                   runs; --quick: 0.025 s). Python-side scheduling is not included.
+  numpy time     = wall time of the numpy call, timed the same way.
+
+GFLOPS and GB/s use tilecraft's own counts for the kernels it ran (`Program.op_estimate` and
+`Program.mem_estimate`, summed over the schedule); % of peak compares them with the measured peaks
+(tilecraft.cli.calibrate); %roof compares GFLOPS with the roofline min(peak FLOPS, intensity x
+peak bandwidth). "vs numpy" is numpy time / tilecraft time: above 1 tilecraft is faster.
+
+JSON (--json PATH, '-' for stdout), schema "tilecraft-bench/1":
+  {"schema": "tilecraft-bench/1", "created": ISO time, "device": "CPU", "ok": bool,
+   "host": {"cpu", "cores", "platform", "python", "numpy", "compiler"},
+   "settings": {"quick", "runs", "warmup", "opts" ("hand-coded" | "NOOPT" | "BEAM=n"), "timing"},
+   "peak": {"device", "gflops", "gbs", "flops_source", "bw_source", "probes", "measured_at", "quick"},
+   "kernels": [{"name", "desc", "ok", "verified", "error" (str or null), "max_rel_error", "tol",
+                "time_s", "flops", "bytes", "gflops", "gbs", "intensity" (FLOP/byte),
+                "pct_peak_flops", "pct_peak_bw", "pct_roofline", "numpy_time_s", "vs_numpy",
+                "runs", "numpy_runs" (timed runs made), "compile_s", "opts" (str), "schedule": [{"name", "opts" [str], "time_s", "flops", "bytes",
+                "global_size", "local_size"}]}]}
+Times are in seconds; a field that could not be measured is null.
+"""
+from __future__ import annotations
+import argparse, datetime, gc, json, os, platform, sys, time, traceback, zlib
+from typing import Any, Optional
+import numpy as np
+from tilecraft.cli import CLIError, Progress, fmt_opts, fmt_time, format_table, open_device, search_available
+from tilecraft.cli.suite import BenchCase, select, suite
+
+SCHEMA = "tilecraft-bench/1"
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+  """The options of `tilecraft bench`."""
+  ap.add_argument("--device", default=None, help="device to run on (default: Device.DEFAULT, i.e. $DEVICE or CPU)")
+  ap.add_argument("--quick", action="store_true", help="small sizes (seconds; for tests and CI)")
+  ap.add_argument("--runs", type=int, default=None, help="timed runs per kernel, best counts (default 10, --quick 3)")
+  ap.add_argument("--warmup", type=int, default=2, help="untimed runs before timing (default 2)")
+  ap.add_argument("--beam", type=int, default=0, metavar="N", help="BEAM search each kernel with width N first (uses the search cache)")
+  ap.add_argument("-k", "--only", action="append", metavar="NAME", help="only kernels whose name contains NAME (repeatable)")
+  ap.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': to stdout instead of the table)")
+  ap.add_argument("--plot", metavar="PNG", help="draw the kernels on the measured roofline (needs matplotlib)")
+  ap.add_argument("--recalibrate", action="store_true", help="measure the machine's peaks again instead of using the cached ones")
+  ap.add_argument("--quiet", action="store_true", help="no progress or notes on stderr; just the table (or JSON)")
+
+MIN_TIME_S, MAX_RUNS = 0.25, 200  # fast kernels run more than --runs times, until MIN_TIME_S is spent (at most MAX_RUNS)
+
+def _best(fn: Any, runs: int, warmup: int, min_time: float = MIN_TIME_S) -> tuple[float, int]:
+  """(minimum seconds, runs made): `runs` runs after `warmup`, more while under `min_time` (up to
+  MAX_RUNS). fn returns its own seconds, or None to be wall-timed here."""
+  for _ in range(warmup): fn()
+  best, n, t_start = float("inf"), 0, time.perf_counter()
+  while n < runs or (n < MAX_RUNS and time.perf_counter() - t_start < min_time):
+    t0 = time.perf_counter()
+    r = fn()
+    best = min(best, r if isinstance(r, float) else time.perf_counter() - t0)
+    n += 1
+  return best, n
+
+def _rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+  if out.shape != ref.shape: raise AssertionError(f"output shape {out.shape} != numpy's {ref.shape}")
+  if not np.isfinite(out).all(): return float("inf")
+  scale = float(np.abs(ref).max()) if ref.size else 0.0
+  err = float(np.abs(out.astype(np.float64) - ref).max()) if ref.size else 0.0
+  return err / scale if scale > 0 else err
+
+def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0, note: Any = None, min_time: float = MIN_TIME_S) -> dict[str, Any]:
+  """Realize, verify and time one case; a record for the JSON (see the module docstring)."""
+  from tilecraft import Context, Tensor
+  from tilecraft.engine.realize import get_runner
+  from tilecraft.ops import MetaOps
+  from tilecraft.shape.symbolic import sym_eval
+  note = note or (lambda s: None)
+  rec: dict[str, Any] = {"name": case.key, "desc": case.desc, "ok": False, "verified": False, "error": None, "max_rel_error": None,
+                         "tol": case.tol, "time_s": None, "flops": None, "bytes": None, "gflops": None, "gbs": None, "intensity": None,
+                         "pct_peak_flops": None, "pct_peak_bw": None, "pct_roofline": None, "numpy_time_s": None, "vs_numpy": None,
+                         "runs": 0, "numpy_runs": 0, "compile_s": None, "opts": "", "schedule": []}
+  rng = np.random.default_rng(zlib.crc32(case.key.encode()))
+  arrays = case.make_inputs(rng)
+  try:
+    with Context(BEAM=beam) if beam else Context():
+      ts = [Tensor(a, device=device) for a in arrays]
+      out = case.tilecraft_fn(*ts)
+      items = [si for si in out.schedule() if si.ast.op is MetaOps.KERNEL]
+      note(f"{case.key}: compiling {len(items)} kernel(s)" + (f" (BEAM={beam})" if beam else ""))
+      t0 = time.perf_counter()
+      out.realize()
+      rec["compile_s"] = time.perf_counter() - t0
+      runners = [get_runner(si.ast, device, list(si.bufs)) for si in items]
+    note(f"{case.key}: timing tilecraft")
+    per = [float("inf")] * len(items)
+    def once() -> float:
+      total = 0.0
+      for i, (r, si) in enumerate(zip(runners, items)):
+        t = r(list(si.bufs), si.var_vals, wait=True) or 0.0
+        per[i] = min(per[i], t)
+        total += t
+      return total
+    rec["time_s"], rec["runs"] = _best(once, runs, warmup, min_time)
+    sched = []
+    for r, si, t in zip(runners, items, per):
+      p = r.p
+      sched.append({"name": p.name, "opts": [fmt_opts([o]) for o in p.applied_opts], "time_s": t,
+                    "flops": int(sym_eval(p.op_estimate, si.var_vals)), "bytes": int(sym_eval(p.mem_estimate, si.var_vals)),
+                    "global_size": list(p.global_size) if p.global_size else None, "local_size": list(p.local_size) if p.local_size else None})
+    rec["schedule"] = sched
+    rec["opts"] = " | ".join(fmt_opts(r.p.applied_opts) for r in runners) or "-"
+    rec["flops"], rec["bytes"] = sum(k["flops"] for k in sched), sum(k["bytes"] for k in sched)
+    note(f"{case.key}: verifying against numpy")
+    got = out.numpy()  # the output buffer as the last timed run left it
+    with np.errstate(all="ignore"): ref = np.asarray(case.numpy_fn(*[a.astype(np.float64) for a in arrays]))
+    err = _rel_error(got, ref)
+    rec["max_rel_error"] = err
+    rec["verified"] = err <= case.tol
+    if not rec["verified"]: rec["error"] = f"wrong result: max |out - numpy| / max |numpy| = {err:.3g} > {case.tol:g}"
+  except Exception as e:  # noqa: BLE001 - one broken kernel is reported, the suite goes on
+    rec["error"] = f"{type(e).__name__}: {e}"
+    rec["traceback"] = traceback.format_exc(limit=6)
+  note(f"{case.key}: timing numpy")
+  try:
+    with np.errstate(all="ignore"): rec["numpy_time_s"], rec["numpy_runs"] = _best(lambda: case.numpy_fn(*arrays), runs, warmup, min_time)
+  except Exception as e:  # noqa: BLE001
+    rec["error"] = rec["error"] or f"numpy failed: {type(e).__name__}: {e}"
+  t = rec["time_s"]
+  if t and rec["flops"] is not None:
+    rec["gflops"], rec["gbs"] = rec["flops"] / t / 1e9, rec["bytes"] / t / 1e9
+    rec["intensity"] = rec["flops"] / rec["bytes"] if rec["bytes"] else None
+    if rec["numpy_time_s"]: rec["vs_numpy"] = rec["numpy_time_s"] / t
+  rec["ok"] = rec["verified"] and rec["error"] is None
+  gc.collect()
+  return rec
+
+def add_peak_fractions(rec: dict[str, Any], gflops: float, gbs: float) -> None:
+  """Fill the record's % of peak FLOPS, bandwidth and roofline."""
+  if rec["gflops"] is None: return
+  rec["pct_peak_flops"] = 100 * rec["gflops"] / gflops
+  rec["pct_peak_bw"] = 100 * rec["gbs"] / gbs
+  roof = min(gflops, rec["intensity"] * gbs) if rec["intensity"] else gflops
+  rec["pct_roofline"] = 100 * rec["gflops"] / roof if roof else None
+
+def _pct(x: Optional[float]) -> str: return "-" if x is None else f"{x:.1f}%" if x < 100 else f"{x:.0f}%"
+def _num(x: Optional[float], fmt: str = "{:.1f}") -> str: return "-" if x is None else fmt.format(x)
+
+def table(records: list[dict[str, Any]]) -> str:
+  """The results table (one row per bench kernel)."""
+  rows = []
+  for r in records:
+    check = "ok" if r["ok"] else ("FAIL" if r["time_s"] is not None else "ERROR")
+    rows.append([r["name"], len(r["schedule"]) or "-", fmt_time(r["time_s"]), _num(r["gflops"]), _num(r["gbs"]),
+                 _pct(r["pct_peak_flops"]), _pct(r["pct_peak_bw"]), _pct(r["pct_roofline"]), fmt_time(r["numpy_time_s"]),
+                 _num(r["vs_numpy"], "{:.2f}x"), check, r["opts"]])
+  return format_table(["kernel", "k", "time", "GFLOPS", "GB/s", "%peakFLOPS", "%peakBW", "%roof", "numpy", "vs numpy", "check", "opts"],
+                      rows, "lrrrrrrrrrll")
+
+def compiler_name(device: str) -> str:
+  """The device's compiler, for the header."""
+  from tilecraft.device import Device
+  comp = Device[device].compiler
+  if (cc := getattr(comp, "cc", None)):
+    import subprocess
+    try: ver = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError): ver = os.path.basename(cc)
+    return ver + (" + OpenMP" if getattr(comp, "openmp", None) is not False else "")
+  return (getattr(comp, "cachekey", "") or type(comp).__name__)[:80]
+
+def threads() -> str:
+  """How many threads CPU kernels use, for the header."""
+  n = os.environ.get("OMP_NUM_THREADS")
+  return f"{n} threads (OMP_NUM_THREADS)" if n else f"{os.cpu_count()} cores"
+
+def run(args: argparse.Namespace) -> int:
+  """Run `tilecraft bench`; the exit code (1 when a kernel is wrong or fails)."""
+  from tilecraft.cli.calibrate import busy, cpu_model, describe, get_peaks, load_average
+  from tilecraft.helpers import NOOPT
+  device = open_device(args.device)
+  runs = args.runs if args.runs is not None else (3 if args.quick else 10)
+  if runs < 1 or args.warmup < 0: raise CLIError("--runs must be >= 1 and --warmup >= 0")
+  cases = select(suite(args.quick), args.only)
+  if not cases: raise CLIError(f"no benchmark kernel matches {args.only}; kernels: {', '.join(c.key for c in suite(args.quick))}")
+  json_stdout = args.json == "-"
+  prog = Progress(enabled=not args.quiet)
+  beam = args.beam
+  if beam and (why := search_available()):
+    prog.message(f"note: {why}; --beam {beam} is ignored, kernels use the hand-coded opts")
+    beam = 0
+  opts_mode = "NOOPT" if NOOPT else f"BEAM={beam}" if beam else "hand-coded"
+  load0 = load_average()
+  peaks = get_peaks(device, args.quick, args.recalibrate, progress=prog.note)
+  prog.clear()
+  prog.total = len(cases)
+  records = []
+  for case in cases:
+    prog.step(f"{case.key}: {case.desc}")
+    rec = run_case(case, device, runs, args.warmup, beam, note=lambda s: prog.note(f"[{prog.i}/{prog.total}] {s}"),
+                   min_time=MIN_TIME_S / 10 if args.quick else MIN_TIME_S)
+    add_peak_fractions(rec, peaks.gflops, peaks.gbs)
+    records.append(rec)
+    if not rec["ok"]: prog.message(f"FAILED {case.key}: {rec['error']}" + (f"\n{rec['traceback']}" if rec.get("traceback") and not args.quiet else ""))
+  prog.clear()
+  ok = all(r["ok"] for r in records)
+  host = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+          "numpy": np.__version__, "compiler": compiler_name(device), "load": load0}
+  timing = ("tilecraft: sum of its kernels' times (CompiledRunner, wait=True); numpy: wall time of the call; best of at least `runs` runs "
+            f"(fast kernels: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s is spent, at most {MAX_RUNS}) after `warmup` runs")
+  result = {"schema": SCHEMA, "created": datetime.datetime.now().isoformat(timespec="seconds"), "device": device, "ok": ok, "host": host,
+            "settings": {"quick": args.quick, "runs": runs, "warmup": args.warmup, "opts": opts_mode, "timing": timing},
+            "peak": peaks.to_json(), "kernels": records}
+  if args.json:
+    txt = json.dumps(result, indent=1, default=str)
+    if json_stdout: print(txt)
+    else:
+      with open(args.json, "w") as f: f.write(txt + "\n")
+  out = sys.stderr if json_stdout else sys.stdout
+  if not json_stdout or not args.quiet:
+    if not args.quiet:
+      print(f"tilecraft bench on {device}: {host['cpu']}, {threads()}; {host['compiler']}; numpy {np.__version__}; opts: {opts_mode}", file=out)
+      print(describe(peaks), file=out)
+      print(f"time: best of {runs}+ runs (fast kernels: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s, at most {MAX_RUNS}) "
+            f"after {args.warmup} warm-up runs. tilecraft = sum of its kernels' times (CompiledRunner); numpy = wall time of the call", file=out)
+      print("GFLOPS, GB/s: tilecraft's FLOP/byte counts of its kernels / time; %roof: of min(peak FLOPS, intensity x peak BW); "
+            "vs numpy: numpy time / tilecraft time (>1: tilecraft faster); k: kernels; opts: OP<axis>:<amount> per kernel", file=out)
+      print(file=out)
+    print(table(records), file=out)
+    if not args.quiet: print(file=out)
+    if not args.quiet:
+      if busy(load0): print(f"warning: the machine was busy when the run started (load {load0:.1f} on {os.cpu_count()} cores): timings are noisy", file=out)
+      if any((r["pct_peak_flops"] or 0) > 100 or (r["pct_peak_bw"] or 0) > 100 for r in records):
+        print("note: some kernels beat the calibrated peaks: the calibration is stale or was measured under load (--recalibrate)", file=out)
+    if ok: print(f"all {len(records)} kernels verified against numpy", file=out)
+    else: print(f"FAILED: {', '.join(r['name'] for r in records if not r['ok'])}", file=out)
+  if args.plot:
+    from tilecraft.cli.roofline import plot_roofline
+    try: plot_roofline(records, peaks.gflops, peaks.gbs, args.plot, f"tilecraft on {device}: {host['cpu']}")
+    except ImportError as e:
+      print(f"--plot needs matplotlib ({e}): pip install 'tilecraft[plot]' (the table and JSON are unaffected)", file=sys.stderr)
+      return 1 if not ok else 2
+    if not args.quiet: print(f"roofline plot written to {args.plot}", file=out)
+  if args.json and not json_stdout and not args.quiet: print(f"results written to {args.json}", file=out)
+  return 0 if ok else 1

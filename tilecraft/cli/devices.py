@@ -1,0 +1,93 @@
+"""`tilecraft devices`: every known device, whether it works here (it is opened and a tiny kernel
+is run and checked) or why not, and what its renderer supports."""
+from __future__ import annotations
+import argparse, json, time
+from typing import Any
+import numpy as np
+from tilecraft.cli import format_table
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+  """The options of `tilecraft devices`."""
+  ap.add_argument("--no-run", action="store_true", help="only open each device; don't run a test kernel on it")
+  ap.add_argument("--json", metavar="PATH", help="write the report as JSON ('-' for stdout instead of the table)")
+
+def _caps(ren: Any) -> dict[str, Any]:
+  tcs = [str(tc) for tc in getattr(ren, "tensor_cores", []) or []]
+  out: dict[str, Any] = {"renderer": type(ren).__name__}
+  for a in ("has_local", "has_shared", "shared_max", "local_max", "global_max", "supports_float4", "has_transcendentals"):
+    v = getattr(ren, a, None)
+    out[a] = list(v) if isinstance(v, tuple) else v
+  try: vw = getattr(ren, "vector_width", None)
+  except Exception: vw = None  # noqa: BLE001
+  if vw is not None: out["vector_width"] = vw
+  out["tensor_cores"] = tcs
+  return out
+
+def _compiler(dev: Any) -> str:
+  comp = dev.compiler
+  if (cc := getattr(comp, "cc", None)): return str(cc)
+  key = getattr(comp, "cachekey", "") or type(comp).__name__
+  return key if len(key) <= 100 else key[:97] + "..."
+
+def probe(name: str, run_kernel: bool = True) -> dict[str, Any]:
+  """{'name', 'usable', 'reason', 'default', 'compiler', 'caps', 'test_s'} for one device."""
+  from tilecraft.device import Device, DeviceUnavailable
+  rec: dict[str, Any] = {"name": name, "usable": False, "reason": None, "default": name == Device.DEFAULT, "compiler": None, "caps": None, "test_s": None}
+  try: dev = Device[name]
+  except DeviceUnavailable as e:
+    rec["reason"] = str(e)
+    return rec
+  except Exception as e:  # noqa: BLE001 - a broken driver: report it, don't crash the listing
+    rec["reason"] = f"opening it failed: {type(e).__name__}: {e}"
+    return rec
+  try:
+    rec["compiler"] = _compiler(dev)
+    rec["caps"] = _caps(dev.renderer)
+  except Exception as e:  # noqa: BLE001
+    rec["reason"] = f"its renderer failed: {type(e).__name__}: {e}"
+    return rec
+  if run_kernel:
+    from tilecraft import Tensor
+    t0 = time.perf_counter()
+    try:
+      x = np.arange(8, dtype=np.float32)
+      got = (Tensor(x, device=name) * 2 + 1).sum().numpy()
+      if float(got) != float((x * 2 + 1).sum()): raise AssertionError(f"test kernel gave {got}, expected {(x * 2 + 1).sum()}")
+    except Exception as e:  # noqa: BLE001
+      rec["reason"] = f"opens, but a test kernel failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+      return rec
+    rec["test_s"] = time.perf_counter() - t0
+  rec["usable"] = True
+  return rec
+
+def _fmt(v: Any) -> str:
+  if v is None: return "-"
+  if isinstance(v, bool): return "yes" if v else "no"
+  if isinstance(v, list): return "x".join(str(x) for x in v) if v and all(isinstance(x, int) for x in v) else (", ".join(map(str, v)) or "none")
+  return str(v)
+
+def run(args: argparse.Namespace) -> int:
+  """Run `tilecraft devices`: the table, then why each device is (not) usable."""
+  from tilecraft.device import DEVICES
+  recs = [probe(d, not args.no_run) for d in DEVICES]
+  if args.json:
+    txt = json.dumps({"devices": recs}, indent=1, default=str)
+    if args.json == "-":
+      print(txt)
+      return 0
+    with open(args.json, "w") as f: f.write(txt + "\n")
+  rows = []
+  for r in recs:
+    c = r["caps"] or {}
+    rows.append([r["name"] + (" (default)" if r["default"] else ""), "yes" if r["usable"] else "no", _fmt(c.get("renderer")), _fmt(c.get("has_local")),
+                 _fmt(c.get("has_shared")), _fmt(c.get("shared_max")), _fmt(c.get("local_max")), _fmt(c.get("supports_float4")),
+                 _fmt(c.get("vector_width")), _fmt(c.get("tensor_cores")) if r["caps"] else "-"])
+  print(format_table(["device", "usable", "renderer", "has_local", "has_shared", "shared_max", "local_max", "float4", "vector_width", "tensor cores"],
+                     rows, "llllllllll"))
+  print()
+  for r in recs:
+    if r["usable"]:
+      how = f"ran a test kernel ({r['test_s']*1e3:.0f} ms)" if r["test_s"] is not None else "opens (no test kernel run)"
+      print(f"{r['name']:7s} usable: {how}; compiler: {r['compiler']}")
+    else: print(f"{r['name']:7s} not usable: {r['reason']}")
+  return 0

@@ -1,0 +1,100 @@
+"""`tilecraft fuzz`: differential opt fuzzing of the built-in kernel corpus (tilecraft.engine.fuzz).
+
+For each corpus kernel, random valid opt sequences must give the same output as the unoptimized
+kernel and as numpy. Failures are printed with the minimal failing opt list. Failures of
+corpus entries listed as known bugs (tilecraft.engine.corpus.KNOWN_BUGS) are reported as
+expected and don't fail the run unless --strict.
+Exit codes: 0 all passed, 1 a failure, 2 the fuzzer is not available in this build."""
+from __future__ import annotations
+import argparse, json, sys, time
+from typing import Any
+from tilecraft.cli import CLIError, Progress, open_device
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+  """The options of `tilecraft fuzz`."""
+  ap.add_argument("--device", default=None, help="device to fuzz (default: Device.DEFAULT, i.e. $DEVICE or CPU)")
+  ap.add_argument("-n", "--n", type=int, default=200, help="random opt sequences per corpus kernel (default 200)")
+  ap.add_argument("--seed", type=int, default=0, help="seed (runs are reproducible per seed)")
+  ap.add_argument("-k", "--kernel", action="append", metavar="NAME", help="only corpus kernels whose name contains NAME (repeatable)")
+  ap.add_argument("--big", action="store_true", help="include the larger corpus kernels")
+  ap.add_argument("--no-isolate", action="store_true", help="run kernels in this process (faster; a kernel that corrupts memory may crash it)")
+  ap.add_argument("--strict", action="store_true", help="known-bug failures fail the run too")
+  ap.add_argument("--list", action="store_true", help="list the corpus kernels and exit")
+  ap.add_argument("--json", metavar="PATH", help="write a JSON report")
+  ap.add_argument("--quiet", action="store_true", help="no per-kernel progress on stderr")
+
+def _check_of(f: Any) -> str: return "fuzz" if f.opts else "noopt"
+
+def run(args: argparse.Namespace) -> int:
+  """Run `tilecraft fuzz`; 1 on an unexpected failure, 2 without the fuzzer."""
+  try:
+    from tilecraft.engine import fuzz as fz
+    from tilecraft.engine.corpus import corpus
+  except ImportError as err:
+    print(f"tilecraft fuzz: the differential fuzzer is not available in this build (tilecraft.engine.fuzz: {err})", file=sys.stderr)
+    return 2
+  try: from tilecraft.engine.corpus import known_bug
+  except ImportError: known_bug = None  # type: ignore[assignment]
+  device = open_device(args.device)
+  if args.n < 0: raise CLIError("--n must be >= 0")
+  entries = corpus(not args.big)
+  if args.kernel:
+    entries = {name: v for name, v in entries.items() if any(s in name for s in args.kernel)}
+    if not entries: raise CLIError(f"no corpus kernel matches {args.kernel} (see tilecraft fuzz --list)")
+  if args.list:
+    for name, entry in entries.items(): print(f"{name:40s} {' '.join(getattr(entry, 'tags', ()) or ())}")
+    return 0
+  prog = Progress(enabled=not args.quiet, total=len(entries))
+  t0 = time.perf_counter()
+  reports: dict[str, Any] = {}
+  fuzz_entry, iso_cls = getattr(fz, "fuzz_entry", None), getattr(fz, "IsolatedRunner", None)
+  if fuzz_entry is not None:
+    iso = iso_cls(not args.big) if iso_cls is not None and not args.no_isolate else None
+    try:
+      for name, entry in entries.items():
+        prog.step(f"{name}: {args.n} opt sequences on {device}")
+        reports[name] = fuzz_entry(entry, args.n, device, args.seed, isolated=iso)
+    finally:
+      if iso is not None: iso.close()
+  else:  # an older fuzzer: only the corpus-wide entry point
+    prog.note(f"fuzzing {len(entries)} corpus kernels with {args.n} opt sequences each on {device}")
+    reports = fz.fuzz_corpus(device, args.n, args.seed, not args.big, list(entries), isolate=not args.no_isolate)
+  prog.clear()
+  total = fz.FuzzReport()
+  unexpected: list[tuple[str, Any]] = []
+  expected: list[tuple[str, Any, str]] = []
+  for name, r in reports.items():
+    total = total.merge(r)
+    for f in r.failures:
+      why = known_bug(name, device, _check_of(f)) if known_bug is not None else None
+      if why and not args.strict: expected.append((name, f, why))
+      else: unexpected.append((name, f))
+  print(f"fuzzed {len(reports)} corpus kernels on {device} (seed {args.seed}, {args.n} opt sequences each) in {time.perf_counter() - t0:.1f}s")
+  print(f"  {total.pairs} (kernel, opts) pairs, {total.programs} distinct programs, {total.runs} runs, {total.refusals} refused opts")
+  bad_names = sorted({n for n, _ in unexpected})
+  if expected:
+    names = sorted({n for n, _, _ in expected})
+    print(f"  {len(expected)} failure(s) in known-bug kernels (expected; --strict to count them): {', '.join(names)}")
+  for name, f in _firsts(unexpected):
+    print(f"\nFAIL {name}: {f}")
+    if f.minimal_opts is not None: print(f"  reproduce: minimal failing opts {f.minimal_opts}")
+  if unexpected: print(f"\n{len(unexpected)} failure(s) in {len(bad_names)} kernel(s): {', '.join(bad_names)}")
+  else: print("  no unexpected failures")
+  if args.json:
+    data = {"device": device, "seed": args.seed, "n": args.n, "ok": not unexpected,
+            "kernels": {n: {"pairs": r.pairs, "runs": r.runs, "programs": r.programs, "refusals": r.refusals, "seconds": r.seconds,
+                            "failures": [{"kind": f.kind, "opts": [str(o) for o in f.opts],
+                                          "minimal_opts": None if f.minimal_opts is None else [str(o) for o in f.minimal_opts],
+                                          "message": f.message, "known_bug": known_bug(n, device, _check_of(f)) if known_bug is not None else None}
+                                         for f in r.failures]} for n, r in reports.items()}}
+    with open(args.json, "w") as fh: json.dump(data, fh, indent=1, default=str)
+  return 1 if unexpected else 0
+
+def _firsts(fails: list[tuple[str, Any]], per_kernel: int = 2) -> list[tuple[str, Any]]:
+  """The first few failures of each kernel (the first one is the shrunk one)."""
+  seen: dict[str, int] = {}
+  out = []
+  for name, f in fails:
+    if seen.get(name, 0) < per_kernel: out.append((name, f))
+    seen[name] = seen.get(name, 0) + 1
+  return out

@@ -10,6 +10,7 @@ expanding view (the same element used many times), padded through an op with f(0
 read by more than one kernel or by another reduce, or forced with contiguous().
 """
 from __future__ import annotations
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 from tilecraft.device import Buffer
@@ -85,13 +86,32 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
       if s.is_view and _is_expanding(s): realizes.add(id(sb))
       if s.is_view and any(v.mask is not None for v in s.st.views) and _has_unsafe_pad(sb, realizes): realizes.add(id(sb))
       if b.op is MetaOps.COPY: realizes.add(id(sb))
+  consumers: dict[int, list[LazyBuffer]] = {}
   for b in order:
-    if b.op in ReduceOps and users.get(id(b), 0) > 1: realizes.add(id(b))
+    for s in b.srcs: consumers.setdefault(id(s.base), []).append(b)
+  for b in order:
+    if b.op in ReduceOps and id(b) not in realizes and users.get(id(b), 0) > 1 and len(_kernels_reading(b, consumers, realizes)) != 1:
+      realizes.add(id(b))
   # elementwise values read many times are recomputed only while that stays cheap
   memo: dict[int, int] = {}
   for b in order:
     if b.op in ELEMENTWISE_OPS and users.get(id(b), 0) > 1 and _subtree_ops(b, realizes, memo) * users[id(b)] > 48: realizes.add(id(b))
   return realizes
+
+def _kernels_reading(r: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> set[int]:
+  """The kernels (their realized outputs) that would compute r inline: follow r's readers through
+  elementwise ops that aren't realized themselves. Another reduce on the way counts as its own kernel."""
+  out: set[int] = set()
+  stack, seen = list(consumers.get(id(r), [])), set()
+  while stack:
+    c = stack.pop()
+    if id(c) in seen: continue
+    seen.add(id(c))
+    if id(c) in realizes or c.op not in ELEMENTWISE_OPS: out.add(id(c))
+    if id(c) not in realizes and c.op in ELEMENTWISE_OPS:
+      stack.extend(consumers.get(id(c), []))
+      if not consumers.get(id(c)): out.add(id(c))
+  return out
 
 def _is_expanding(v: LazyBuffer) -> bool:
   """Does this view read some element of its base more than once?"""
@@ -170,6 +190,7 @@ def _bound_vals(x: Any) -> dict:
 
 def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   """The kernels that compute `outs`, in an order that respects their dependencies."""
+  if sys.getrecursionlimit() < 20000: sys.setrecursionlimit(20000)  # deep elementwise chains build recursively
   outs = [o for o in outs if not o.base.realized]
   order = _walk(outs)
   realizes = _decide_realizes(order, outs)

@@ -8,6 +8,11 @@ import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiler
 from tilecraft.helpers import DEBUG, getenv
 
+# Threads that spin between kernels starve everything else when the cores are shared (tests run
+# in parallel, other programs); sleeping costs a few microseconds per parallel region instead.
+# Set before the first kernel loads libgomp; an explicit OMP_WAIT_POLICY wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # ---- compiler ------------------------------------------------------------------------------------
 
 def find_c_compiler() -> str:

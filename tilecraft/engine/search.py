@@ -4,9 +4,11 @@
   get_kernel_actions(kernel, include_0=True) -> dict[int, Kernel]
   optimize_kernel(kernel, bufs_or_None) -> Kernel   (what the scheduler calls: BEAM / hand-coded / NOOPT)
 
-Each round extends every beam entry by one action from a fixed grid (`ACTIONS`), keeps the
-`amt` fastest kernels, and stops when the beam has nothing new to extend. The unoptimized
-kernel and the hand-coded one seed the beam, and the hand-coded kernel is the floor.
+Each round extends the `amt` fastest kernels not extended yet (the beam) by every action of a
+fixed grid (`ACTIONS`), and the search stops after `patience` rounds without a new best. The unoptimized
+kernel, the hand-coded one and the hand-coded kernel's intermediate steps seed the beam; the
+hand-coded kernel is the floor (a winner must also beat it head to head, and match the
+unoptimized kernel's output on random data).
 
 Process model. All rendering, compiling and running of candidates happens in worker processes
 started with `python -c "from tilecraft.engine.search import _worker_main; ..."` and spoken to
@@ -29,7 +31,7 @@ one row per search (AST key, device, renderer, compiler, settings) whose opts ar
 hit, and one row per timed candidate so a repeat search (say, with a wider beam) starts warm.
 """
 from __future__ import annotations
-import copyreg, ctypes, dataclasses, hashlib, io, json, math, os, pickle, select, signal, sqlite3, subprocess, sys, threading
+import ctypes, hashlib, io, json, math, os, pickle, select, signal, sqlite3, subprocess, sys, threading
 import time, traceback, warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -122,7 +124,7 @@ def _node_slots(cls: type) -> list[str]:
   return [s for c in cls.__mro__ for s in getattr(c, "__slots__", ()) if s not in ("_hash", "_render", "__weakref__")]
 
 def _rebuild_node(cls: type, state: dict) -> Node:
-  n = object.__new__(cls)
+  n: Node = object.__new__(cls)
   for k, v in state.items(): object.__setattr__(n, k, v)
   object.__setattr__(n, "_hash", hash(n.key))
   object.__setattr__(n, "_render", None)
@@ -162,6 +164,9 @@ def _read_exact(fd: int, n: int) -> bytes:
 
 # ---- the worker process --------------------------------------------------------------------------
 
+# timing repeats: at least `runs`, more for short kernels (until _MIN_TIMING_S of kernel time or
+# _MAX_RUNS runs): the minimum of more samples is steadier on a machine other work shares
+_MIN_TIMING_S, _MAX_RUNS = 0.05, 30
 _WORKER_CMD = "from tilecraft.engine.search import _worker_main; _worker_main()"
 _TIMING_SEED = 0x5EA4C4
 
@@ -277,17 +282,21 @@ class _WorkerState:
     if directive == "error": raise RuntimeError("injected failure (search._test_hook)")
     bufs = self.timing_bufs(device, specs)
     times: list[float] = []
-    for _ in range(max(1, runs)):
+    while True:
       times.append(self.run_once(device, prog, bufs))
       if early_stop_s is not None and times[-1] > early_stop_s: break
+      if len(times) >= max(1, runs) and (sum(times) >= _MIN_TIMING_S or len(times) >= _MAX_RUNS): break
     return ("ok", times)
 
   def race(self, device: str, progs: list, specs: list, runs: int) -> tuple:
     """Interleaved runs of several programs (so drift in machine load hits all alike); min of each."""
     bufs = self.timing_bufs(device, specs)
-    best = [math.inf] * len(progs)
-    for _ in range(max(1, runs)):
-      for i, p in enumerate(progs): best[i] = min(best[i], self.run_once(device, p, bufs))
+    best, total, n = [math.inf] * len(progs), 0.0, 0
+    while n < max(1, runs) or (total < 2 * _MIN_TIMING_S * len(progs) and n < 2 * _MAX_RUNS):
+      for i, p in enumerate(progs):
+        t = self.run_once(device, p, bufs)
+        best[i], total = min(best[i], t), total + t
+      n += 1
     return ("ok", best)
 
   def verify(self, device: str, ref: tuple, cands: list, specs: list, n_out: int, outs_read: bool, seed: int, guard: int) -> tuple:
@@ -468,8 +477,8 @@ class _Pool:
               except OSError:
                 w.stop()
             else:
-              results[i] = ("crash", "could not start a worker")
-              if on_result is not None: on_result(i, results[i])
+              results[i] = res = ("crash", "could not start a worker")
+              if on_result is not None: on_result(i, res)
               continue
             busy[w] = [i, time.monotonic() + job.timeout + (0 if w.ready else _STARTUP_S)]
           if not busy:
@@ -574,7 +583,7 @@ class SearchDB:
     if self.conn is None:
       try: self.conn = self._connect()
       except sqlite3.DatabaseError as e:
-        if isinstance(e, sqlite3.OperationalError) and "locked" in str(e): return self._give_up(e)
+        if not _is_corruption(e): return self._give_up(e)
         self._rebuild(e)
         try: self.conn = self._connect()
         except sqlite3.Error as e2: return self._give_up(e2)
@@ -590,7 +599,7 @@ class SearchDB:
       except OSError: pass
     warnings.warn(f"search cache {self.path} is corrupted ({err}); moved it to {bad} and started a new one", RuntimeWarning, stacklevel=4)
 
-  def _give_up(self, err: Exception) -> None:
+  def _give_up(self, err: Exception) -> Optional[sqlite3.Connection]:
     warnings.warn(f"search cache {self.path} can't be used ({err}); searching without it", RuntimeWarning, stacklevel=4)
     self.broken = True
     return None
@@ -599,10 +608,9 @@ class SearchDB:
     for attempt in range(2):
       if (conn := self._open()) is None: return None
       try: return fn(conn)
-      except sqlite3.OperationalError as e:
-        if "locked" in str(e) or "readonly" in str(e): return self._give_up(e)
+      except sqlite3.DatabaseError as e:
+        if not _is_corruption(e): return self._give_up(e)
         err: Exception = e
-      except sqlite3.DatabaseError as e: err = e
       try: conn.close()
       except sqlite3.Error: pass
       self.conn = None
@@ -629,6 +637,11 @@ class SearchDB:
       try: self.conn.close()
       except sqlite3.Error: pass
       self.conn = None
+
+def _is_corruption(e: Exception) -> bool:
+  """Errors that mean the file is damaged (rebuild it), as opposed to locked, read-only or full (leave it)."""
+  msg = str(e).lower()
+  return any(w in msg for w in ("not a database", "malformed", "quick_check", "encrypted", "disk image", "corrupt"))
 
 def _finite(x: Optional[float]) -> Optional[float]: return x if x is not None and math.isfinite(x) else None
 
@@ -703,6 +716,24 @@ def _renderer_identity(ren: Any) -> str:
   return _identity(ren, ("device", "supports_float4", "has_local", "has_shared", "global_max", "local_max", "shared_max", "tensor_cores",
                          "has_transcendentals", "vector_width"))
 
+_codegen_id: Optional[str] = None
+
+def _codegen_identity() -> str:
+  """A hash of the code generator's source: generated code (so timings and the best opts) may change
+  with it, so cached searches and timings are only reused by the same code generator."""
+  global _codegen_id
+  if _codegen_id is None:
+    import tilecraft
+    root = os.path.dirname(os.path.abspath(tilecraft.__file__))
+    h = hashlib.sha256()
+    for sub in ("codegen", "renderer", "shape", "runtime", ""):
+      d = os.path.join(root, sub)
+      for fn in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if fn.endswith(".py") and (sub or fn in ("ops.py", "dtype.py", "device.py")):
+          with open(os.path.join(d, fn), "rb") as f: h.update(fn.encode() + b"\0" + f.read())
+    _codegen_id = h.hexdigest()[:24]
+  return _codegen_id
+
 def _compiler_identity(comp: Any) -> str:
   return hashlib.sha256(f"{type(comp).__qualname__}|{getattr(comp, 'cachekey', '')}|{' '.join(getattr(comp, 'flags', ()))}".encode()).hexdigest()[:24]
 
@@ -728,10 +759,13 @@ def _buffer_specs(kernel: Kernel, bufs: Optional[Sequence[Any]]) -> list[tuple[i
       if x.arg.idx not in per_idx or size > per_idx[x.arg.idx][0]: per_idx[x.arg.idx] = (size, x.arg.dtype)
   idxs = sorted(per_idx)
   if bufs is None: return [per_idx[i] for i in idxs]
-  if len(bufs) != len(idxs): raise ValueError(f"kernel {kernel.name} takes {len(idxs)} buffers, beam_search got {len(bufs)}")
-  for i, b in zip(idxs, bufs):
+  # the kernel's arguments in order, or a list indexed by buffer index (which may hold more)
+  if len(bufs) == len(idxs): picked = list(bufs)
+  elif idxs and len(bufs) > idxs[-1]: picked = [bufs[i] for i in idxs]
+  else: raise ValueError(f"kernel {kernel.name} takes {len(idxs)} buffers (indices {idxs}), beam_search got {len(bufs)}")
+  for i, b in zip(idxs, picked):
     if b.size < per_idx[i][0]: raise ValueError(f"buffer {i} has {b.size} elements, the kernel touches {per_idx[i][0]}")
-  return [(b.size, b.dtype) for b in bufs]
+  return [(b.size, b.dtype) for b in picked]
 
 _TEST_GLOBAL_MAX = 65536  # workgroups launched when timing a test-sized kernel
 
@@ -752,7 +786,7 @@ class _Search:
   def __init__(self, kernel: Kernel, bufs: Optional[Sequence[Any]], amt: int, allow_test_size: bool, var_vals: Optional[dict],
                budget_s: Optional[float], timeout_s: float, build_timeout_s: float, runs: int, max_rounds: int, workers: Optional[int],
                progress: Optional[bool], early_stop: float, max_upcast: int, max_lanes: int, max_threads: Optional[int], max_uops: int,
-               verify: bool, min_gain: float, use_cache: bool):
+               verify: bool, min_gain: float, use_cache: bool, patience: int = 2):
     from tilecraft.device import Device
     self.t0 = time.perf_counter()
     self.kernel, self.amt, self.allow_test_size = kernel, amt, allow_test_size
@@ -762,7 +796,7 @@ class _Search:
     self.budget_s, self.timeout_s, self.build_timeout_s = budget_s, timeout_s, build_timeout_s
     self.runs, self.max_rounds, self.early_stop = runs, max_rounds, early_stop
     self.max_upcast, self.max_lanes, self.max_threads, self.max_uops = max_upcast, max_lanes, max_threads, max_uops
-    self.verify_on, self.min_gain = verify, min_gain
+    self.verify_on, self.min_gain, self.patience = verify, min_gain, patience
     self.n_workers = workers or int(getenv("BEAM_WORKERS", 0)) or min(os.cpu_count() or 1, 8)
     self.vv = _var_vals(kernel, var_vals)
     self.specs = _buffer_specs(kernel, bufs)
@@ -772,10 +806,10 @@ class _Search:
     self.ast_hex = kernel.ast.key.hex()
     self.start_opts = tuple(kernel.applied_opts)
     self.ren_id, self.comp_id = _renderer_identity(self.ren), _compiler_identity(self.dev.compiler)
-    settings = [SEARCH_VERSION, self.ast_hex, self.device, self.ren_id, self.comp_id, amt, bool(allow_test_size),
-                _opts_key(self.start_opts), max_upcast, max_lanes, max_threads, max_uops, sorted(self.vv.items())]
+    settings = [SEARCH_VERSION, _codegen_identity(), self.ast_hex, self.device, self.ren_id, self.comp_id, amt, bool(allow_test_size),
+                _opts_key(self.start_opts), max_upcast, max_lanes, max_threads, max_uops, patience, max_rounds, sorted(self.vv.items())]
     self.result_key = hashlib.sha256(json.dumps(settings).encode()).hexdigest()
-    self.timing_ctx = hashlib.sha256(json.dumps([self.device, self.ren_id, self.comp_id, bool(allow_test_size),
+    self.timing_ctx = hashlib.sha256(json.dumps([_codegen_identity(), self.device, self.ren_id, self.comp_id, bool(allow_test_size),
                                                  sorted(self.vv.items())]).encode()).hexdigest()[:32]
     self.db = _get_db() if use_cache else None
     self.report = SearchReport(name=self.name, device=self.device)
@@ -924,8 +958,12 @@ class _Search:
         else: c.status, c.msg = status, "failed in an earlier search (timing cache)"
         self._bar(done=1)
       else: todo.append(c)
-    self.build(todo)
-    self.time(todo)
+    # in batches: builds stay parallel and timing stays alone on the machine, but a spent budget
+    # still leaves timed candidates behind instead of a pile of untimed binaries
+    step = max(8, 3 * self.n_workers)
+    for i in range(0, len(todo), step):
+      self.build(todo[i:i + step])
+      self.time(todo[i:i + step])
 
   def ensure_built(self, c: Candidate) -> bool:
     """Candidates whose timing came from the cache are built when they are needed (verify, race)."""
@@ -975,11 +1013,13 @@ class _Search:
   def search(self) -> Kernel:
     r = self.report
     if self.db is not None: self.timings_cache = self.db.get_timings(self.ast_hex, self.timing_ctx)
-    hand_k = self.kernel.copy().hand_coded_optimizations()
     base = Candidate(self.start_opts, self.kernel)
     self.cands[base.key] = base
     self.seen_sigs.add(_signature(self.kernel))
-    hand = self.add(hand_k) or base
+    try: hand = self.add(self.kernel.copy().hand_coded_optimizations()) or base
+    except Exception as e:  # noqa: BLE001 - a heuristic bug must not take the search down; the unoptimized kernel is the floor then
+      warnings.warn(f"search: hand_coded_optimizations() failed on {self.name} ({type(e).__name__}: {e})", RuntimeWarning, stacklevel=4)
+      hand = base
     ref_k = Kernel(self.kernel.ast, self.ren).required_optimizations()
     ref = Candidate(tuple(ref_k.applied_opts), ref_k)
     seeds = [hand] + ([base] if base is not hand else [])
@@ -1001,26 +1041,26 @@ class _Search:
       if (c := self.add(k)) is not None: prefixes.append(c)
     self._bar(add_total=len(prefixes))
     self.evaluate(prefixes)
-    beam = sorted([c for c in seeds + prefixes if c.timed], key=lambda c: c.time)[:self.amt]
-    rounds = 0
-    while beam and rounds < self.max_rounds and not self.over_budget():
+    # each round expands the `amt` fastest kernels not expanded yet; the search ends when the best
+    # time hasn't improved (by min_gain) for `patience` rounds, nothing is left, or the budget is spent
+    rounds = stale = 0
+    while rounds < self.max_rounds and stale < self.patience and not self.over_budget():
+      beam = sorted([c for c in self.cands.values() if c.timed and not c.expanded and c.kernel is not None], key=lambda c: c.time)[:self.amt]
+      if not beam: break
       rounds += 1
       r.rounds = rounds
+      if DEBUG >= 3: print(f"search: round {rounds}: expanding " + ", ".join(f"{_fmt_t(c.time)} {list(c.opts)}" for c in beam))
+      best_before = self.best_time
       new: list[Candidate] = []
       for b in beam:
-        if b.expanded or b.kernel is None: continue
         b.expanded = True
+        assert b.kernel is not None
         for k in get_kernel_actions(b.kernel, include_0=False, max_upcast=self.max_upcast, max_lanes=self.max_lanes,
                                     max_threads=self.max_threads).values():
           if (c := self.add(k)) is not None: new.append(c)
-      if not new: break
       self._bar(add_total=len(new))
       self.evaluate(new)
-      pool = {id(c): c for c in beam + [c for c in new if c.timed]}
-      nxt = sorted(pool.values(), key=lambda c: c.time)[:self.amt]
-      if all(c.expanded for c in nxt): break
-      beam = nxt
-      if DEBUG >= 3: print(f"search: round {rounds}: {len(new)} candidates, beam " + ", ".join(f"{_fmt_t(c.time)} {list(c.opts)}" for c in beam))
+      stale = 0 if self.best_time < best_before * (1 - self.min_gain) else stale + 1
     r.complete = not self.over_budget()
     return self.finish(hand, base, ref)
 
@@ -1051,7 +1091,7 @@ class _Search:
         warnings.warn(f"search: could not verify the candidates for {self.name}: {res}", RuntimeWarning, stacklevel=4)
         r.verified = False
     elif contenders: winner = contenders[0]
-    chosen, chose = (hand, "hand") if floor is hand or floor is None else (base, "base")
+    chosen, chose = (hand, "hand" if hand is not base else "base") if floor is hand or floor is None else (base, "base")
     if winner is not None and floor is not None and self.ensure_built(floor):
       # head to head, interleaved, more runs: a lucky measurement during the search can't beat the floor
       res = self.timer_run(_Job("race", (self.device, [floor.prog, winner.prog], self.specs, max(5, self.runs)), max(30.0, 4 * self.timeout_s)))
@@ -1064,7 +1104,7 @@ class _Search:
     elif winner is not None: chosen, chose = winner, "beam"
     if not math.isfinite(r.final_time): r.final_time = chosen.time
     r.chose = chose
-    if chose == "hand": k = self.kernel.copy().hand_coded_optimizations()
+    if chose == "hand" and hand is not base: k = self.kernel.copy().hand_coded_optimizations()
     else:
       k = self.kernel.copy()
       for o in chosen.opts[len(self.start_opts):]: k.apply_opt(o, reason="beam search")
@@ -1094,7 +1134,7 @@ def beam_search(kernel: Kernel, bufs: Optional[Sequence[Any]] = None, amt: int =
                 build_timeout_s: float = 120.0, runs: int = 3, max_rounds: int = 12, workers: Optional[int] = None,
                 progress: Optional[bool] = None, early_stop: float = 3.0, max_upcast: int = 256, max_lanes: int = 1024,
                 max_threads: Optional[int] = None, max_uops: int = 3000, verify: bool = True, min_gain: float = 0.01,
-                disable_cache: bool = False) -> Kernel:
+                patience: int = 2, disable_cache: bool = False) -> Kernel:
   """The fastest kernel the beam search finds for `kernel`'s AST, never slower than its hand-coded
   opts (API). Returns a new Kernel; `kernel` is untouched.
 
@@ -1104,6 +1144,7 @@ def beam_search(kernel: Kernel, bufs: Optional[Sequence[Any]] = None, amt: int =
   var_vals: values for symbolic Variables (default: bound value, else the maximum).
   budget_s: wall-clock budget; when spent, the best kernel so far is returned.
   timeout_s: per timing job (runs of one candidate); slower or hung candidates are dropped.
+  max_rounds, patience: at most max_rounds rounds; stop after `patience` rounds without a new best.
   runs: timing repeats (the minimum counts); early_stop: stop after one run when a candidate is
     that many times slower than the best so far. verify: check the winner against the unoptimized
     kernel's output. min_gain: the fraction by which a candidate must beat the hand-coded kernel
@@ -1112,7 +1153,7 @@ def beam_search(kernel: Kernel, bufs: Optional[Sequence[Any]] = None, amt: int =
   if not isinstance(amt, int) or amt < 1: raise ValueError(f"beam width must be an int >= 1, got {amt!r}")
   with _search_lock:
     s = _Search(kernel, bufs, amt, allow_test_size, var_vals, budget_s, timeout_s, build_timeout_s, runs, max_rounds, workers,
-                progress, early_stop, max_upcast, max_lanes, max_threads, max_uops, verify, min_gain, not disable_cache)
+                progress, early_stop, max_upcast, max_lanes, max_threads, max_uops, verify, min_gain, not disable_cache, patience)
     return s.run()
 
 def optimize_kernel(kernel: Kernel, bufs: Optional[Sequence[Any]] = None) -> Kernel:

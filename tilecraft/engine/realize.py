@@ -14,13 +14,9 @@ _runners: dict[tuple[bytes, str, Any], CompiledRunner] = {}
 kernel_count = 0  # kernels launched in this process (for DEBUG=1 and tests)
 
 def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
-  """Apply BEAM search (BEAM=n), or nothing (NOOPT), or the hand-coded heuristics."""
-  if NOOPT: return k
-  if BEAM >= 1:
-    try: from tilecraft.engine.search import optimize_kernel
-    except ImportError: optimize_kernel = None  # search not available in this build
-    if optimize_kernel is not None: return optimize_kernel(k, bufs)
-  return k.hand_coded_optimizations()
+  """BEAM search (BEAM=n), only the required opts (NOOPT), or the hand-coded heuristics."""
+  from tilecraft.engine.search import optimize_kernel
+  return optimize_kernel(k, bufs)
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
   key = (ast.key, device, (int(NOOPT), int(BEAM)))

@@ -467,8 +467,15 @@ def _floor_divmod(op: Any, a: UOp, b: UOp) -> UOp:
     dt = a.dtype
     c = lambda v: UOp.const(dt, v)  # noqa: E731
     nonzero = UOp.alu(BinaryOps.CMPNE, b, c(0))
-    safe_b = UOp.alu(TernaryOps.WHERE, nonzero, b, c(1))
-    q, r = UOp.alu(BinaryOps.IDIV, a, safe_b), UOp.alu(BinaryOps.MOD, a, safe_b)
+    if dtypes.is_unsigned(dt):
+      safe_b = UOp.alu(TernaryOps.WHERE, nonzero, b, c(1))
+      q, r = UOp.alu(BinaryOps.IDIV, a, safe_b), UOp.alu(BinaryOps.MOD, a, safe_b)
+    else:
+      # b == -1 is a negation: the hardware traps on MIN // -1, numpy wraps
+      not_neg1 = UOp.alu(BinaryOps.CMPNE, b, c(-1))
+      safe_b = UOp.alu(TernaryOps.WHERE, UOp.alu(BinaryOps.AND, nonzero, not_neg1), b, c(1))
+      q = UOp.alu(TernaryOps.WHERE, not_neg1, UOp.alu(BinaryOps.IDIV, a, safe_b), UOp.alu(BinaryOps.SUB, c(0), a))
+      r = UOp.alu(BinaryOps.MOD, a, safe_b)
     if dtypes.is_unsigned(dt): res = q if op is BinaryOps.IDIV else r
     else:
       # truncation differs from floor when the remainder is nonzero and its sign differs from b's

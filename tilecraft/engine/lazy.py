@@ -107,8 +107,8 @@ class LazyBuffer:
 
   # ---- movement ops (views) -----------------------------------------------------------------------
   def _view(self, st: ShapeTracker) -> "LazyBuffer":
-    if st.size == 0 and self.base.op is not None and not (isinstance(st.size, int) and st.size > 0):
-      return LazyBuffer.const(0, self.dtype, self.device, st.shape)
+    if isinstance(st.size, int) and st.size == 0 and self.base.op not in (None, BufferOps.CONST):
+      return LazyBuffer.const(0, self.dtype, self.device, st.shape)  # nothing to compute
     if st.contiguous and st.shape == self.base.shape: return self.base
     return LazyBuffer(self.device, st, self.dtype, base=self.base)
   def reshape(self, shape: tuple[sint, ...]) -> "LazyBuffer": return self._view(self.st.reshape(shape))

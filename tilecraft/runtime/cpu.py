@@ -41,7 +41,7 @@ _OPENMP_PROBE = "int omp_get_max_threads(void);\nint probe(void) { int n = 0;\n#
 
 class CPUCompiler(Compiler):
   """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin)."""
-  base_flags: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast")
+  base_flags: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fwrapv")
   def __init__(self, cc: Optional[str] = None):
     self.cc = cc or find_c_compiler()
     self.openmp: Optional[bool] = None  # None: not known yet; assumed to work until a compile says otherwise

@@ -188,9 +188,7 @@ def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
   c = [math.log(2) ** k / math.factorial(k) for k in range(8)]
   poly = f"{c[7]!r}f"
   for k in range(6, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
-  # C has no vector ?:, so selects are bit blends with the all-ones/all-zeros lane masks of comparisons
-  return [f"static inline {vt} tc_sel_{vt}({it} m, {vt} a, {vt} b) {{ return ({vt})((({it})a & m) | (({it})b & ~m)); }}",
-          f"static inline {vt} tc_exp2_{vt}({vt} x) {{",
+  return [f"static inline {vt} tc_exp2_{vt}({vt} x) {{",
           f"  {vt} zero = ({vt}){{}};",
           f"  {vt} xc = tc_sel_{vt}(x < -150.0f, zero - 150.0f, tc_sel_{vt}(x > 129.0f, zero + 129.0f, x));",
           f"  {vt} y = xc + 0.5f;",
@@ -224,7 +222,10 @@ class CRenderer(CStyleLanguage):
                 dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
                 dtypes.float32: "float", dtypes.float64: "double"}
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
-  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, BinaryOps.MAX})
+  def render_alu(self, op: Any, srcs: list[str], dt: DType, src_dt: DType) -> str:
+    if op is BinaryOps.MAX and dt.count > 1: return f"tc_max_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]})"
+    return super().render_alu(op, srcs, dt, src_dt)
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register on this host (the C compiler targets -march=native)."""
@@ -240,12 +241,21 @@ class CRenderer(CStyleLanguage):
     lines = ["#include <math.h>"]
     vecs = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
     exp2s = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is UnaryOps.EXP2 and u.dtype.count > 1}
-    vecs |= {dtypes.int32.vec(d.count) for d in exp2s}
+    maxes = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is BinaryOps.MAX and u.dtype.count > 1}
+    masks = {d: dtypes.int32.vec(d.count) if d.scalar().itemsize == 4 else dtypes.int64.vec(d.count) for d in exp2s | maxes}
+    vecs |= set(masks.values())
     for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count)):
       base = self.type_names[v.scalar()]
       # element alignment: vector loads and stores may be unaligned
       lines.append(f"typedef {base} {self.render_dtype(v)} __attribute__((vector_size({v.itemsize}), aligned({v.scalar().itemsize})));")
-    for d in sorted(exp2s, key=lambda d: d.count): lines += _vector_exp2(self.render_dtype(d), self.render_dtype(dtypes.int32.vec(d.count)), d.scalar())
+    # C has no vector ?:, so selects are bit blends with the all-ones/all-zeros lane masks of comparisons
+    for d, m in sorted(masks.items(), key=lambda x: (x[0].scalar().name, x[0].count)):
+      vt, it = self.render_dtype(d), self.render_dtype(m)
+      lines.append(f"static inline {vt} tc_sel_{vt}({it} m, {vt} a, {vt} b) {{ return ({vt})((({it})a & m) | (({it})b & ~m)); }}")
+      if d in maxes:
+        keep_a = f"(({it})(a != a) | ({it})(a > b))" if dtypes.is_float(d) else f"({it})(a > b)"
+        lines.append(f"static inline {vt} tc_max_{vt}({vt} a, {vt} b) {{ return tc_sel_{vt}({keep_a}, a, b); }}  /* NaN-propagating */")
+    for d in sorted(exp2s, key=lambda d: d.count): lines += _vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     if any(u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src) for u in uops if u.op is UOps.CAST):
       lines += ["static inline float bf16_to_f32(unsigned short x) { union { unsigned int u; float f; } c = {.u = (unsigned int)x << 16}; return c.f; }",
                 "static inline unsigned short f32_to_bf16(float f) { union { float f; unsigned int u; } c = {.f = f};",

@@ -106,6 +106,8 @@ def hand_coded_optimizations(k: Any) -> Any:
     contiguous = any(st.real_strides()[ax] == 1 for st in ins)
     if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= 256 and (k.upcasted == 0 or size <= 4):
       _try(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully")
+    elif not contiguous and not gpu and k.first_reduce > 0 and k.sts[0].real_strides()[k.first_reduce - 1] == 1:
+      pass  # column-style reduce: more output lanes per row visit beat unrolling the rows (below)
     else:
       for amt in ([vw] if contiguous and k.upcasted == 0 and not gpu else []) + [4, 2]:
         if size % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 512:
@@ -117,7 +119,14 @@ def hand_coded_optimizations(k: Any) -> Any:
     axis = unit[-1] if unit else k.first_reduce - 1
     for amt in ([vw, 4] if not gpu else [4]):
       if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0:
-        if _try(k, Opt(OptOps.UPCAST, axis, amt), f"elementwise: {amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"): break
+        if _try(k, Opt(OptOps.UPCAST, axis, amt), f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"): break
+    # a reduce walking rows of the output's axis (e.g. column sums): read many cache lines per row
+    if k.reduceops and not gpu and axis < k.first_reduce and k.first_reduce < k.first_upcast:
+      ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+      if not any(st.real_strides()[k.first_upcast - 1] == 1 for st in ins):
+        for amt in (16, 8, 4):
+          if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 256:
+            if _try(k, Opt(OptOps.UPCAST, axis, amt), f"strided reduce: {amt}x more output columns per row read"): break
 
   # GPU workgroups: up to 3 local axes, at most 128 threads
   if ren.has_local and not k.dont_use_locals and k.group_for_reduces == 0:

@@ -9,18 +9,21 @@ import functools, math, struct, weakref
 from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 from tilecraft.device import Buffer, Device, DeviceUnavailable
-from tilecraft.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tilecraft.engine.lazy import LazyBuffer
 from tilecraft.engine.realize import run_schedule
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
-from tilecraft.helpers import argsort, prod
-from tilecraft.ops import BinaryOps, BufferOps, MetaOps, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.helpers import prod
+from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval, unbind_all
 
 Scalar = Union[int, float, bool]
 
 def _canon_device(device: Optional[str]) -> str:
-  return Device.canonicalize(device) if device is not None else Device.DEFAULT
+  """The device's canonical name; it must open here (DeviceUnavailable names it and why not)."""
+  name = Device.canonicalize(device) if device is not None else Device.DEFAULT
+  Device[name]
+  return name
 
 # ---- dtypes a tensor may hold ---------------------------------------------------------------------
 _TENSOR_DTYPES = (dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
@@ -45,7 +48,7 @@ def _device_dtype_error(device: str, dt: DType) -> Optional[str]:
       from tilecraft.runtime.opencl import _context
       ext = _context()[1].extensions
     except Exception: return None
-    if "cl_khr_fp64" not in ext: return f"OpenCL device has no double precision (cl_khr_fp64 missing)"
+    if "cl_khr_fp64" not in ext: return "the OpenCL device has no double precision (cl_khr_fp64)"
   return None
 
 def _check_dtype(device: str, dt: DType) -> DType:
@@ -108,7 +111,8 @@ def _lb_r(lb: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
   return _cached((op, axes, (_src_key(lb),)), lambda: lb.r(op, axes))
 
 def _lb_contiguous(lb: LazyBuffer) -> LazyBuffer:
-  if _is_zero(lb.shape) or not lb.is_view: return lb if _is_zero(lb.shape) else lb.contiguous()
+  if _is_zero(lb.shape): return lb
+  if not lb.is_view: return lb.contiguous()
   return _cached(("CONTIGUOUS", None, (_src_key(lb),)), lb.contiguous)
 
 def _py_dtype(x: Any) -> DType:
@@ -149,7 +153,8 @@ class Tensor:
       self.lazydata = _lb_const(data, _check_dtype(dev, dt or dtypes.int32), dev)
       return
     if isinstance(data, (list, tuple)):
-      arr = np.array(data)
+      try: arr = np.array(data)
+      except ValueError as e: raise ValueError(f"can't make a Tensor from a ragged nested list: {e}") from None
       if dt is None:
         # python lists follow numpy, except that floats default to float32 and ints to int32 (int64 when they don't fit)
         if arr.dtype == np.bool_: dt = dtypes.bool
@@ -205,6 +210,7 @@ class Tensor:
     if 0 in shape: return np.zeros(shape, dtype=self.dtype.np or np.float32)
     t = self.contiguous_base()
     buf = t.lazydata.base.buffer
+    if not buf.is_allocated(): buf.allocate()  # Tensor.empty: memory nobody has written yet
     out = buf.numpy()[:prod(shape)]
     return out.reshape(shape)
   def _concrete_shape(self, what: str) -> tuple[int, ...]:
@@ -232,7 +238,6 @@ class Tensor:
   def to(self, device: str) -> "Tensor":
     device = _canon_device(device)
     if device == self.device: return self
-    Device[device]  # fail now, clearly, if the device can't be opened
     _check_dtype(device, self.dtype)
     if _is_zero(self.shape): return Tensor(_lb_empty(self.shape, self.dtype, device))
     return Tensor(self.lazydata.copy_to(device))
@@ -265,7 +270,7 @@ class Tensor:
     """Computed by a kernel: a running count collapsed to closed form by the code generator."""
     if stop is None: start, stop = 0, start
     n = max(0, math.ceil((stop - start) / step))
-    dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
+    dt = _tensor_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
     if n == 0: return Tensor.zeros(0, dtype=dt, device=device)
     # count[i] = number of j in [0, n) with i + j >= n - 1, i.e. i + 1
     ones = Tensor.full((1,), 1, dtypes.int32, device).expand(n).pad(((n - 1, 0),))
@@ -281,9 +286,13 @@ class Tensor:
     return x[:, :n]
   @staticmethod
   def eye(n: int, m: Optional[int] = None, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
+    """Ones on the diagonal: a row [1, 0 * k] repeated and cut into rows of k, so each row's 1 moves one
+    place right (a view of one constant, no kernel of its own)."""
     m = n if m is None else m
-    x = Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device).pad(((0, m),)).reshape(1, m + 1).expand(n, m + 1).reshape(n * (m + 1))
-    return x[:n * m].reshape(n, m)
+    k = max(n, m)
+    if k == 0 or n == 0 or m == 0: return Tensor.zeros(n, m, dtype=dtype or dtypes.default_float, device=device)
+    x = Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device).pad(((0, k),)).reshape(1, k + 1).expand(k, k + 1).reshape(k * (k + 1))
+    return x[:k * k].reshape(k, k)[:n, :m]
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
     Tensor._seed, Tensor._rng_counter = int(seed), 0
@@ -298,14 +307,14 @@ class Tensor:
     ctr = Tensor.arange(n, dtype=dtypes.uint32, device=device)
     bits = _hash_u32(ctr ^ Tensor(key, dtype=dtypes.uint32, device=device).expand(n))
     out = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-    return out.reshape(shape).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+    return out.reshape(shape).cast(_tensor_dtype(dtype) if dtype is not None else dtypes.default_float)
   @staticmethod
   def randn(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
     """Standard normal via Box-Muller on two uniform draws."""
     shape = _shape(shape)
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
     z = (1 - u1).log().mul(-2).sqrt() * (u2 * (2 * math.pi)).cos()
-    return z.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+    return z.cast(_tensor_dtype(dtype) if dtype is not None else dtypes.default_float)
 
   # ---- broadcasting and elementwise ---------------------------------------------------------------
   def _const_like(self, x: Scalar, dtype: Optional[DType] = None) -> "Tensor":
@@ -375,7 +384,7 @@ class Tensor:
   def div(self, y: Any, reverse: bool = False) -> "Tensor":
     """True division (ints become floats, like numpy)."""
     x, y = self._broadcasted(y, reverse)
-    x, y = x._float(), y._float()
+    x, y = x._default_float(), y._default_float()  # numpy divides ints (and bools) in float64: here default_float
     return x * y.reciprocal()
   def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
     """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
@@ -384,12 +393,9 @@ class Tensor:
       q = (x / y).floor()
       # numpy: inf // finite is nan; finite // inf is -1 when the signs differ, else 0
       q = (x.isinf() & (y != 0)).where(math.nan, q)
-      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(-1.0, 0.0), q)
+      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(x._const_like(-1.0), 0.0), q)
     if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
-    if dtypes.is_unsigned(x.dtype): return x._e(BinaryOps.IDIV, y)
-    # x // -1 is -x (MIN // -1 wraps to MIN, as in numpy): dividing MIN by -1 traps on CPUs
-    m1 = y == -1
-    return m1.where(-x, x._e(BinaryOps.IDIV, m1.where(1, y)))
+    return x._e(BinaryOps.IDIV, y)  # the code generator gives numpy's floor, 0 for // 0, and MIN // -1 == MIN
   def mod(self, y: Any, reverse: bool = False) -> "Tensor":
     """numpy modulo: the result takes the divisor's sign; integer modulo by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
@@ -397,8 +403,7 @@ class Tensor:
       r = x - (x / y).floor() * y
       return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(y, x), r)
     if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
-    if dtypes.is_unsigned(x.dtype): return x._e(BinaryOps.MOD, y)
-    return x._e(BinaryOps.MOD, (y == -1).where(1, y))  # anything % -1 is 0; MIN % -1 would trap
+    return x._e(BinaryOps.MOD, y)
   def pow(self, y: Any, reverse: bool = False) -> "Tensor":
     """numpy power: integer tensors to integer powers stay integers; floats follow C pow's special cases."""
     if not reverse and isinstance(y, (int, float)) and not isinstance(y, (bool, np.generic)):
@@ -414,12 +419,11 @@ class Tensor:
       return x._ipow_tensor(y)
     # |x| ** y, then the sign for negative bases with integer exponents
     mag = (y * x.abs().log2()).exp2()
-    yi = y.floor()
-    is_int = (yi == y)
-    odd = (yi.abs() % 2) == 1
+    is_int = y.floor() == y
+    odd = (y.abs() < 2.0 ** 53) & (y.cast(dtypes.int64) & 1).cast(dtypes.bool)  # floats >= 2**53 are even integers
     neg = x < 0
     res = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
-    res = (x == 0).where((y == 0).where(1.0, (y < 0).where(math.inf, 0.0)), res)
+    res = (x == 0).where((y == 0).where(1.0, (y < 0).where(x._const_like(math.inf), 0.0)), res)
     return ((y == 0) | (x == 1)).where(1.0, res)  # x ** 0 and 1 ** y are 1, even for nan
   def _ipow_const(self, n: int) -> "Tensor":
     """x ** n for an int n >= 0 by repeated squaring (exact for integers)."""
@@ -441,7 +445,9 @@ class Tensor:
       if k + 1 < bits: base = base * base
     if dtypes.is_unsigned(e.dtype): return out
     odd = (e & 1).cast(dtypes.bool)
-    return (e < 0).where((self == 1).where(1, (self == -1).where(odd.where(-1, 1), 0)), out)
+    one, zero = self._const_like(1), self._const_like(0)
+    neg_e = (self == 1).where(one, (self == -1).where(odd.where(-one, one), zero))
+    return (e < 0).where(neg_e, out)
   def maximum(self, y: Any) -> "Tensor":
     x, y = self._broadcasted(y)
     return x._e(BinaryOps.MAX, y) if x.dtype != dtypes.bool else x._e(BinaryOps.OR, y)
@@ -530,18 +536,27 @@ class Tensor:
     if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
     return (self < 0).where(-self, self)
   def sign(self) -> "Tensor": return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+  def _integral_above(self) -> float:
+    """Floats of this dtype with magnitude at least this are all integers (and nan/inf fail `<` it)."""
+    return 2.0 ** (7 if self.dtype == dtypes.bfloat16 else {2: 10, 4: 23}.get(self.dtype.itemsize, 52))
   def floor(self) -> "Tensor":
     if not dtypes.is_float(self.dtype): return self
-    t = self.cast(dtypes.int64).cast(self.dtype)
-    big = self.abs() >= 2.0 ** 52
-    out = (t > self).where(t - 1, t)
-    return (big | (self != self)).where(self, out)
+    t = self.cast(dtypes.int64).cast(self.dtype)  # truncation, exact below the limit
+    return (self.abs() < self._integral_above()).where(t - (t > self).cast(self.dtype), self)
   def ceil(self) -> "Tensor": return -((-self).floor())
+  def trunc(self) -> "Tensor":
+    if not dtypes.is_float(self.dtype): return self
+    return (self.abs() < self._integral_above()).where(self.cast(dtypes.int64).cast(self.dtype), self)
   def round(self) -> "Tensor":
-    """Half to even, like numpy."""
-    f = (self + 0.5).floor()
-    tie = (f - self) == 0.5
-    return (tie & ((f % 2) != 0)).where(f - 1, f)
+    """Half to even, like numpy (from the truncation, so that no value is used many times over)."""
+    if not dtypes.is_float(self.dtype): return self
+    ti = self.cast(dtypes.int64)
+    t = ti.cast(self.dtype)
+    frac, odd = self - t, (ti & 1).cast(dtypes.bool)
+    up = (frac > 0.5) | ((frac == 0.5) & odd)
+    down = (frac < -0.5) | ((frac == -0.5) & odd)
+    lim = self._integral_above()
+    return ((self < lim) & (self > -lim)).where(t + up.cast(self.dtype) - down.cast(self.dtype), self)
   def isnan(self) -> "Tensor": return self != self if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
   def isinf(self) -> "Tensor": return self.abs() == math.inf if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
   def isfinite(self) -> "Tensor": return (self - self) == 0 if dtypes.is_float(self.dtype) else self._const_like(True, dtypes.bool)
@@ -609,13 +624,13 @@ class Tensor:
     ret = self._mv("pad", padding)
     if value == 0: return ret
     mask = Tensor(_lb_const(True, dtypes.bool, self.device, self.shape))._mv("pad", padding)
-    return mask.where(ret, value)
+    return mask.where(ret, Tensor(value, dtype=self.dtype, device=self.device))  # the fill takes the tensor's dtype, as in np.pad
   def _pad_negative(self, padding: tuple, value: Scalar) -> "Tensor":
     shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(padding, self.shape))
     return self.shrink(shrink).pad(tuple((max(0, b), max(0, a)) for b, a in padding), value)
   def shrink(self, arg: Sequence[Optional[tuple[sint, sint]]]) -> "Tensor":
+    if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {tuple(arg)}")
     arg = tuple(a if a is not None else (0, s) for a, s in zip(arg, self.shape))
-    if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
     for (b, e), s in zip(arg, self.shape):
       if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
         raise ValueError(f"shrink {arg} is out of range for shape {self.shape}")
@@ -671,14 +686,16 @@ class Tensor:
     if isinstance(n, int): return s * (1.0 / n) if n > 0 else s * math.nan
     if isinstance(n, Variable): return s / Tensor(n, device=self.device).cast(s.dtype)
     raise NotImplementedError(f"a mean over the symbolic size {n} (reduce over one Variable-sized axis at a time)")
-  def _mean_float(self) -> "Tensor": return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+  def _default_float(self) -> "Tensor":
+    """Floats as they are, anything else as default_float (where numpy goes to float64 for every int)."""
+    return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
     """numpy mean: ints and bools average as default_float (numpy: float64)."""
-    x = self._mean_float()
+    x = self._default_float()
     return self._div_count(x.sum(axis, keepdim), self._count(axis))
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor":
     """Variance with `correction` (numpy's ddof) subtracted from the count."""
-    x = self._mean_float()
+    x = self._default_float()
     ss = ((x - x.mean(axis, keepdim=True)) ** 2).sum(axis, keepdim)
     n = self._count(axis)
     return self._div_count(ss, n - correction if not isinstance(n, int) or n - correction > 0 else 0)
@@ -749,7 +766,7 @@ class Tensor:
     return x + bias if bias is not None else x
   def layernorm(self, axis: Any = -1, eps: float = 1e-5) -> "Tensor":
     """(x - mean) / sqrt(var + eps) over `axis` (no scale or shift)."""
-    x = self._mean_float()
+    x = self._default_float()
     m = x.mean(axis, keepdim=True)
     xc = x - m
     return xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()
@@ -763,8 +780,8 @@ class Tensor:
       n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
       idx = idx[:pos] + (slice(None),) * (self.ndim - n_real) + idx[pos + 1:]
     if sum(1 for i in idx if i is not None) > self.ndim: raise IndexError(f"too many indices for a tensor of {self.ndim} dims")
-    x, dim, new_shape, squeeze = self, 0, [], []
-    shrink, strides, flips = [], [], []
+    x, dim, squeeze = self, 0, []
+    shrink, strides = [], []
     for i in idx:
       if i is None: continue
       s = self.shape[dim]

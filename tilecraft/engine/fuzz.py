@@ -22,6 +22,7 @@ import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes
+from tilecraft.helpers import prod
 from tilecraft.engine.corpus import CorpusEntry, corpus
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
 from tilecraft.renderer import Program
@@ -137,7 +138,7 @@ class CacheStats:
 _program_cache: "collections.OrderedDict[tuple, Program]" = collections.OrderedDict()
 _runner_cache: "collections.OrderedDict[tuple, CompiledRunner]" = collections.OrderedDict()
 cache_stats = CacheStats()
-_CACHE_MAX = 4096
+_CACHE_MAX = 512  # programs keep their uops: bound the memory
 
 def clear_caches() -> None:
   _program_cache.clear(); _runner_cache.clear()  # noqa: E702
@@ -260,7 +261,7 @@ class IsolatedRunner:
   """Runs corpus kernels in one long-lived worker process (`python -m tilecraft.engine.fuzz
   --worker`, talking pickles over its stdin/stdout; its program cache persists between calls). If
   the worker dies or hangs, the call raises KernelCrash and the next call starts a fresh worker."""
-  def __init__(self, small: bool = True, timeout: float = 120.0):
+  def __init__(self, small: bool = True, timeout: float = 300.0):
     self.small, self.timeout = small, timeout
     self.proc: Any = None
     self.last_src = ""
@@ -279,9 +280,11 @@ class IsolatedRunner:
       _send(proc.stdin, msg)
       kind, res = _recv(proc.stdout, self.timeout)
     except (OSError, EOFError, TimeoutError) as e:
+      if isinstance(e, TimeoutError) and self.proc is not None: self.proc.kill()
       rc = self.close()
-      raise KernelCrash(f"the worker running {entry.name} with {list(opts)} died or hung ({type(e).__name__}, exit code {rc}): "
-                        "the kernel likely wrote out of bounds") from None
+      why = (f"hung: no answer in {self.timeout:.0f}s (rendering, compiling or running it is that slow)" if isinstance(e, TimeoutError)
+             else f"died ({type(e).__name__}, exit code {rc}): the kernel likely wrote out of bounds")
+      raise KernelCrash(f"the worker running {entry.name} with {list(opts)} {why}") from None
     if kind == "ok":
       self.last_src, self.worker_stats = res[1], res[2]
       return res[0]
@@ -409,9 +412,15 @@ def try_opt(k: Kernel, opt: Opt) -> tuple[Optional[Kernel], Optional[str]]:
   if _kernel_state(k) != before: return None, f"applying {opt} to a copy() changed the original kernel"
   return kc, None
 
-def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4) -> OptSequence:
+def lanes(k: Kernel) -> int:
+  """Values per thread the upcast/unrolled axes expand into (what code size and compile time follow)."""
+  return int(prod(s for s in k.full_shape[k.first_upcast:] if isinstance(s, int)))
+
+def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max_lanes: Optional[int] = 256) -> OptSequence:
   """A random sequence of 1..max_opts valid Opts for `kernel` (which is not modified): candidates
-  are drawn from FUZZ_OPS x axes x AMOUNTS and applied to copies; refused ones are counted."""
+  are drawn from FUZZ_OPS x axes x AMOUNTS and applied to copies; refused ones are counted. Valid
+  opts that would unroll more than max_lanes values per thread are skipped (not refusals): such
+  kernels take seconds to compile each and would eat the fuzzing budget."""
   seq = OptSequence()
   target = int(rng.integers(1, max_opts + 1))
   k = kernel
@@ -423,6 +432,7 @@ def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4) -> 
       seq.error = (opt, err)
       break
     if kc is None: seq.refusals += 1; continue  # noqa: E702
+    if max_lanes is not None and lanes(kc) > max_lanes: continue
     seq.append(opt)
     k = kc
   seq.kernel = k  # type: ignore[attr-defined]
@@ -572,7 +582,7 @@ def shrink(entry: CorpusEntry, opts: Sequence[Opt], device: str = "CPU", inputs:
   return cur
 
 def sample_opt_sequences(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str = "CPU", max_opts: int = 4,
-                         kernel: Optional[Kernel] = None) -> tuple[list[OptSequence], int, list[FuzzFailure]]:
+                         kernel: Optional[Kernel] = None, max_lanes: Optional[int] = 256) -> tuple[list[OptSequence], int, list[FuzzFailure]]:
   """Up to n distinct non-empty valid opt sequences for entry (apply_opt only, nothing is compiled);
   also the number of refused candidates and the failures found while applying opts."""
   k0 = kernel if kernel is not None else Kernel(entry.ast, opts=Device[device].renderer)
@@ -581,7 +591,7 @@ def sample_opt_sequences(entry: CorpusEntry, rng: np.random.Generator, n: int, d
   seen: set[tuple[Opt, ...]] = set()
   refusals, stale = 0, 0
   while len(seqs) < n and stale < 5 * n + 20:
-    seq = random_opts(k0, rng, max_opts)
+    seq = random_opts(k0, rng, max_opts, max_lanes)
     refusals += seq.refusals
     key = tuple(seq) + ((seq.error[0],) if seq.error is not None else ())
     if not key or key in seen:
@@ -596,7 +606,7 @@ def sample_opt_sequences(entry: CorpusEntry, rng: np.random.Generator, n: int, d
 
 def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str = "CPU", max_opts: int = 4,
              inputs: Optional[dict[int, np.ndarray]] = None, shrink_first: bool = True, max_failures: int = 20,
-             isolated: Optional[IsolatedRunner] = None, guard: int = 64) -> FuzzReport:
+             isolated: Optional[IsolatedRunner] = None, guard: int = 64, max_lanes: Optional[int] = 256) -> FuzzReport:
   """Check the unoptimized kernel against numpy, then up to `n` distinct random valid opt sequences
   against it (and numpy). Stops after max_failures failures; the first one is shrunk to a minimal
   failing opt list. `isolated` runs the kernels in a worker process (crashes become failures)."""
@@ -611,7 +621,7 @@ def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str =
     return rep
   if (f := checker.check([], k0.copy() if isolated is None else None)) is not None: rep.failures.append(f)
   rep.runs += len(entry.var_vals)
-  seqs, rep.refusals, apply_fails = sample_opt_sequences(entry, rng, n, device, max_opts, k0)
+  seqs, rep.refusals, apply_fails = sample_opt_sequences(entry, rng, n, device, max_opts, k0, max_lanes)
   rep.failures += apply_fails
   for seq in seqs:
     if len(rep.failures) >= max_failures: break

@@ -253,6 +253,7 @@ class Kernel:
       check(not self.dont_use_locals, "LOCAL: can't use locals after NOLOCALS")
       check(axis < self.global_dims, f"LOCAL: axis {axis} is not a global axis (global dims: {self.global_dims})")
       check(self._tc_thread_ok(axis), "LOCAL: axis is a tensor-core thread axis")
+      self._check_threads(amt)
       self.shift_to(axis, amt, insert_before=self.first_reduce)
       self.local_dims += 1
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
@@ -263,6 +264,7 @@ class Kernel:
       check(self.group_for_reduces == 0, f"{opt.op.name}: the reduce is already grouped (one group axis is supported)")
       check(self.tensor_core is None, f"{opt.op.name}: can't group with tensor cores")
       self._check_shared(amt)
+      self._check_threads(amt)
       self.shift_to(axis, amt, top=opt.op is OptOps.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
     elif opt.op is OptOps.UNROLL:
@@ -290,6 +292,12 @@ class Kernel:
     else: raise KernelOptError(f"unknown opt {opt.op}")
     self.simplify_ones()
     if self.group_for_reduces: self._check_shared(1)  # later opts (LOCAL, UPCAST, PADTO) grow the staging buffer too
+
+  def _check_threads(self, amt: int) -> None:
+    threads = prod(self.full_shape[self.global_dims:self.first_reduce + self.group_for_reduces]) * amt
+    check(isinstance(threads, int) and threads <= self.opts.max_threads,
+          f"a workgroup of {threads} threads is over the target's limit of {self.opts.max_threads}")
+    if self.opts.local_max: check(amt <= max(self.opts.local_max), f"{amt} threads in one dim is over the target's local_max {self.opts.local_max}")
 
   def _tc_thread_ok(self, axis: int) -> bool:
     return self.tensor_core is None or axis not in getattr(self, "tc_thread_axes", ())

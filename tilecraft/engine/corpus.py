@@ -455,6 +455,67 @@ def _sum_1d(n: int) -> CorpusEntry:
   return CorpusEntry(f"sum_1d_{n}", ast, lambda rng: {1: rand(rng, _F, n, 0, 1)},
                      lambda x, vv: [np.array([x[1].astype(np.float64).sum()], dtype=np.float32)], rtol=1e-4, atol=1e-4, tags=("reduce",))
 
+def _reduce_then_scale() -> CorpusEntry:
+  # a reduce followed by elementwise ops that load another buffer at the reduced shape
+  x, y = ld(1, _F, ST((6, 11))), ld(2, _F, ST((6, 1)))
+  ast = kernel(store(0, _F, ST((6, 1)), alu(BinaryOps.MUL, red(ReduceOps.SUM, x, (1,)), alu(UnaryOps.EXP2, y))))
+  return CorpusEntry("reduce_then_scale_6x11", ast, lambda rng: {1: rand(rng, _F, (6, 11)), 2: rand(rng, _F, (6, 1))},
+                     lambda x, vv: [x[1].sum(1, keepdims=True) * np.exp2(x[2])], tags=("reduce",))
+
+def _unsafe_pad_reduces() -> list[CorpusEntry]:
+  # f(0) != 0 inside a SUM: padding the reduce axis (PADTO) would change the result, so it must be refused
+  x = ld(1, _F, ST((5, 13)))
+  recip = kernel(store(0, _F, ST((5, 1)), red(ReduceOps.SUM, alu(UnaryOps.RECIP, x), (1,))))
+  i32 = dtypes.int32
+  a, b = ld(1, i32, ST((6, 11))), ld(2, i32, ST((6, 11)))
+  idiv = kernel(store(0, i32, ST((6, 1)), red(ReduceOps.SUM, alu(BinaryOps.IDIV, a, b), (1,))))
+  def make_idiv(rng: np.random.Generator) -> Inputs:
+    b_ = rand(rng, i32, (6, 11), 1, 5) * np.where(rng.integers(0, 2, (6, 11)) == 1, 1, -1).astype(np.int32)
+    return {1: rand(rng, i32, (6, 11), -30, 30), 2: b_}
+  return [CorpusEntry("sum_recip_5x13", recip, lambda rng: {1: rand(rng, _F, (5, 13), 0.5, 2)},
+                      lambda x, vv: [(1 / x[1].astype(np.float64)).sum(1, keepdims=True).astype(np.float32)], tags=("reduce", "unsafe_pad")),
+          CorpusEntry("sum_idiv_int32_6x11", idiv, make_idiv, lambda x, vv: [np_floordiv(x[1], x[2]).sum(1, keepdims=True).astype(np.int32)],
+                      tags=("reduce", "int", "unsafe_pad"))]
+
+def _two_view_input() -> CorpusEntry:
+  # a reshape of a transposed tensor: two views, the index goes through div/mod
+  st = ST((6, 4)).permute((1, 0)).reshape((3, 8))
+  x, y = ld(2, _F, st), ld(3, _F, ST((3, 8)))
+  ast = kernel(store(0, _F, ST((3, 1)), red(ReduceOps.SUM, alu(BinaryOps.MUL, x, y), (1,))),
+               store(1, _F, ST((3, 1)), red(ReduceOps.MAX, x, (1,))))
+  def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]:
+    v = x[2].reshape(6, 4).T.reshape(3, 8)
+    return [(v * x[3].reshape(3, 8)).sum(1, keepdims=True), v.max(1, keepdims=True)]
+  return CorpusEntry("two_view_reshape_of_transpose_3x8", ast, lambda rng: {2: rand(rng, _F, (6, 4)), 3: rand(rng, _F, (3, 8))}, ref,
+                     tags=("reduce", "multi_output", "masked"))
+
+def _narrow_reduces() -> list[CorpusEntry]:
+  u8, b = dtypes.uint8, dtypes.bool
+  x = ld(1, u8, ST((4, 40)))
+  su8 = kernel(store(0, u8, ST((4, 1)), red(ReduceOps.SUM, x, (1,))))
+  y = ld(1, b, ST((5, 12)))
+  anyb = kernel(store(0, b, ST((5, 1)), red(ReduceOps.MAX, y, (1,))))
+  def make_bool(rng: np.random.Generator) -> Inputs:
+    v = rng.random((5, 12)) < 0.1
+    v[0] = False  # a row with no True
+    return {1: v}
+  return [CorpusEntry("sum_uint8_wraps_4x40", su8, lambda rng: {1: rand(rng, u8, (4, 40), 0, 255)},
+                      lambda x, vv: [np.sum(x[1], axis=1, keepdims=True, dtype=np.uint8)], tags=("reduce", "dtype")),
+          CorpusEntry("max_bool_any_5x12", anyb, make_bool, lambda x, vv: [x[1].max(1, keepdims=True)], tags=("reduce", "bool"))]
+
+_M = Variable("m", 1, 16)
+
+def _sym_two_vars() -> CorpusEntry:
+  full = (_N, _M)
+  a = ld(1, _F, ST(full))
+  b = ld(2, _F, ST((1, _M)).expand(full))
+  ast = kernel(store(0, _F, ST((_N, 1)), red(ReduceOps.SUM, alu(BinaryOps.ADD, a, b), (1,))))
+  def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]:
+    n, m = vv[_N], vv[_M]
+    return [(x[1][:n * m].reshape(n, m) + x[2][None, :m]).sum(1, keepdims=True)]
+  return CorpusEntry("sym_two_vars_nxm", ast, lambda rng: {1: rand(rng, _F, 64 * 16), 2: rand(rng, _F, 16)}, ref,
+                     var_vals=[{_N: 1, _M: 1}, {_N: 5, _M: 16}, {_N: 64, _M: 3}, {_N: 33, _M: 8}], tags=("elementwise", "reduce", "symbolic"))
+
 _ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
                dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
@@ -476,6 +537,7 @@ def corpus(small: bool = True) -> dict[str, CorpusEntry]:
     _arange(25, dtypes.int32, 1), _arange(50, dtypes.float32, 2.0),
     _sym_ew(), _sym_reduce_inner(), _sym_reduce_outer(), _sym_const(),
     *[_sum_1d(n) for n in (1, 7, 25, 49, 50257)],
+    _reduce_then_scale(), *_unsafe_pad_reduces(), _two_view_input(), *_narrow_reduces(), _sym_two_vars(),
   ]
   if not small:
     entries += [_matmul(64, 64, 64), _matmul(33, 65, 17), _conv(2, 8, 8, 16, 3, 1, 1, False), _ew_broadcast(129, 257),
@@ -498,14 +560,7 @@ class KnownBug:
   checks: tuple[str, ...]
   entries: tuple[str, ...]
 
-KNOWN_BUGS: list[KnownBug] = [
-  KnownBug("int8/int16/uint8/uint16 ALU results are not wrapped to their dtype before further use: C promotes to int, so "
-           "MAX(a*b, c) and (a+b) < c see the unwrapped value (numpy wraps after every op)",
-           ("CPU", "OPENCL"), ("noopt", "enumerate", "fuzz"), ("int8_wrap",)),
-  KnownBug("LOCAL is not refused when the workgroup would exceed the device's limit (renderer.local_max / "
-           "max_work_group_size): LOCAL(0, 0) on 50257 elements fails at launch with INVALID_WORK_GROUP_SIZE",
-           ("OPENCL",), ("fuzz",), ("ew_50257",)),
-]
+KNOWN_BUGS: list[KnownBug] = []
 
 def known_bug(name: str, device: str, check: str) -> Optional[str]:
   """The reason entry `name` is expected to fail `check` on `device`, or None."""

@@ -22,6 +22,7 @@ class Renderer:
   global_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
   local_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
   shared_max: int = 32768
+  max_threads: int = 1024  # threads in one workgroup (local x group dims together)
   tensor_cores: list[TensorCore] = []
   has_transcendentals: bool = True  # False: exp2/log2/sin are rewritten into polynomial code
   def render(self, name: str, uops: list) -> str: raise NotImplementedError(f"{type(self).__name__} cannot render")

@@ -11,6 +11,8 @@ from tilecraft.dtype import DType, ImageDType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
 
+_NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
+
 class CStyleLanguage(Renderer):
   kernel_prefix: str = ""
   buffer_prefix: str = ""
@@ -168,7 +170,11 @@ class CStyleLanguage(Renderer):
       elif op is UOps.STORE:
         line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype)
         emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
-      elif op is UOps.ALU: define(u, self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype), "alu")
+      elif op is UOps.ALU:
+        expr = self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype)
+        # C computes narrow ints in int: wrap each result back to its type, as numpy does
+        if dt.count == 1 and dt in _NARROW_INTS and u.arg not in (BinaryOps.CMPLT, BinaryOps.CMPNE): expr = f"(({self.render_dtype(dt)}){expr})"
+        define(u, expr, "alu")
       elif op is UOps.CAST: define(u, self.render_cast(r[src[0]], dt, src[0].dtype), "cast")
       elif op is UOps.BITCAST: define(u, self.render_bitcast(r[src[0]], dt, src[0].dtype), "cast")
       elif op is UOps.VECTORIZE: define(u, self.render_vectorize([r[s] for s in src], dt), "vec")

@@ -69,5 +69,7 @@ class CLProgram:
 def cl_renderer() -> Any:
   from tilecraft.renderer.cstyle import OpenCLRenderer
   _, dev, _ = _context()
-  return OpenCLRenderer(half_arith="cl_khr_fp16" in dev.extensions, local_max=tuple(min(x, dev.max_work_group_size) for x in dev.max_work_item_sizes[:3]),
-                        shared_max=min(dev.local_mem_size, 65536))
+  r = OpenCLRenderer(half_arith="cl_khr_fp16" in dev.extensions, local_max=tuple(min(x, dev.max_work_group_size) for x in dev.max_work_item_sizes[:3]),
+                     shared_max=min(dev.local_mem_size, 65536))
+  r.max_threads = dev.max_work_group_size
+  return r

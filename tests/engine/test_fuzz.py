@@ -208,7 +208,7 @@ def test_fuzz_is_reproducible():
 
 # ---- the fuzz runs -------------------------------------------------------------------------------
 
-N_PER_KERNEL = 32   # x the corpus: >= 2,000 distinct (kernel, opt sequence) pairs on CPU (checked below)
+N_PER_KERNEL = 30   # x the corpus: >= 2,000 distinct (kernel, opt sequence) pairs on CPU (checked below)
 N_PER_KERNEL_GPU = 10
 MIN_PAIRS = 2000
 
@@ -229,6 +229,7 @@ def test_fuzz_default_tier_covers_2000_pairs():
   so their pair counts are known without compiling: together they must reach MIN_PAIRS on CPU."""
   total = 0
   for e in ENTRIES.values():
+    if known_bug(e.name, "CPU", "fuzz"): continue  # expected to fail: its pairs don't count
     seqs, _, _ = sample_opt_sequences(e, fuzz._seeded(0, e.name, "opts"), N_PER_KERNEL, "CPU")
     total += len(seqs)
   assert total >= MIN_PAIRS, f"only {total} distinct (kernel, opts) pairs; raise N_PER_KERNEL"

@@ -3,7 +3,6 @@ grid axes 0..shape_len-1 x amounts {0 (whole axis), 2, 3, 4, 7, 8} gives the uno
 (and the numpy reference). Sequences reaching the same kernel state (the same program) are checked
 once. The default tier covers the part that compiles fast (see DEFAULT_*), the slow tier the rest:
 together they are the whole space."""
-import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel, Opt
 from tilecraft.device import Device, DeviceUnavailable

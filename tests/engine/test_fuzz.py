@@ -4,13 +4,13 @@ run of >= 2,000 (kernel, opt sequence) pairs on CPU finds no mismatch."""
 import dataclasses, os
 import numpy as np
 import pytest
-from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Device, DeviceUnavailable
 from tilecraft.dtype import dtypes
 from tilecraft.engine import fuzz
 from tilecraft.engine.corpus import ST, corpus, kernel, known_bug, ld, store
 from tilecraft.engine.fuzz import (FUZZ_OPS, FuzzReport, GuardZoneError, IsolatedRunner, KernelCrash, check_opts, compare,
-                                   entry_inputs, fuzz_ast, fuzz_entry, get_program, random_opts, run_ast, run_program,
+                                   entry_inputs, fuzz_entry, get_program, random_opts, run_ast, run_program,
                                    sample_opt_sequences, shrink, st_indices)
 from tilecraft.ops import BinaryOps, LazyOp
 from tilecraft.shape.shapetracker import ShapeTracker

@@ -27,7 +27,7 @@ from tilecraft.engine.corpus import CorpusEntry, corpus
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
 from tilecraft.renderer import Program
 from tilecraft.shape.shapetracker import ShapeTracker
-from tilecraft.shape.symbolic import Node, Variable, sym_eval
+from tilecraft.shape.symbolic import Node, sym_eval
 
 class GuardZoneError(RuntimeError):
   """A kernel wrote where it must not: past the end of an output, into an element of an output its
@@ -142,7 +142,6 @@ _CACHE_MAX = 512  # programs keep their uops: bound the memory
 
 def clear_caches() -> None:
   _program_cache.clear(); _runner_cache.clear()  # noqa: E702
-  global cache_stats
   cache_stats.__init__()  # type: ignore[misc]
 
 def _lru_put(cache: collections.OrderedDict, key: tuple, val: Any) -> None:

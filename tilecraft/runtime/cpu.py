@@ -39,11 +39,19 @@ def _compiler_identity(cc: str) -> str:
 _OPENMP_PROBE = "int omp_get_max_threads(void);\nint probe(void) { int n = 0;\n#pragma omp parallel for reduction(+:n)\n" \
                 "for (int i = 0; i < 4; i++) n += omp_get_max_threads();\nreturn n; }\n"
 
+@functools.cache
+def _accepts_flag(cc: str, flag: str) -> bool:
+  try: return subprocess.run([cc, flag, "-x", "c", "-c", "-", "-o", os.devnull], input=b"int x;\n", capture_output=True, timeout=60).returncode == 0
+  except (OSError, subprocess.SubprocessError): return False
+
 class CPUCompiler(Compiler):
   """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin)."""
   base_flags: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fwrapv")
   def __init__(self, cc: Optional[str] = None):
     self.cc = cc or find_c_compiler()
+    # gcc 12 with -march=native on AVX512-FP16 hosts emits masked half stores (vmovsh {k}) that
+    # binutils 2.40 rejects: keep half arithmetic off those instructions where the flag is known
+    if _accepts_flag(self.cc, "-mno-avx512fp16"): self.base_flags = self.base_flags + ("-mno-avx512fp16",)
     self.openmp: Optional[bool] = None  # None: not known yet; assumed to work until a compile says otherwise
     super().__init__(f"cpu|{_compiler_identity(self.cc)}")
   @property

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes, ctypes.util, os, statistics, sys, time
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
-from common import best_of, conv3x3_ast, elementwise_ast, matmul_ast, numpy_conv3x3  # noqa: E402
+from common import best_of, conv3x3_ast, elementwise_ast, matmul_ast  # noqa: E402
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps  # noqa: E402
 from tilecraft.device import Buffer, CompiledRunner, Device  # noqa: E402
 from tilecraft.dtype import dtypes  # noqa: E402

@@ -4,3 +4,4 @@ from tilecraft.helpers import Context, getenv  # noqa: F401
 from tilecraft.shape.symbolic import Variable  # noqa: F401
 from tilecraft.tensor import Tensor  # noqa: F401,E402
 from tilecraft.device import Device  # noqa: F401,E402
+__all__ = ["Tensor", "Device", "dtypes", "DType", "Context", "getenv", "Variable"]

@@ -1,7 +1,7 @@
 """Configuration (environment variables + Context) and small shared utilities."""
 from __future__ import annotations
 import contextlib, functools, operator, os
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -11,14 +11,8 @@ def prod(xs: Iterable[Any], start: Any = 1) -> Any:
 def dedup(xs: Iterable[T]) -> list[T]:
   return list(dict.fromkeys(xs))
 
-def all_same(xs: list) -> bool:
-  return all(x == xs[0] for x in xs)
-
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
   return [x for xs in xss for x in xs]
-
-def argsort(xs: list) -> list[int]:
-  return sorted(range(len(xs)), key=xs.__getitem__)
 
 def round_up(x: int, multiple: int) -> int:
   return (x + multiple - 1) // multiple * multiple
@@ -67,13 +61,3 @@ def cache_dir() -> str:
   path = os.path.join(base, "tilecraft")
   os.makedirs(path, exist_ok=True)
   return path
-
-@contextlib.contextmanager
-def temp_env(**kv: str) -> Iterator[None]:
-  old = {k: os.environ.get(k) for k in kv}
-  os.environ.update(kv)
-  try: yield
-  finally:
-    for k, v in old.items():
-      if v is None: os.environ.pop(k, None)
-      else: os.environ[k] = v

@@ -11,7 +11,7 @@ from enum import Enum, auto
 from typing import Any, Optional, Union
 from tilecraft.dtype import DType, ImageDType, dtypes
 from tilecraft.shape.shapetracker import ShapeTracker
-from tilecraft.shape.symbolic import Node, Variable, sint
+from tilecraft.shape.symbolic import Variable, sint
 
 class UnaryOps(Enum): EXP2 = auto(); LOG2 = auto(); CAST = auto(); BITCAST = auto(); SIN = auto(); SQRT = auto(); NEG = auto(); RECIP = auto()  # noqa: E702
 class BinaryOps(Enum):
@@ -279,4 +279,3 @@ def _check_dtypes(op: LazyOp) -> None:
   if len({_base(s.dtype) for s in vals}) > 1:
     raise InvalidASTError(f"mixed dtypes: {op.op.name} mixes {[s.dtype for s in vals]}; cast explicitly")
 
-def is_sym(x: Any) -> bool: return isinstance(x, Node)

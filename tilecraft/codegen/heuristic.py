@@ -5,7 +5,6 @@ can explain a kernel. The rules adapt to the target: GPUs (locals, shared memory
 reduces and workgroups; CPUs get vector-width upcasts and register tiles.
 """
 from __future__ import annotations
-import itertools
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
 from tilecraft.helpers import getenv, prod

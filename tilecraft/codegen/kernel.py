@@ -10,13 +10,12 @@ Every Opt splits or moves axes between regions by reshaping and permuting all Sh
 once; `apply_opt` either applies an Opt completely or raises KernelOptError and changes nothing.
 """
 from __future__ import annotations
-import itertools
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Any, Optional
-from tilecraft.dtype import ImageDType, dtypes
-from tilecraft.helpers import DEBUG, dedup, prod, round_up
+from tilecraft.dtype import ImageDType
+from tilecraft.helpers import dedup, prod, round_up
 from tilecraft.ops import (UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
 from tilecraft.renderer import Program, Renderer

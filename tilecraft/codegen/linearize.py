@@ -7,7 +7,7 @@ accumulator after a loop depends on that loop's ENDRANGE. Sibling loops are neve
 """
 from __future__ import annotations
 import heapq
-from typing import Any, Optional
+from typing import Optional
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import dtypes
 from tilecraft.ops import TernaryOps

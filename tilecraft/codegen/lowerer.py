@@ -8,7 +8,7 @@ stores and arithmetic along it are vector instructions. Index expressions are bu
 simplified symbolically, then converted to UOps.
 """
 from __future__ import annotations
-import itertools, math
+import itertools
 from typing import Any, Optional
 from tilecraft.codegen.rewrite import graph_rewrite, symbolic_rules
 from tilecraft.codegen.uops import UOp, UOps
@@ -82,7 +82,7 @@ class Lowerer:
     return best[1] if best is not None else None
 
   def _make_index_vars(self) -> None:
-    k, shape = self.k, self.shape
+    shape = self.shape
     def var(name: str, s: sint) -> sint: return 0 if s == 1 else Variable(name, 0, _ceil(s) - 1)
     if not self.ren.has_local:
       # CPU: global axes are nested loops, the outermost parallel unless the kernel is too small

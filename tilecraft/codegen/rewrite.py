@@ -4,11 +4,11 @@ A rule is (UPat, fn). `fn(**captures)` returns a replacement UOp or None (no cha
 are hash-consed, rebuilding a node with rewritten sources is also common-subexpression elimination.
 """
 from __future__ import annotations
-import math, sys
+import sys
 from typing import Any, Callable, Iterable, Optional, Union
 from tilecraft.codegen.uops import UOp, UOps, exec_alu
 from tilecraft.dtype import DType, dtypes
-from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
+from tilecraft.ops import BinaryOps, TernaryOps
 
 class UPat:
   """Matches a UOp by op (one or a set), ALU arg, dtype, and sources; `name` captures the match.

@@ -7,10 +7,9 @@ and end up folded into the loads of whichever kernel reads them.
 from __future__ import annotations
 import weakref
 from typing import Any, Optional, Union
-import numpy as np
 from tilecraft.dtype import DType, dtypes
 from tilecraft.helpers import prod
-from tilecraft.ops import BinaryOps, BufferOps, MetaOps, Op, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.ops import BinaryOps, BufferOps, MetaOps, Op, ReduceOps, UnaryOps
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sint
 

@@ -1,12 +1,11 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
 once per (AST, device) and launched on its buffers."""
 from __future__ import annotations
-import atexit, time
+import atexit
 from typing import Any, Optional
-import numpy as np
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
-from tilecraft.helpers import BEAM, DEBUG, NOOPT, getenv
+from tilecraft.helpers import BEAM, DEBUG, NOOPT
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 

@@ -402,8 +402,6 @@ def smin(a: sint, b: sint) -> sint:
   r = smax(a, b)
   return b if r is a else a
 
-def is_sym(x: Any) -> bool: return isinstance(x, Node)
-
 def unbind_all(x: Any) -> tuple[Any, dict[Variable, int]]:
   """Replace bound Variables by unbound ones, returning their values."""
   vals: dict[Variable, int] = {}

@@ -87,10 +87,11 @@ class FakePool:
     return ("ok", {"src": key, "lib": key.encode(), "gs": None, "ls": None, "vals": [], "uops": 1, "ops": 0, "render_s": 0, "compile_s": 0})
   def _prepare(self, device, specs): return ("ok", None)
   def _key(self, prog): return prog[1].decode()
-  def _time(self, device, prog, specs, runs, early, directive, hang_s):
+  def _time(self, device, prog, specs, runs, early, directive, hang_s, ref=None):
     opts = search._opts_from_key(self._key(prog))
     if directive in ("segfault", "hang"): return ("crash" if directive == "segfault" else "hang", directive)
-    return ("ok", [self.times(tuple(opts))] * runs)
+    ref_t = [] if ref is None else [self.times(tuple(search._opts_from_key(self._key(ref))))] * runs
+    return ("ok", ([self.times(tuple(opts))] * runs, ref_t))
   def _verify(self, device, ref, cands, specs, n_out, outs_read, seed, guard):
     return ("ok", [(self._key(c) not in self.wrong, 0.0 if self._key(c) not in self.wrong else 1.0, "") for c in cands])
   def _race(self, device, progs, specs, runs):
@@ -196,6 +197,24 @@ def test_beam_finds_a_faster_candidate_and_caches_it(fake_pool, cachedb):
   assert pool.count("verify") == 1 and pool.count("race") == 1
   # the winner's reasons say where it came from
   assert all("beam" in why for why in k.applied_opts_reasons)
+
+def test_timing_is_relative_to_the_hand_coded_kernel_run_alongside(fake_pool, cachedb):
+  """A burst of machine load while the best candidate is timed slows the reference run in the same job
+  just as much, so the candidate is still ranked by its true speed."""
+  ast = matmul_ast(32, 32, 32)
+  target = (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 8))
+  times = _times_favoring(target, hand_opts(ast))
+  pool = fake_pool(times)
+  quiet_time = pool._time
+  def loaded_time(device, prog, specs, runs, early, directive, hang_s, ref=None):
+    status, (ts, ref_ts) = quiet_time(device, prog, specs, runs, early, directive, hang_s, ref)
+    load = 6.0 if tuple(search._opts_from_key(pool._key(prog))) == target else 1.0
+    return status, ([t * load for t in ts], [t * load for t in ref_ts])
+  pool._time = loaded_time
+  k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
+  assert tuple(k.applied_opts) == target
+  assert all(j.args[-1] is not None for j in pool.jobs if j.kind == "time" and j.args[1][1].decode() != search._opts_key(hand_opts(ast)))
+  assert search.last_report.beam_time == pytest.approx(1e-3)
 
 def test_cache_hit_does_no_timing(fake_pool, cachedb, monkeypatch):
   ast = matmul_ast(32, 32, 32)

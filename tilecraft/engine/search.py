@@ -42,7 +42,7 @@ from tilecraft.helpers import DEBUG, NOOPT, cache_dir, getenv, prod
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
 from tilecraft.shape.symbolic import Node, Variable
 
-SEARCH_VERSION = 1  # bump when the action grid or the search's choices change: old cache rows stop matching
+SEARCH_VERSION = 2  # bump when the action grid or the search's choices change: old cache rows stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
 # "segfault" makes the timing worker kill itself with SIGSEGV, "hang" makes it sleep past the
@@ -274,7 +274,9 @@ class _WorkerState:
     return float(t)
 
   def time(self, device: str, prog: tuple, specs: list, runs: int, early_stop_s: Optional[float], directive: Optional[str],
-           hang_s: float) -> tuple:
+           hang_s: float, ref: Optional[tuple] = None) -> tuple:
+    """Run times of prog; with a reference program, each run of prog follows one of ref and the reply
+    carries ref's times too, so the caller can judge prog relative to ref measured in the same moment."""
     if directive == "segfault":
       os.kill(os.getpid(), signal.SIGSEGV)
       time.sleep(60)
@@ -282,11 +284,13 @@ class _WorkerState:
     if directive == "error": raise RuntimeError("injected failure (search._test_hook)")
     bufs = self.timing_bufs(device, specs)
     times: list[float] = []
+    ref_times: list[float] = []
     while True:
+      if ref is not None: ref_times.append(self.run_once(device, ref, bufs))
       times.append(self.run_once(device, prog, bufs))
       if early_stop_s is not None and times[-1] > early_stop_s: break
       if len(times) >= max(1, runs) and (sum(times) >= _MIN_TIMING_S or len(times) >= _MAX_RUNS): break
-    return ("ok", times)
+    return ("ok", (times, ref_times))
 
   def race(self, device: str, progs: list, specs: list, runs: int) -> tuple:
     """Interleaved runs of several programs (so drift in machine load hits all alike); min of each."""
@@ -818,6 +822,7 @@ class _Search:
     self.by_lib: dict[bytes, Candidate] = {}
     self.seen_sigs: set = set()
     self.best_time = math.inf
+    self.ref: Optional[Candidate] = None  # the kernel each candidate is timed alongside
     self.progress = sys.stderr.isatty() if progress is None else progress
     self.bar: Any = None
     self.pool: Optional[_Pool] = None
@@ -916,21 +921,31 @@ class _Search:
         c.status = "budget"
         continue
       directive = _test_hook(c.opts) if _test_hook is not None else None
-      gs, c.factor = _test_size(c.prog[2]) if self.allow_test_size else (c.prog[2], 1.0)
-      prog = c.prog[:2] + (gs,) + c.prog[3:]
+      prog = self._timing_prog(c)
       early = self.best_time * self.early_stop / c.factor if math.isfinite(self.best_time) and self.early_stop else None
-      job = _Job("time", (self.device, prog, self.specs, self.runs, early, directive, self.timeout_s + 30), self.timeout_s)
+      ref = self.ref if self.ref is not None and self.ref is not c else None
+      job = _Job("time", (self.device, prog, self.specs, self.runs, early, directive, self.timeout_s + 30,
+                          None if ref is None else self._timing_prog(ref)), self.timeout_s * (2 if ref else 1))
       status, payload = self.timer_run(job) or ("budget", "")
       if status != "ok":
         self.fail(c, status, payload)
         if status in ("crash", "error"): self.new_timings.append((c.key, status, None))
         continue
-      c.time = min(payload) * c.factor
+      times, ref_times = payload
+      c.time = min(times) * c.factor
+      # relative to the reference run alongside: a burst of load on the machine slows both alike
+      if ref is not None and ref_times: c.time *= ref.time / (min(ref_times) * ref.factor)
       c.status = "early" if len(payload) < self.runs else "ok"
       self.report.timed += 1
       self.new_timings.append((c.key, c.status, c.time))
       self.best_time = min(self.best_time, c.time)
       self._bar()
+
+  def _timing_prog(self, c: Candidate) -> tuple:
+    """c's program as timed: on a smaller grid when allow_test_size (c.factor scales the time back up)."""
+    assert c.prog is not None
+    gs, c.factor = _test_size(c.prog[2]) if self.allow_test_size else (c.prog[2], 1.0)
+    return c.prog[:2] + (gs,) + c.prog[3:]
 
   def timer_run(self, job: _Job) -> Optional[tuple]:
     """Run one job on the timing worker (worker 0), setting up its buffers first if it is new."""
@@ -1028,6 +1043,8 @@ class _Search:
     self.build(seeds + ([ref] if self.verify_on and ref.key != base.key else []), must=True)
     if self.verify_on and ref.key == base.key: ref = base
     self.time([hand], must=True)
+    # every later timing runs interleaved with the hand-coded kernel and is scaled by it (see time())
+    self.ref = hand if hand.timed and hand.prog is not None else None
     self.time([base] if base is not hand else [], must=True)
     r.hand_time, r.base_time = hand.time, base.time
     # the heuristic's intermediate kernels are seeds too: a better kernel is often one step off its

@@ -329,3 +329,16 @@ def test_refusal_message_names_the_opt():
   for opt in [Opt(U, 2, 4), Opt(R, 1, 4), Opt(L, 2, 4), Opt(G, 5, 4), Opt(PAD, 9, 4), Opt(SW, 0, 5)]:
     with pytest.raises(KernelOptError) as e: k.apply_opt(opt)
     assert opt.op.name in str(e.value)
+
+def test_a_bug_inside_an_opt_is_not_disguised_as_a_refusal(monkeypatch):
+  """Only KernelOptError means "refused"; any other exception is a bug and surfaces as itself (a
+  search would otherwise silently skip a broken opt), with the kernel still handed back unchanged."""
+  k = make(matmul(16, 16, 16), GPU, [Opt(U, 0, 4)])
+  before = snapshot(k)
+  real = Kernel._apply_opt
+  def broken(self, opt):
+    real(self, opt)  # half-applied, then a bug
+    raise ZeroDivisionError("bug in the opt")
+  monkeypatch.setattr(Kernel, "_apply_opt", broken)
+  with pytest.raises(ZeroDivisionError): k.apply_opt(Opt(U, 1, 2))
+  assert snapshot(k) == before

@@ -465,3 +465,14 @@ def test_real_beam_on_small_kernels(device, cachedb):
   np.testing.assert_allclose(run_kernel(k, [a, b], 64 * 64).reshape(64, 64), a @ b, rtol=1e-4)
   k2 = search.beam_search(Kernel(matmul_ast(64, 64, 64), ren), None, 2, max_rounds=3, progress=False)
   assert search.last_report.cache_hit and k2.applied_opts == k.applied_opts
+
+def test_an_opt_that_raises_a_bug_is_reported_and_skipped(monkeypatch):
+  ast = matmul_ast(32, 32, 32)
+  real = Kernel._apply_opt
+  def buggy(self, opt):
+    if opt.op is OptOps.UNROLL: raise IndexError("bug")
+    real(self, opt)
+  monkeypatch.setattr(Kernel, "_apply_opt", buggy)
+  with pytest.warns(RuntimeWarning, match="IndexError"):
+    acts = search.get_kernel_actions(cpu_kernel(ast))
+  assert acts and all(o.op is not OptOps.UNROLL for k in acts.values() for o in k.applied_opts)

@@ -209,9 +209,11 @@ class Kernel:
     except KernelOptError:
       self.__dict__.clear(); self.__dict__.update(saved)
       raise
-    except (ValueError, ZeroDivisionError, TypeError) as e:
+    except BaseException:
+      # anything else is a bug in the opt's code, not a refusal: report it as what it is, but
+      # still hand back the kernel as it was
       self.__dict__.clear(); self.__dict__.update(saved)
-      raise KernelOptError(f"{opt} can't be applied: {e}") from e
+      raise
     if append_opt:
       self.applied_opts.append(opt)
       self.applied_opts_reasons.append(reason or "requested")

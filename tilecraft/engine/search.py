@@ -107,6 +107,10 @@ def get_kernel_actions(kernel: Kernel, include_0: bool = True, max_upcast: int =
     k = kernel.copy()
     try: k.apply_opt(act, reason="beam search")
     except KernelOptError: continue
+    except Exception as e:  # noqa: BLE001 - a bug in an opt: say so, and search on without it
+      warnings.warn(f"search: {act} on {kernel.name} {kernel.applied_opts} raised {type(e).__name__}: {e} (a bug: opts may only "
+                    "raise KernelOptError)", RuntimeWarning, stacklevel=2)
+      continue
     if not kernel_caps_ok(k, max_upcast, max_lanes, max_threads): continue
     if (sig := _signature(k)) in seen: continue
     seen.add(sig)

@@ -252,3 +252,22 @@ def test_rejects_other_invalid_asts():
   bad(kernel(store(0, LazyOp(BufferOps.LOAD, (), ConstBuffer(1.0, F, ST((4,)))), (4,))), "MemBuffer")
   bad(kernel(store(0, alu(UnaryOps.NEG, ld(0, (4,), st=ST((4,)).flip((0,)))), (4,))), "race")
   assert verify_ast(kernel(store(0, alu(UnaryOps.NEG, ld(0, (4,))), (4,))))  # in-place through the same view is fine
+
+def test_asts_unpickled_from_another_process_are_equal_to_fresh_ones():
+  """LazyOp and symbolic Nodes cache hash(); string hashes are salted per process, so a pickle made
+  under another PYTHONHASHSEED must still give an AST that == (and hashes like) the one built here."""
+  import os, pickle, subprocess, sys
+  code = ("import pickle, sys\n"
+          "from tilecraft.engine.corpus import corpus\n"
+          "sys.stdout.buffer.write(pickle.dumps({n: e.ast for n, e in corpus().items()}))\n")
+  blob = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
+                        env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+  from tilecraft.engine.corpus import corpus
+  theirs, ours = pickle.loads(blob), {n: e.ast for n, e in corpus().items()}
+  assert theirs.keys() == ours.keys()
+  symbolic = 0
+  for name in ours:
+    assert theirs[name] == ours[name] and hash(theirs[name]) == hash(ours[name]), name
+    assert {theirs[name]: 1}.get(ours[name]) == 1
+    symbolic += bool(ours[name].vars())
+  assert symbolic > 0  # the corpus has kernels over Variables, so Nodes crossed too

@@ -69,6 +69,8 @@ class LazyOp:
     if not all(isinstance(s, LazyOp) for s in self.src): raise TypeError(f"{self.op}: sources must be LazyOps, got {self.src!r}")
     object.__setattr__(self, "_hash", hash((self.op, self.src, self.arg)))
   def __hash__(self) -> int: return self._hash
+  # rebuilt through the constructor on unpickling: the cached hash is per process (salted string hashes)
+  def __reduce__(self) -> tuple: return (LazyOp, (self.op, self.src, self.arg))
   def __eq__(self, other: object) -> bool:
     """Structural equality, iterative and linear in the size of a DAG (shared subtrees compare once)."""
     if self is other: return True

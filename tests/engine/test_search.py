@@ -4,7 +4,7 @@ sqlite cache (hits, warm timings, corruption), verification and the hand-coded f
 Most logic tests run against a fake worker pool (no processes, instant "timings"); the tests that
 need real workers use tiny kernels, one round and short timeouts."""
 from __future__ import annotations
-import math, os, sqlite3, subprocess, sys, textwrap
+import math, os, pickle, sqlite3, subprocess, sys, textwrap
 import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
@@ -371,7 +371,7 @@ def test_worker_build_matches_parent_render_symbolic():
   k = cpu_kernel(ast)
   k.apply_opt(Opt(OptOps.UNROLL, 0, 4))
   src = k.to_program(name_override="kern").src
-  blob_ast, blob_ren = search._dumps(ast), search._dumps(k.opts)
+  blob_ast, blob_ren = pickle.dumps(ast), pickle.dumps(k.opts)
   job = search._Job("build", ("ast:x", "ren:x", ast.key.hex(), "CPU", [search._opt_wire(o) for o in k.applied_opts], "kern", {"n": 64}, 0, False),
                     120.0, {"ast:x": blob_ast, "ren:x": blob_ren})
   status, payload = search._get_pool().run([job], 1)[0]

@@ -17,8 +17,8 @@ over pipes (length-prefixed pickles):
   re-run it), so a script without an `if __name__ == "__main__"` guard works.
 - Rendering runs in the workers too: lowering a big candidate takes up to ~0.5 s of pure
   Python, so it parallelizes like compilation, and a lowering bug that loops forever only costs
-  a timeout. ASTs travel with a pickler that rebuilds LazyOps and symbolic Nodes through their
-  constructors, because both cache `hash()` values that differ between processes.
+  a timeout. ASTs travel as plain pickles (LazyOp and Node rebuild their per-process cached
+  hashes when unpickled).
 - Builds (render + compile) run on all workers at once. Timing runs on one worker at a time
   while the others are idle (a CPU kernel uses every core through OpenMP), each with a
   timeout: a worker that segfaults or hangs is killed, the candidate is recorded as failed,
@@ -116,34 +116,6 @@ def get_kernel_actions(kernel: Kernel, include_0: bool = True, max_upcast: int =
     seen.add(sig)
     out[i + 1] = k
   return out
-
-# ---- moving ASTs between processes ---------------------------------------------------------------
-# LazyOp and Node keep hash() values computed at construction, and string hashes differ between
-# processes, so unpickled copies would compare unequal to fresh ones. These reducers rebuild both
-# on the other side, after their (already rebuilt) children.
-
-def _rebuild_lazyop(op: Any, src: tuple, arg: Any) -> LazyOp: return LazyOp(op, src, arg)
-
-def _node_slots(cls: type) -> list[str]:
-  return [s for c in cls.__mro__ for s in getattr(c, "__slots__", ()) if s not in ("_hash", "_render", "__weakref__")]
-
-def _rebuild_node(cls: type, state: dict) -> Node:
-  n: Node = object.__new__(cls)
-  for k, v in state.items(): object.__setattr__(n, k, v)
-  object.__setattr__(n, "_hash", hash(n.key))
-  object.__setattr__(n, "_render", None)
-  return n
-
-class _Pickler(pickle.Pickler):
-  def reducer_override(self, obj: Any) -> Any:
-    if isinstance(obj, LazyOp): return _rebuild_lazyop, (obj.op, obj.src, obj.arg)
-    if isinstance(obj, Node): return _rebuild_node, (type(obj), {s: getattr(obj, s) for s in _node_slots(type(obj)) if hasattr(obj, s)})
-    return NotImplemented
-
-def _dumps(obj: Any) -> bytes:
-  f = io.BytesIO()
-  _Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-  return f.getvalue()
 
 def _opt_wire(o: Opt) -> tuple: return (o.op.name, o.axis, o.amt)
 def _opt_unwire(t: Sequence) -> Opt: return Opt(OptOps[t[0]], t[1], t[2])
@@ -408,7 +380,7 @@ class _Worker:
     kind, settings, args = msg
     need = {k: v for k, v in blobs.items() if k not in self.known}
     assert self.proc is not None and self.proc.stdin is not None
-    _write_all(self.proc.stdin.fileno(), _frame(_dumps((kind, settings, need, args))))
+    _write_all(self.proc.stdin.fileno(), _frame(pickle.dumps((kind, settings, need, args))))
     self.known |= set(need)
   def read_frames(self) -> list[Any]:
     """Whatever complete replies are available now; EOFError when the worker is gone."""
@@ -839,9 +811,9 @@ class _Search:
 
   def _blobs(self) -> dict[str, bytes]:
     if not self.blobs:
-      ast_blob = _dumps(self.kernel.ast)
-      try: ren_blob = _dumps(self.ren)
-      except Exception: ren_blob = _dumps(None)  # noqa: BLE001 - the worker uses Device[device].renderer
+      ast_blob = pickle.dumps(self.kernel.ast)
+      try: ren_blob = pickle.dumps(self.ren)
+      except Exception: ren_blob = pickle.dumps(None)  # noqa: BLE001 - the worker uses Device[device].renderer
       self.blobs = {"ast:" + hashlib.sha256(ast_blob).hexdigest()[:20]: ast_blob, "ren:" + hashlib.sha256(ren_blob).hexdigest()[:20]: ren_blob}
     return self.blobs
 

@@ -14,6 +14,12 @@ from typing import Any, Iterable, Optional, Union
 
 sint = Union[int, "Node"]
 
+def _unpickle_node(cls: type, state: dict) -> "Node":
+  n = object.__new__(cls)
+  for k, v in state.items(): object.__setattr__(n, k, v)
+  n._hash, n._render = hash(n.key), None
+  return n
+
 class Node:
   """A symbolic integer expression. Compare structurally with ==; use `lt`/`<` to build comparisons."""
   __slots__ = ("key", "_hash", "vmin", "vmax", "_render", "__weakref__")
@@ -25,6 +31,10 @@ class Node:
   def __hash__(self) -> int: return self._hash
   def __eq__(self, other: object) -> bool:
     return self is other or (type(other) is type(self) and self._hash == other._hash and self.key == other.key)  # type: ignore
+  def __reduce__(self) -> tuple:
+    # the cached hash is per process (string hashes are salted): unpickling recomputes it
+    slots = [s for c in type(self).__mro__ for s in getattr(c, "__slots__", ()) if s not in ("_hash", "_render", "__weakref__")]
+    return _unpickle_node, (type(self), {s: getattr(self, s) for s in slots if hasattr(self, s)})
   def __ne__(self, other: object) -> bool: return not self.__eq__(other)
   def __bool__(self) -> bool:
     if self.vmin > 0 or self.vmax < 0: return True

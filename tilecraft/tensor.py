@@ -5,16 +5,16 @@ Every op builds a LazyBuffer graph; nothing runs until `realize()`, `numpy()`, `
 NaN and inf, `axis`/`keepdim` on reductions.
 """
 from __future__ import annotations
-import functools, math, struct, weakref
-from typing import Any, Callable, Optional, Sequence, Union
+import functools, math, struct
+from typing import Any, Optional, Sequence, Union
 import numpy as np
 from tilecraft.device import Buffer, Device, DeviceUnavailable
 from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
-from tilecraft.engine.lazy import LazyBuffer
+from tilecraft.engine.lazy import LazyBuffer, hash_consed, source_key
 from tilecraft.engine.realize import run_schedule
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
 from tilecraft.helpers import prod
-from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval, unbind_all
 
 Scalar = Union[int, float, bool]
@@ -56,26 +56,7 @@ def _check_dtype(device: str, dt: DType) -> DType:
   return dt
 
 # ---- the lazy graph, through one door -------------------------------------------------------------
-# Identical ops over identical sources share one LazyBuffer (hash-consing), so a subgraph built twice
-# is computed once. Keys hold ids of the sources, which the cached value keeps alive; a value that
-# gets realized drops its sources, so it is taken out of the cache first. Symbolic views are not
-# cached: Variables bound to different values compare equal.
-_lazy_cache: "weakref.WeakValueDictionary[tuple, LazyBuffer]" = weakref.WeakValueDictionary()
-
-def _src_key(lb: LazyBuffer) -> Optional[tuple]:
-  if lb.is_view:
-    if lb.st.vars(): return None
-    return (id(lb.base), lb.st)
-  return (id(lb), None)
-
-def _cached(key: Optional[tuple], make: Callable[[], LazyBuffer]) -> LazyBuffer:
-  if key is None or any(k is None for k in key[-1]): return make()
-  if (hit := _lazy_cache.get(key)) is not None and not hit.realized: return hit
-  ret = make()
-  if not ret.is_view and ret.op is not None and getattr(ret, "_tc_key", None) is None:
-    _lazy_cache[key] = ret
-    ret._tc_key = key  # type: ignore[attr-defined]
-  return ret
+# Every op goes through lazy.hash_consed, so a subgraph built twice is computed once.
 
 def _is_zero(shape: tuple) -> bool: return any(isinstance(s, int) and s == 0 for s in shape)
 
@@ -92,28 +73,28 @@ def _lb_const(val: Any, dt: DType, device: str, shape: tuple = ()) -> LazyBuffer
   if isinstance(val, Node): base = LazyBuffer.const(val, dt, device)
   else:
     val = dtypes.as_const(val, dt)
-    base = _cached(("CONST", _const_key(val, dt), dt, device, ()), lambda: LazyBuffer.const(val, dt, device))
+    base = hash_consed(("CONST", _const_key(val, dt), dt, device, ()), lambda: LazyBuffer.const(val, dt, device))
   return base.reshape((1,) * len(shape)).expand(shape) if shape else base
 
 def _lb_e(op: Any, srcs: Sequence[LazyBuffer], arg: Any = None, dtype: Optional[DType] = None) -> LazyBuffer:
   if _is_zero(srcs[0].shape):
     out = dtype or (arg if op in (UnaryOps.CAST, UnaryOps.BITCAST) else dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
     return _lb_empty(srcs[0].shape, out, srcs[0].device)
-  return _cached((op, arg, dtype, tuple(_src_key(s) for s in srcs)), lambda: srcs[0].e(op, *srcs[1:], arg=arg, dtype=dtype))
+  return hash_consed((op, arg, dtype, tuple(source_key(s) for s in srcs)), lambda: srcs[0].e(op, *srcs[1:], arg=arg, dtype=dtype))
 
 def _lb_cast(lb: LazyBuffer, dt: DType, bitcast: bool = False) -> LazyBuffer:
   if lb.dtype == dt: return lb
   _check_dtype(lb.device, dt)
   if _is_zero(lb.shape): return _lb_empty(lb.shape, dt, lb.device)
-  return _cached(("BITCAST" if bitcast else "CAST", dt, (_src_key(lb),)), lambda: lb.cast(dt, bitcast))
+  return hash_consed(("BITCAST" if bitcast else "CAST", dt, (source_key(lb),)), lambda: lb.cast(dt, bitcast))
 
 def _lb_r(lb: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
-  return _cached((op, axes, (_src_key(lb),)), lambda: lb.r(op, axes))
+  return hash_consed((op, axes, (source_key(lb),)), lambda: lb.r(op, axes))
 
 def _lb_contiguous(lb: LazyBuffer) -> LazyBuffer:
   if _is_zero(lb.shape): return lb
   if not lb.is_view: return lb.contiguous()
-  return _cached(("CONTIGUOUS", None, (_src_key(lb),)), lb.contiguous)
+  return hash_consed(("CONTIGUOUS", None, (source_key(lb),)), lb.contiguous)
 
 def _py_dtype(x: Any) -> DType:
   """The dtype of a python scalar: bool, default_int (int64/uint64 when it doesn't fit), default_float."""
@@ -125,13 +106,6 @@ def _py_dtype(x: Any) -> DType:
   if isinstance(x, float): return dtypes.default_float
   if isinstance(x, Variable): return dtypes.int32
   raise TypeError(f"no tensor dtype for a python {type(x).__name__}")
-
-def _mark_realized(lb: LazyBuffer) -> None:
-  """After its kernel ran, a value is data: later schedules read its buffer instead of recomputing it."""
-  b = lb.base
-  if b.op is None or b.op is BufferOps.CONST or b.buffer is None or not b.buffer.is_allocated(): return
-  if (key := getattr(b, "_tc_key", None)) is not None and _lazy_cache.get(key) is b: del _lazy_cache[key]
-  b.op, b.arg, b.srcs = None, None, ()
 
 class Tensor:
   __slots__ = ("lazydata",)
@@ -202,8 +176,6 @@ class Tensor:
   def realize(self, *others: "Tensor") -> "Tensor":
     sched = self.schedule(*others)
     run_schedule(sched)
-    for si in sched:
-      for lb in si.outputs: _mark_realized(lb)
     return self
   def numpy(self) -> np.ndarray:
     shape = self._concrete_shape("numpy()")

@@ -6,7 +6,7 @@ and end up folded into the loads of whichever kernel reads them.
 """
 from __future__ import annotations
 import weakref
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 from tilecraft.dtype import DType, dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import BinaryOps, BufferOps, MetaOps, Op, ReduceOps, UnaryOps
@@ -24,6 +24,7 @@ class LazyBuffer:
       self.buffer: Any = None  # a device Buffer once realized (or for data that came from outside)
       self.forced_realize = False
       self.children: weakref.WeakSet = weakref.WeakSet()
+      self.consed_key: Optional[tuple] = None  # its key in the hash-consing table, if it is in there
       for s in srcs: s.base.children.add(self)
     else:
       assert base.base is base, "a view's base must be a base"
@@ -36,6 +37,13 @@ class LazyBuffer:
   def realized(self) -> bool: return self.base.buffer is not None and self.base.op is None
   @property
   def size(self) -> sint: return self.st.size
+  def mark_realized(self) -> None:
+    """Its kernel ran: from now on the value is the data in its buffer, which later schedules read
+    instead of recomputing it. It leaves the hash-consing table (its sources are dropped)."""
+    b = self.base
+    if b.op is None or b.op is BufferOps.CONST or b.buffer is None or not b.buffer.is_allocated(): return
+    if (key := b.consed_key) is not None and _consed.get(key) is b: del _consed[key]
+    b.op, b.arg, b.srcs = None, None, ()
   def __repr__(self) -> str:
     b = self.base
     what = "realized" if b.op is None else (b.op.name if hasattr(b.op, "name") else str(b.op))
@@ -116,3 +124,28 @@ class LazyBuffer:
   def pad(self, arg: tuple[tuple[sint, sint], ...]) -> "LazyBuffer": return self._view(self.st.pad(arg))
   def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> "LazyBuffer": return self._view(self.st.shrink(arg))
   def stride(self, arg: tuple[int, ...]) -> "LazyBuffer": return self._view(self.st.stride(arg))
+
+# ---- hash-consing ------------------------------------------------------------------------------
+# Identical ops over identical sources share one LazyBuffer, so a subgraph built twice is computed
+# once. Keys hold ids of the sources, which the cached value keeps alive; a value that gets
+# realized drops its sources, so it leaves the table first (mark_realized). Symbolic views are not
+# keyed: Variables bound to different values compare equal.
+_consed: "weakref.WeakValueDictionary[tuple, LazyBuffer]" = weakref.WeakValueDictionary()
+
+def source_key(lb: LazyBuffer) -> Optional[tuple]:
+  """How a source appears in a key: its base's identity plus the view, or None (not keyable)."""
+  if lb.is_view:
+    if lb.st.vars(): return None
+    return (id(lb.base), lb.st)
+  return (id(lb), None)
+
+def hash_consed(key: Optional[tuple], make: Callable[[], LazyBuffer]) -> LazyBuffer:
+  """The live, unrealized LazyBuffer stored under key, else make() (stored under key if it is a new
+  op). A key whose last item is a tuple of source keys with a None in it is not cached."""
+  if key is None or any(k is None for k in key[-1]): return make()
+  if (hit := _consed.get(key)) is not None and not hit.realized: return hit
+  ret = make()
+  if not ret.is_view and ret.op is not None and ret.consed_key is None:
+    _consed[key] = ret
+    ret.consed_key = key
+  return ret

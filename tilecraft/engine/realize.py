@@ -42,20 +42,14 @@ def run_schedule(schedule: list) -> None:
     if si.ast.op is MetaOps.COPY:
       dest, src = si.bufs
       dest.copyin(src.numpy())
-      _mark_realized(si)
+      for lb in si.outputs: lb.mark_realized()
       continue
     device = si.bufs[0].device
     runner = get_runner(si.ast, device, list(si.bufs))
     kernel_count += 1
     t = runner(list(si.bufs), si.var_vals, wait=DEBUG >= 2)
-    _mark_realized(si)
+    for lb in si.outputs: lb.mark_realized()
     if DEBUG >= 2 and t is not None:
       p = runner.p
       ops, mem = sym_eval(p.op_estimate, si.var_vals) if p.op_estimate is not None else 0, sym_eval(p.mem_estimate, si.var_vals)
       print(f"*** {device:6s} {kernel_count:4d} {p.name:40s} {t*1e6:9.1f} us  {ops/max(t,1e-9)/1e9:8.2f} GFLOPS  {mem/max(t,1e-9)/1e9:7.2f} GB/s  {list(p.applied_opts)}")
-
-def _mark_realized(si: Any) -> None:
-  """The outputs now live in their buffers: later schedules load them instead of recomputing."""
-  for lb in si.outputs:
-    b = lb.base
-    b.op, b.arg, b.srcs = None, None, ()

@@ -31,7 +31,7 @@ one row per search (AST key, device, renderer, compiler, settings) whose opts ar
 hit, and one row per timed candidate so a repeat search (say, with a wider beam) starts warm.
 """
 from __future__ import annotations
-import ctypes, hashlib, io, json, math, os, pickle, select, signal, sqlite3, subprocess, sys, threading
+import ctypes, hashlib, json, math, os, pickle, select, signal, sqlite3, subprocess, sys, threading
 import time, traceback, warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -39,8 +39,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.helpers import DEBUG, NOOPT, cache_dir, getenv, prod
-from tilecraft.ops import BufferOps, LazyOp, MemBuffer
-from tilecraft.shape.symbolic import Node, Variable
+from tilecraft.ops import BufferOps, MemBuffer
+from tilecraft.shape.symbolic import Variable
 
 SEARCH_VERSION = 2  # bump when the action grid or the search's choices change: old cache rows stop matching
 

@@ -1,5 +1,10 @@
-"""Shared test setup: a deterministic RNG per test and the hypothesis profiles."""
-import os, zlib
+"""Shared test setup: a deterministic RNG per test, the hypothesis profiles, and devices.
+
+Devices: a test that takes a `device` parameter (the `device` fixture here runs it on CPU and
+OPENCL) or carries `@pytest.mark.opencl` is skipped, with the reason, where that device can't be
+opened (no PoCL/pyopencl here); it never fails for that."""
+import functools, os, zlib
+from typing import Optional
 import numpy as np
 import pytest
 
@@ -28,3 +33,25 @@ def _seed_legacy_numpy(request: pytest.FixtureRequest) -> None:
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
   """A numpy Generator seeded from the test's id: the same per test, independent of order and workers."""
   return np.random.default_rng(_seed(request))
+
+# ---- devices ---------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def device_missing(dev: str) -> Optional[str]:
+  """Why `dev` can't be opened here, or None when it can."""
+  from tilecraft.device import Device
+  try: Device[dev]
+  except Exception as e: return f"{type(e).__name__}: {e}"  # noqa: BLE001
+  return None
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+  params = getattr(getattr(item, "callspec", None), "params", {})
+  devs = [params["device"]] if isinstance(params.get("device"), str) else []
+  if item.get_closest_marker("opencl") is not None: devs.append("OPENCL")
+  for dev in devs:
+    if (why := device_missing(dev)) is not None: pytest.skip(f"{dev} can't be opened here ({why})")
+
+@pytest.fixture(params=["CPU", "OPENCL"])
+def device(request: pytest.FixtureRequest) -> str:
+  """Both devices, for tests whose every case runs on both."""
+  return request.param

@@ -1,5 +1,5 @@
 """Tests for tilecraft.dtype: dtype objects, numpy mapping, promotion, value ranges, truncation, bfloat16 bits."""
-import functools, itertools, math, pickle, warnings
+import itertools, math, pickle, warnings
 from fractions import Fraction
 import numpy as np
 import pytest

@@ -10,17 +10,6 @@ from tilecraft.device import Device, DeviceUnavailable
 from tilecraft.engine import realize as realize_mod
 from tilecraft.ops import MetaOps, UnaryOps
 
-def _why_not(dev: str) -> Optional[str]:
-  try: Device[dev]
-  except Exception as e: return f"{type(e).__name__}: {e}"
-  return None
-
-_CL_MISSING = _why_not("OPENCL")
-_cl = pytest.mark.skipif(_CL_MISSING is not None, reason=f"OPENCL can't be opened here ({_CL_MISSING})")
-
-@pytest.fixture(params=["CPU", pytest.param("OPENCL", marks=_cl)])
-def device(request: pytest.FixtureRequest) -> str: return request.param
-
 def same(got: Any, want: np.ndarray) -> None:
   """Equal values and dtype (NaN equal to NaN)."""
   got = got.numpy() if isinstance(got, Tensor) else got
@@ -73,7 +62,7 @@ def test_from_tensor() -> None:
   assert Tensor(a).lazydata is a.lazydata
   same(Tensor(a, dtype=dtypes.float32), np.array([1, 2, 3], np.float32))
 
-@_cl
+@pytest.mark.opencl
 def test_from_tensor_to_other_device() -> None:
   b = Tensor(Tensor([1.5, 2.5]) * 2, device="OPENCL")
   assert b.device == "OPENCL"
@@ -150,7 +139,7 @@ def test_realize_and_contiguous() -> None:
   r1.realize(r2)  # several at once
   assert r1.schedule() == [] and r2.schedule() == []
 
-@_cl
+@pytest.mark.opencl
 def test_to_device_and_back() -> None:
   x = np.arange(12, dtype=np.float32).reshape(3, 4)
   a = Tensor(x)
@@ -243,7 +232,7 @@ def test_rand_shapes_dtypes() -> None:
   assert Tensor.rand(0, 4, device=device).numpy().shape == (0, 4)
   assert Tensor.randn((3,), device=device).shape == (3,)
 
-@_cl
+@pytest.mark.opencl
 def test_rand_same_on_every_device() -> None:
   Tensor.manual_seed(99)
   a = Tensor.rand(5, 7).numpy()

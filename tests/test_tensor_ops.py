@@ -16,22 +16,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 from tilecraft import Context, Tensor, dtypes
-from tilecraft.device import Device
 
 # ---- devices and the comparison helpers -------------------------------------------------------------
-
-def _why_not(dev: str) -> Optional[str]:
-  try: Device[dev]
-  except Exception as e: return f"{type(e).__name__}: {e}"
-  return None
-
-_CL_MISSING = _why_not("OPENCL")
-_cl = pytest.mark.skipif(_CL_MISSING is not None, reason=f"OPENCL can't be opened here ({_CL_MISSING})")
-
-@pytest.fixture(params=["CPU", pytest.param("OPENCL", marks=_cl)])
-def device(request: pytest.FixtureRequest) -> str:
-  """Both devices, for tests whose every case runs on both."""
-  return request.param
 
 def on_devices(argnames: str, cases: list, opencl: Any = "all") -> Any:
   """Parametrize `device` and `argnames` over `cases`: every case on CPU, and on OPENCL the cases at
@@ -41,7 +27,7 @@ def on_devices(argnames: str, cases: list, opencl: Any = "all") -> Any:
     vals = case if len(argnames.split(",")) > 1 else (case,)
     cid = "-".join(v.__name__ if isinstance(v, type) else str(v).replace(" ", "") for v in vals)
     params.append(pytest.param("CPU", *vals, id=f"CPU-{cid}"))
-    if opencl == "all" or i in opencl: params.append(pytest.param("OPENCL", *vals, id=f"OPENCL-{cid}", marks=_cl))
+    if opencl == "all" or i in opencl: params.append(pytest.param("OPENCL", *vals, id=f"OPENCL-{cid}", marks=pytest.mark.opencl))
   return pytest.mark.parametrize(f"device,{argnames}", params)
 
 F32 = np.float32
@@ -678,8 +664,8 @@ def test_unary_each_all_devices(device: str, name: str, rng: np.random.Generator
 
 @pytest.mark.slow
 @pytest.mark.parametrize("idx", INDICES, ids=str)
+@pytest.mark.opencl
 def test_getitem_opencl_all(idx: Any) -> None:
-  if _CL_MISSING: pytest.skip(f"OPENCL can't be opened here ({_CL_MISSING})")
   check(lambda t: t[idx], lambda a: a[idx], np.arange(120, dtype=F32).reshape(5, 4, 6), device="OPENCL")
 
 # ---- integer division by -1 in a kernel, alone (a trap would kill the process) ------------------------------

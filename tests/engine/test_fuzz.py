@@ -5,7 +5,7 @@ import dataclasses, os
 import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
-from tilecraft.device import Device, DeviceUnavailable
+from tilecraft.device import Device
 from tilecraft.dtype import dtypes
 from tilecraft.engine import fuzz
 from tilecraft.engine.corpus import ST, corpus, kernel, known_bug, ld, store
@@ -19,11 +19,6 @@ from tilecraft.shape.view import View
 
 ENTRIES = corpus()
 DEVICES = ("CPU", "OPENCL")
-
-def _device_or_skip(device: str) -> str:
-  try: Device[device]
-  except DeviceUnavailable as e: pytest.skip(f"{device} can't be opened here: {e}")
-  return device
 
 @pytest.fixture(scope="module")
 def iso():
@@ -220,7 +215,6 @@ def _params(n_cpu: int, n_gpu: int) -> list:
 @pytest.mark.fuzz
 @pytest.mark.parametrize("name,device,n", _params(N_PER_KERNEL, N_PER_KERNEL_GPU))
 def test_fuzz_corpus_entry(name: str, device: str, n: int, iso: IsolatedRunner):
-  _device_or_skip(device)
   rep = fuzz_entry(ENTRIES[name], n, device, seed=0, isolated=iso)
   assert rep.ok, f"{name} on {device}: {rep.summary()}"
 
@@ -238,7 +232,6 @@ def test_fuzz_default_tier_covers_2000_pairs():
 @pytest.mark.fuzz
 @pytest.mark.parametrize("device", DEVICES)
 def test_fuzz_big_corpus(device: str):
-  _device_or_skip(device)
   with IsolatedRunner(small=False) as big:
     reps = {name: fuzz_entry(e, 100, device, seed=1, isolated=big, max_opts=6, max_lanes=1024) for name, e in corpus(small=False).items()
             if not known_bug(name, device, "fuzz")}

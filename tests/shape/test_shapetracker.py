@@ -444,3 +444,13 @@ def test_bound_values_never_leak_between_trackers():
       _, var_vals = stt.unbind()
       assert var_vals == {N: n}, stt
       assert stt.real_strides() is not None
+
+def test_real_size_is_zero_when_a_later_view_reads_only_padding():
+  """Found by the slow tier: three views where the last one only reads positions the first view
+  masks off. real_size's upper bound came out negative (-3); nothing valid means 0."""
+  chain = ((4, 1, 2, 4), [("flip", (0,)), ("stride", (-1, 1, 1, 1)), ("reshape", (2, 2, 1, 2, 4)),
+          ("pad", ((1, 1), (0, 0), (0, 0), (0, 0), (0, 0))), ("expand", (4, 2, 1, 2, 4)), ("reshape", (2, 2, 2, 1, 2, 4)),
+          ("reshape", (1, 1, 1, 1, 1, 64)), ("reshape", (2, 4, 8)), ("reshape", (2, 4, 2, 4)), ("flip", (2,)),
+          ("reshape", (2, 8, 4)), ("shrink", ((0, 1), (0, 3), (0, 1)))])
+  assert apply_st(*chain).real_size() == 0
+  check_queries(*chain)

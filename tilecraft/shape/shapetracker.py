@@ -240,7 +240,8 @@ def _real_size(st: ShapeTracker) -> int:
     idx, _ = st.expr_idxs(_axis_vars(st.shape, st.views[-1].mask))
     hi2 = idx if isinstance(idx, int) else idx.vmax
     hi = min(hi if isinstance(hi, int) else hi.vmax, hi2)
-  return int(hi if isinstance(hi, int) else hi.vmax) + 1
+  # a valid element's index is >= 0, so a bound below 0 means no element is valid
+  return max(0, int(hi if isinstance(hi, int) else hi.vmax) + 1)
 
 def _merge_views(v1: View, v2: View) -> Optional[View]:
   """One view equal to v2 over v1, or None. Decided by simplifying the composed index."""

@@ -42,7 +42,7 @@ from tilecraft.helpers import DEBUG, NOOPT, cache_dir, getenv, prod
 from tilecraft.ops import BufferOps, MemBuffer
 from tilecraft.shape.symbolic import Variable
 
-SEARCH_VERSION = 2  # bump when the action grid or the search's choices change: old cache rows stop matching
+SEARCH_VERSION = 2  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
 # "segfault" makes the timing worker kill itself with SIGSEGV, "hang" makes it sleep past the
@@ -789,7 +789,7 @@ class _Search:
     settings = [SEARCH_VERSION, _codegen_identity(), self.ast_hex, self.device, self.ren_id, self.comp_id, amt, bool(allow_test_size),
                 _opts_key(self.start_opts), max_upcast, max_lanes, max_threads, max_uops, patience, max_rounds, sorted(self.vv.items())]
     self.result_key = hashlib.sha256(json.dumps(settings).encode()).hexdigest()
-    self.timing_ctx = hashlib.sha256(json.dumps([_codegen_identity(), self.device, self.ren_id, self.comp_id, bool(allow_test_size),
+    self.timing_ctx = hashlib.sha256(json.dumps([SEARCH_VERSION, _codegen_identity(), self.device, self.ren_id, self.comp_id, bool(allow_test_size),
                                                  sorted(self.vv.items())]).encode()).hexdigest()[:32]
     self.db = _get_db() if use_cache else None
     self.report = SearchReport(name=self.name, device=self.device)

@@ -107,6 +107,30 @@ def _py_dtype(x: Any) -> DType:
   if isinstance(x, Variable): return dtypes.int32
   raise TypeError(f"no tensor dtype for a python {type(x).__name__}")
 
+_CUMSUM_BLOCK = 32  # 16-32 measured fastest for 10M elements (0.09-0.11 s; 256 took 6.5 s)
+
+def _cumsum_window(flat: "Tensor") -> "Tensor":
+  """Running sums along axis 1 of a (rows, n) tensor as one windowed reduce: out[r, i] sums
+  padded[r, i:i+n] where padded has n-1 zeros in front. O(n^2) work per row: for short rows."""
+  rows, n = flat.shape
+  padded = flat.pad(((0, 0), (n - 1, 0)))  # rows x (2n-1)
+  # windows[r, i, j] = padded[r, i + j]
+  w = padded.reshape(rows, 1, 2 * n - 1).expand(rows, n + 1, 2 * n - 1).reshape(rows, (n + 1) * (2 * n - 1))
+  return w[:, :n * 2 * n].reshape(rows, n, 2 * n)[:, :, :n].sum(2)
+
+def _cumsum_rows(flat: "Tensor") -> "Tensor":
+  """Running sums along axis 1 of a (rows, n) tensor. Long rows are cut into blocks of
+  _CUMSUM_BLOCK: a windowed running sum inside each block, plus the running sum of the block totals
+  before it (the same function, on n/_CUMSUM_BLOCK columns), so the work is O(n * block), not O(n^2)."""
+  rows, n = flat.shape
+  B = _CUMSUM_BLOCK
+  if not isinstance(n, int) or n <= B: return _cumsum_window(flat)
+  nb = -(-n // B)
+  inner = _cumsum_window(flat.pad(((0, 0), (0, nb * B - n))).reshape(rows * nb, B)).reshape(rows, nb, B)
+  totals = inner[:, :, B - 1]
+  before = _cumsum_rows(totals) - totals  # sum of all earlier blocks
+  return (inner + before.reshape(rows, nb, 1)).reshape(rows, nb * B)[:, :n]
+
 class Tensor:
   __slots__ = ("lazydata",)
   _seed: int = 0x5EED
@@ -708,13 +732,8 @@ class Tensor:
     x = x.transpose(a, -1)
     lead = x.shape[:-1]
     flat = x.reshape(-1, n) if lead else x.reshape(1, n)
-    rows = flat.shape[0]
-    padded = flat.pad(((0, 0), (n - 1, 0)))  # rows x (2n-1)
-    # windows[r, i, j] = padded[r, i + j]
-    w = padded.reshape(rows, 1, 2 * n - 1).expand(rows, n + 1, 2 * n - 1).reshape(rows, (n + 1) * (2 * n - 1))
-    w = w[:, :n * 2 * n].reshape(rows, n, 2 * n)[:, :, :n]
-    out = w.sum(2).reshape(*lead, n) if lead else w.sum(2).reshape(n)
-    return out.transpose(a, -1)
+    out = _cumsum_rows(flat)
+    return (out.reshape(*lead, n) if lead else out.reshape(n)).transpose(a, -1)
 
   # ---- matmul and friends -------------------------------------------------------------------------
   def dot(self, w: "Tensor") -> "Tensor": return self.matmul(w)

@@ -23,6 +23,10 @@ over pipes (length-prefixed pickles):
   while the others are idle (a CPU kernel uses every core through OpenMP), each with a
   timeout: a worker that segfaults or hangs is killed, the candidate is recorded as failed,
   a fresh worker replaces it and the search goes on.
+- Each candidate's runs alternate with runs of the hand-coded kernel in the same job, and its
+  time is scaled by the hand-coded kernel's (its own timing / its timing in that job). On a
+  shared machine a multi-threaded kernel's time swings by tens of percent over seconds; both
+  kernels of a job see the same swing, so the ranking doesn't depend on when a candidate ran.
 The workers live for the whole process (started on first use, stopped at exit), so a second
 search pays no start-up. They die with the parent (PR_SET_PDEATHSIG) or when their stdin closes.
 

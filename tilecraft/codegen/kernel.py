@@ -203,15 +203,11 @@ class Kernel:
 
   # ---- opts ---------------------------------------------------------------------------------------
   def apply_opt(self, opt: Opt, append_opt: bool = True, reason: str = "") -> None:
-    """Apply `opt` or raise KernelOptError (and leave the kernel unchanged)."""
+    """Apply `opt` or raise KernelOptError (and leave the kernel unchanged). Any other exception is
+    a bug in the opt's code, not a refusal: it propagates as itself, the kernel still restored."""
     saved = self.__dict__.copy()
     try: self._apply_opt(opt)
-    except KernelOptError:
-      self.__dict__.clear(); self.__dict__.update(saved)
-      raise
     except BaseException:
-      # anything else is a bug in the opt's code, not a refusal: report it as what it is, but
-      # still hand back the kernel as it was
       self.__dict__.clear(); self.__dict__.update(saved)
       raise
     if append_opt:

@@ -901,11 +901,11 @@ class _Search:
         c.status = "budget"
         continue
       directive = _test_hook(c.opts) if _test_hook is not None else None
-      prog = self._timing_prog(c)
+      prog, c.factor = self._timing_prog(c)
       early = self.best_time * self.early_stop / c.factor if math.isfinite(self.best_time) and self.early_stop else None
       ref = self.ref if self.ref is not None and self.ref is not c else None
       job = _Job("time", (self.device, prog, self.specs, self.runs, early, directive, self.timeout_s + 30,
-                          None if ref is None else self._timing_prog(ref)), self.timeout_s * (2 if ref else 1))
+                          None if ref is None else self._timing_prog(ref)[0]), self.timeout_s * (2 if ref else 1))
       status, payload = self.timer_run(job) or ("budget", "")
       if status != "ok":
         self.fail(c, status, payload)
@@ -921,11 +921,12 @@ class _Search:
       self.best_time = min(self.best_time, c.time)
       self._bar()
 
-  def _timing_prog(self, c: Candidate) -> tuple:
-    """c's program as timed: on a smaller grid when allow_test_size (c.factor scales the time back up)."""
+  def _timing_prog(self, c: Candidate) -> tuple[tuple, float]:
+    """c's program as timed (on a smaller grid when allow_test_size) and the factor that scales its
+    time back up to the full grid."""
     assert c.prog is not None
-    gs, c.factor = _test_size(c.prog[2]) if self.allow_test_size else (c.prog[2], 1.0)
-    return c.prog[:2] + (gs,) + c.prog[3:]
+    gs, factor = _test_size(c.prog[2]) if self.allow_test_size else (c.prog[2], 1.0)
+    return c.prog[:2] + (gs,) + c.prog[3:], factor
 
   def timer_run(self, job: _Job) -> Optional[tuple]:
     """Run one job on the timing worker (worker 0), setting up its buffers first if it is new."""

@@ -294,3 +294,34 @@ def test_debug2_prints_a_line_per_kernel(capsys: pytest.CaptureFixture) -> None:
   with Context(DEBUG=2): out.realize()
   lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("***")]
   assert len(lines) == n == 2
+
+# ---- truth values and bad arguments (numpy's rules, clear errors) ------------------------------------------
+
+def test_bool_of_a_tensor_is_numpys() -> None:
+  assert bool(Tensor([0.])) is False and bool(Tensor([3])) is True and bool(Tensor(True)) is True and bool(Tensor([[0]])) is False
+  for t in (Tensor([1., 2.]), Tensor.zeros(0), Tensor.ones(2, 3)):
+    with pytest.raises(ValueError, match="truth value of a tensor of shape"): bool(t)
+  t = Tensor([1., -2.])
+  assert not (t.sum() > 0) and (t.sum() < 0) and bool(t.max() == 1)  # a 0-d comparison works in an `if`
+
+def test_in_list_compares_values_not_length() -> None:
+  a, b = Tensor([1.]), Tensor([2.])
+  assert a not in [b] and a in [a] and Tensor([2.]) in [a, b]
+  with pytest.raises(ValueError, match="ambiguous"): Tensor([1., 2.]) in [Tensor([3., 4.])]  # noqa: B015 (numpy raises too)
+
+def test_sign_of_nan_is_nan(device: str) -> None:
+  x = np.array([np.nan, -np.inf, -2.5, -0.0, 0.0, 3.0, np.inf], np.float32)
+  same(Tensor(x, device=device).sign(), np.sign(x))
+  same(Tensor(x.astype(np.float64), device=device).sign(), np.sign(x.astype(np.float64)))
+  same(Tensor(np.array([-3, 0, 4], np.int32), device=device).sign(), np.array([-1, 0, 1], np.int32))
+
+@pytest.mark.parametrize("call, match", [(lambda: Tensor.cat(), "cat needs at least one tensor"), (lambda: Tensor.stack(), "stack needs at least one tensor"),
+                                         (lambda: Tensor.ones(1, 1, 4, 4).max_pool2d(stride=0), "stride must be 2 positive"),
+                                         (lambda: Tensor.ones(1, 1, 4, 4).avg_pool2d(kernel_size=(2, 0)), "kernel size must be 2 positive"),
+                                         (lambda: Tensor.ones(1, 1, 4, 4).max_pool2d(dilation=-1), "dilation must be 2 positive"),
+                                         (lambda: Tensor.ones(4).max_pool2d(), "at least 2 dims"),
+                                         (lambda: Tensor.arange(0, 10, 0), "step must not be zero"), (lambda: Tensor.arange(0, 10, 0.0), "step must not be zero"),
+                                         (lambda: Tensor.arange(0, float("inf")), "finite"), (lambda: Tensor.arange(float("nan")), "finite")],
+                         ids=["cat", "stack", "pool-stride0", "pool-k0", "pool-dil", "pool-1d", "arange-step0", "arange-step0.0", "arange-inf", "arange-nan"])
+def test_bad_arguments_name_the_problem(call: Any, match: str) -> None:
+  with pytest.raises(ValueError, match=match): call()

@@ -192,6 +192,12 @@ class Tensor:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]  # type: ignore[return-value]
   def __repr__(self) -> str: return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
+  def __bool__(self) -> bool:
+    """numpy's rule: a one-element tensor is its value (realized here); any other size is ambiguous."""
+    n = self.numel()
+    if not isinstance(n, int) or n != 1:
+      raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous: only a one-element tensor has one (reduce it first, e.g. (t != 0).max())")
+    return bool(self.item())
 
   # ---- realization --------------------------------------------------------------------------------
   def schedule(self, *others: "Tensor") -> list[ScheduleItem]:
@@ -265,6 +271,8 @@ class Tensor:
   def arange(start: Scalar, stop: Optional[Scalar] = None, step: Scalar = 1, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
     """Computed by a kernel: a running count collapsed to closed form by the code generator."""
     if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be zero")
+    if not all(math.isfinite(x) for x in (start, stop, step)): raise ValueError(f"arange: start, stop and step must be finite, got {start}, {stop}, {step}")
     n = max(0, math.ceil((stop - start) / step))
     dt = _tensor_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
     if n == 0: return Tensor.zeros(0, dtype=dt, device=device)
@@ -531,7 +539,9 @@ class Tensor:
   def abs(self) -> "Tensor":
     if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
     return (self < 0).where(-self, self)
-  def sign(self) -> "Tensor": return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+  def sign(self) -> "Tensor":
+    s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+    return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # numpy: sign(nan) is nan
   def _integral_above(self) -> float:
     """Floats of this dtype with magnitude at least this are all integers (and nan/inf fail `<` it)."""
     return 2.0 ** (7 if self.dtype == dtypes.bfloat16 else {2: 10, 4: 23}.get(self.dtype.itemsize, 52))
@@ -804,7 +814,9 @@ class Tensor:
     return x.reshape(tuple(out_shape))
 
   @staticmethod
-  def cat(*ts: "Tensor", axis: int = 0) -> "Tensor": return ts[0].cat_(*ts[1:], axis=axis)
+  def cat(*ts: "Tensor", axis: int = 0) -> "Tensor":
+    if not ts: raise ValueError("cat needs at least one tensor")
+    return ts[0].cat_(*ts[1:], axis=axis)
   def cat_(self, *others: "Tensor", axis: int = 0) -> "Tensor":
     ts = (self,) + others
     a = self._axis(axis)
@@ -823,6 +835,7 @@ class Tensor:
     return out  # type: ignore[return-value]
   @staticmethod
   def stack(*ts: "Tensor", axis: int = 0) -> "Tensor":
+    if not ts: raise ValueError("stack needs at least one tensor")
     a = axis + ts[0].ndim + 1 if axis < 0 else axis
     return Tensor.cat(*[t.unsqueeze(a) for t in ts], axis=a)
 
@@ -830,6 +843,9 @@ class Tensor:
   def _pool(self, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> "Tensor":
     """(..., *out_spatial, *k) windows over the last len(k) dims, as views (no copies)."""
     nd = len(k)
+    for name, v in (("kernel size", k), ("stride", stride), ("dilation", dilation)):
+      if len(v) != nd or not all(isinstance(x, int) and x >= 1 for x in v): raise ValueError(f"{name} must be {nd} positive integers, got {v}")
+    if self.ndim < nd: raise ValueError(f"pooling over {nd} dims needs a tensor of at least {nd} dims, got shape {self.shape}")
     nlead = self.ndim - nd
     x = self
     for i, (kk, st, d) in enumerate(zip(k, stride, dilation)):
@@ -874,7 +890,9 @@ class Tensor:
     x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
     return x._pool(k, _pair(stride if stride is not None else kernel_size), (1, 1)).mean((-2, -1))
 
-def _pair(x: Any) -> tuple[int, int]: return (x, x) if isinstance(x, int) else tuple(x)  # type: ignore[return-value]
+def _pair(x: Any) -> tuple[int, int]:
+  if isinstance(x, (int, np.integer)): return (int(x), int(x))
+  return tuple(int(v) if isinstance(v, np.integer) else v for v in x)  # type: ignore[return-value]
 
 def _shape(shape: Any) -> tuple:
   if len(shape) == 1 and isinstance(shape[0], (list, tuple)): shape = tuple(shape[0])

@@ -258,11 +258,11 @@ def test_asts_unpickled_from_another_process_are_equal_to_fresh_ones():
   under another PYTHONHASHSEED must still give an AST that == (and hashes like) the one built here."""
   import os, pickle, subprocess, sys
   code = ("import pickle, sys\n"
-          "from tilecraft.engine.corpus import corpus\n"
+          "from tilecraft.testing.corpus import corpus\n"
           "sys.stdout.buffer.write(pickle.dumps({n: e.ast for n, e in corpus().items()}))\n")
   blob = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
-  from tilecraft.engine.corpus import corpus
+  from tilecraft.testing.corpus import corpus
   theirs, ours = pickle.loads(blob), {n: e.ast for n, e in corpus().items()}
   assert theirs.keys() == ours.keys()
   symbolic = 0

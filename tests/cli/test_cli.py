@@ -127,7 +127,7 @@ def test_devices_lists_cpu_usable() -> None:
 
 def test_fuzz_small_run() -> None:
   r = tc("fuzz", "--device", "CPU", "--n", "3", "--seed", "0", "-k", "ew_7")
-  if not _module_exists("tilecraft.engine.fuzz"):
+  if not _module_exists("tilecraft.testing.fuzz"):
     assert r.returncode == 2 and "not available" in r.stderr
     return
   assert r.returncode == 0, r.stdout + r.stderr
@@ -135,8 +135,8 @@ def test_fuzz_small_run() -> None:
 
 def test_fuzz_failure_exits_1() -> None:
   """A known-bug corpus kernel counts as a failure with --strict: exit 1 and the minimal opts."""
-  if not _module_exists("tilecraft.engine.fuzz"): pytest.skip("the fuzzer is not in this build")
-  from tilecraft.engine import corpus
+  if not _module_exists("tilecraft.testing.fuzz"): pytest.skip("the fuzzer is not in this build")
+  from tilecraft.testing import corpus
   bugs = [e for b in getattr(corpus, "KNOWN_BUGS", []) if "CPU" in b.devices and "noopt" in b.checks for e in b.entries]
   if not bugs: pytest.skip("no known-bug corpus kernel fails on CPU")
   r = tc("fuzz", "--n", "2", "-k", bugs[0], "--strict", "--quiet", "--no-isolate")

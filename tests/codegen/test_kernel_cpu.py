@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
-from tilecraft.engine.corpus import corpus, known_bug
-from tilecraft.engine.fuzz import IsolatedRunner, check_opts, compare_outputs, entry_inputs, get_program
+from tilecraft.testing.corpus import corpus, known_bug
+from tilecraft.testing.fuzz import IsolatedRunner, check_opts, compare_outputs, entry_inputs, get_program
 
 ENTRIES = corpus()
 DEVICES = ("CPU", "OPENCL")

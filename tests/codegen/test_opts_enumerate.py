@@ -6,8 +6,8 @@ together they are the whole space."""
 import pytest
 from tilecraft.codegen.kernel import Kernel, Opt
 from tilecraft.device import Device
-from tilecraft.engine.corpus import corpus, known_bug
-from tilecraft.engine.fuzz import FuzzFailure, IsolatedRunner, _Checker, entry_inputs, enumerate_opts, lanes, shrink
+from tilecraft.testing.corpus import corpus, known_bug
+from tilecraft.testing.fuzz import FuzzFailure, IsolatedRunner, _Checker, entry_inputs, enumerate_opts, lanes, shrink
 
 ENTRIES = corpus()
 DEVICES = ("CPU", "OPENCL")

@@ -10,7 +10,8 @@ import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import dtypes
-from tilecraft.engine import search
+from tilecraft.engine import isolation, realize, search
+from tilecraft.engine.search import actions, beam, worker
 from tilecraft.helpers import Context
 from tilecraft.ops import BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps
 from tilecraft.shape.shapetracker import ShapeTracker
@@ -64,7 +65,7 @@ class _FakeWorker:
   def alive(self) -> bool: return True
 
 class FakePool:
-  """Stands in for search._Pool. `times(opts) -> seconds` decides each candidate's time; `race`
+  """Stands in for isolation.Pool. `times(opts) -> seconds` decides each candidate's time; `race`
   decides the head-to-head (floor time, winner time); `wrong` is a set of opts keys that fail
   verification."""
   def __init__(self, times, race=None, wrong=()):
@@ -83,19 +84,19 @@ class FakePool:
       out.append(res)
     return out
   def _build(self, ast_id, ren_id, ast_key, device, opts, name, vv, max_uops, do_compile):
-    key = search._opts_key([search._opt_unwire(o) for o in opts])
+    key = actions.opts_key([actions.opt_unwire(o) for o in opts])
     return ("ok", {"src": key, "lib": key.encode(), "gs": None, "ls": None, "vals": [], "uops": 1, "ops": 0, "render_s": 0, "compile_s": 0})
   def _prepare(self, device, specs): return ("ok", None)
   def _key(self, prog): return prog[1].decode()
   def _time(self, device, prog, specs, runs, early, directive, hang_s, ref=None):
-    opts = search._opts_from_key(self._key(prog))
+    opts = actions.opts_from_key(self._key(prog))
     if directive in ("segfault", "hang"): return ("crash" if directive == "segfault" else "hang", directive)
-    ref_t = [] if ref is None else [self.times(tuple(search._opts_from_key(self._key(ref))))] * runs
+    ref_t = [] if ref is None else [self.times(tuple(actions.opts_from_key(self._key(ref))))] * runs
     return ("ok", ([self.times(tuple(opts))] * runs, ref_t))
   def _verify(self, device, ref, cands, specs, n_out, outs_read, seed, guard):
     return ("ok", [(self._key(c) not in self.wrong, 0.0 if self._key(c) not in self.wrong else 1.0, "") for c in cands])
   def _race(self, device, progs, specs, runs):
-    ts = [self.times(tuple(search._opts_from_key(self._key(p)))) for p in progs]
+    ts = [self.times(tuple(actions.opts_from_key(self._key(p)))) for p in progs]
     return ("ok", self.race(ts) if self.race else ts)
   def count(self, kind): return sum(j.kind == kind for j in self.jobs)
 
@@ -103,7 +104,7 @@ class FakePool:
 def fake_pool(monkeypatch):
   def install(*a, **kw):
     pool = FakePool(*a, **kw)
-    monkeypatch.setattr(search, "_get_pool", lambda: pool)
+    monkeypatch.setattr(beam, "get_pool", lambda handler: pool)
     return pool
   return install
 
@@ -121,9 +122,9 @@ def test_actions_are_one_opt_each_and_distinct():
     if i == 0: continue
     assert k2.applied_opts == [search.ACTIONS[i - 1]]
     assert k2.applied_opts[0].op not in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.NOLOCALS)  # the CPU has no locals
-    sigs.add(search._signature(k2))
+    sigs.add(actions.signature(k2))
   assert len(sigs) == len(acts) - 1, "two actions gave the same kernel"
-  assert search._signature(k) not in sigs, "a no-op action (e.g. PADTO of a multiple) was kept"
+  assert actions.signature(k) not in sigs, "a no-op action (e.g. PADTO of a multiple) was kept"
   assert k.applied_opts == [], "get_kernel_actions must not touch the kernel"
   assert 0 not in search.get_kernel_actions(k, include_0=False)
   ops = {k2.applied_opts[0].op for i, k2 in acts.items() if i}
@@ -150,30 +151,30 @@ def test_actions_on_opencl_include_locals_and_groups():
     assert threads <= 1024
 
 def test_test_size_and_buffer_specs():
-  assert search._test_size(None) == (None, 1.0)
-  assert search._test_size([64, 8]) == ([64, 8], 1.0)
-  small, factor = search._test_size([4096, 512, 3])
-  assert math.prod(small) <= search._TEST_GLOBAL_MAX and factor == pytest.approx(4096 * 512 * 3 / math.prod(small))
+  assert beam._test_size(None) == (None, 1.0)
+  assert beam._test_size([64, 8]) == ([64, 8], 1.0)
+  small, factor = beam._test_size([4096, 512, 3])
+  assert math.prod(small) <= beam._TEST_GLOBAL_MAX and factor == pytest.approx(4096 * 512 * 3 / math.prod(small))
   k = cpu_kernel(matmul_ast(8, 16, 4))
-  assert search._buffer_specs(k, None) == [(128, dtypes.float32), (32, dtypes.float32), (64, dtypes.float32)]
-  with pytest.raises(ValueError, match="takes 3 buffers"): search._buffer_specs(k, [Buffer("CPU", 128, dtypes.float32)])
+  assert beam._buffer_specs(k, None) == [(128, dtypes.float32), (32, dtypes.float32), (64, dtypes.float32)]
+  with pytest.raises(ValueError, match="takes 3 buffers"): beam._buffer_specs(k, [Buffer("CPU", 128, dtypes.float32)])
   bufs = [Buffer("CPU", n, dtypes.float32) for n in (128, 32, 60)]
-  with pytest.raises(ValueError, match="touches 64"): search._buffer_specs(k, bufs)
+  with pytest.raises(ValueError, match="touches 64"): beam._buffer_specs(k, bufs)
   with pytest.raises(ValueError, match="beam width"): search.beam_search(k, None, 0)
 
 # ---- comparing outputs ---------------------------------------------------------------------------
 
 def test_compare_outputs():
   ref = np.array([1.0, 2.0, np.nan, 1e6], dtype=np.float32)
-  assert search.compare_outputs(ref.copy(), ref, dtypes.float32)[0]
-  assert search.compare_outputs(ref + np.float32(1e-3), ref, dtypes.float32)[0]  # tolerance scales with the largest value
+  assert worker.compare_outputs(ref.copy(), ref, dtypes.float32)[0]
+  assert worker.compare_outputs(ref + np.float32(1e-3), ref, dtypes.float32)[0]  # tolerance scales with the largest value
   bad = ref.copy(); bad[0] = 5.0  # noqa: E702
-  assert not search.compare_outputs(bad, ref, dtypes.float32)[0]
+  assert not worker.compare_outputs(bad, ref, dtypes.float32)[0]
   unwritten = ref.copy(); unwritten[1] = np.nan  # noqa: E702
-  assert not search.compare_outputs(unwritten, ref, dtypes.float32)[0]
+  assert not worker.compare_outputs(unwritten, ref, dtypes.float32)[0]
   ints = np.arange(5, dtype=np.int32)
-  assert search.compare_outputs(ints, ints.copy(), dtypes.int32)[0]
-  assert not search.compare_outputs(ints + 1, ints, dtypes.int32)[0]
+  assert worker.compare_outputs(ints, ints.copy(), dtypes.int32)[0]
+  assert not worker.compare_outputs(ints + 1, ints, dtypes.int32)[0]
 
 # ---- the search's logic (fake pool) --------------------------------------------------------------
 
@@ -208,12 +209,12 @@ def test_timing_is_relative_to_the_hand_coded_kernel_run_alongside(fake_pool, ca
   quiet_time = pool._time
   def loaded_time(device, prog, specs, runs, early, directive, hang_s, ref=None):
     status, (ts, ref_ts) = quiet_time(device, prog, specs, runs, early, directive, hang_s, ref)
-    load = 6.0 if tuple(search._opts_from_key(pool._key(prog))) == target else 1.0
+    load = 6.0 if tuple(actions.opts_from_key(pool._key(prog))) == target else 1.0
     return status, ([t * load for t in ts], [t * load for t in ref_ts])
   pool._time = loaded_time
   k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert tuple(k.applied_opts) == target
-  assert all(j.args[-1] is not None for j in pool.jobs if j.kind == "time" and j.args[1][1].decode() != search._opts_key(hand_opts(ast)))
+  assert all(j.args[-1] is not None for j in pool.jobs if j.kind == "time" and j.args[1][1].decode() != actions.opts_key(hand_opts(ast)))
   assert search.last_report.beam_time == pytest.approx(1e-3)
 
 def test_cache_hit_does_no_timing(fake_pool, cachedb, monkeypatch):
@@ -221,9 +222,9 @@ def test_cache_hit_does_no_timing(fake_pool, cachedb, monkeypatch):
   target = (Opt(OptOps.UPCAST, 1, 4),)
   fake_pool(_times_favoring(target, hand_opts(ast)))
   first = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
-  def no_pool():
+  def no_pool(handler):
     raise AssertionError("a cache hit must not start workers or time anything")
-  monkeypatch.setattr(search, "_get_pool", no_pool)
+  monkeypatch.setattr(beam, "get_pool", no_pool)
   again = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert again.applied_opts == first.applied_opts == list(target)
   assert search.last_report.cache_hit
@@ -236,7 +237,7 @@ def test_hand_coded_win_replays_hand_coded(fake_pool, cachedb, monkeypatch):
   fake_pool(lambda opts: 1e-3 if opts == hand_opts(ast) else 1e-2)
   k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert tuple(k.applied_opts) == hand_opts(ast) and search.last_report.chose == "hand"
-  monkeypatch.setattr(search, "_get_pool", lambda: (_ for _ in ()).throw(AssertionError("no pool on a hit")))
+  monkeypatch.setattr(beam, "get_pool", lambda handler: (_ for _ in ()).throw(AssertionError("no pool on a hit")))
   k2 = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert k2.applied_opts == k.applied_opts and k2.applied_opts_reasons == k.applied_opts_reasons  # the heuristic's reasons survive
 
@@ -252,7 +253,7 @@ def test_wider_beam_starts_warm(fake_pool, cachedb):
   assert r.cached_timings > 0 and not r.cache_hit
   # only the seeds (hand-coded and unoptimized: the floor is always measured afresh) are timed again
   timed_again = timed_first & {j.args[1][1] for j in pool2.jobs if j.kind == "time"}
-  assert timed_again <= {b"[]", search._opts_key(hand_opts(ast)).encode()}
+  assert timed_again <= {b"[]", actions.opts_key(hand_opts(ast)).encode()}
 
 def test_never_slower_than_hand_coded(fake_pool, cachedb):
   """The search's measurements say a candidate is 5x faster, but the head-to-head race says the
@@ -274,7 +275,7 @@ def test_wrong_winner_is_rejected(fake_pool, cachedb):
   hand = hand_opts(ast)
   best, second = (Opt(OptOps.UPCAST, 0, 4),), (Opt(OptOps.UPCAST, 1, 4),)
   times = {best: 1e-3, second: 2e-3, hand: 4e-3}
-  pool = fake_pool(lambda o: times.get(o, 1e-2), wrong={search._opts_key(best)})
+  pool = fake_pool(lambda o: times.get(o, 1e-2), wrong={actions.opts_key(best)})
   with pytest.warns(RuntimeWarning, match="wrong results"):
     k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert tuple(k.applied_opts) == second
@@ -288,7 +289,7 @@ def test_failed_candidates_are_skipped_logic(fake_pool, cachedb, monkeypatch):
   crash, hang = (Opt(OptOps.UPCAST, 0, 4),), (Opt(OptOps.UPCAST, 1, 4),)
   times = {crash: 1e-4, hang: 1e-4, hand: 4e-3, (Opt(OptOps.UPCAST, 0, 2),): 2e-3}
   fake_pool(lambda o: times.get(o, 1e-2))
-  monkeypatch.setattr(search, "_test_hook", lambda opts: {crash: "segfault", hang: "hang"}.get(tuple(opts)))
+  monkeypatch.setattr(beam, "_test_hook", lambda opts: {crash: "segfault", hang: "hang"}.get(tuple(opts)))
   k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert tuple(k.applied_opts[:1]) not in (crash, hang)
   fails = {o: st for o, st, _ in search.last_report.failures}
@@ -315,7 +316,7 @@ def test_progress_bar_and_missing_tqdm(fake_pool, cachedb, monkeypatch, capsys):
   err = capsys.readouterr().err
   assert "BEAM=2" in err and "best" in err and "round" in err
   monkeypatch.setitem(sys.modules, "tqdm", None)  # import fails like a missing package
-  monkeypatch.setattr(search, "_tqdm_note_shown", False)
+  monkeypatch.setattr(beam, "_tqdm_note_shown", False)
   with Context(CACHELEVEL=0):
     search.beam_search(cpu_kernel(ast), None, 2, progress=True)
     search.beam_search(cpu_kernel(ast), None, 2, progress=True)
@@ -372,9 +373,9 @@ def test_worker_build_matches_parent_render_symbolic():
   k.apply_opt(Opt(OptOps.UNROLL, 0, 4))
   src = k.to_program(name_override="kern").src
   blob_ast, blob_ren = pickle.dumps(ast), pickle.dumps(k.opts)
-  job = search._Job("build", ("ast:x", "ren:x", ast.key.hex(), "CPU", [search._opt_wire(o) for o in k.applied_opts], "kern", {"n": 64}, 0, False),
+  job = isolation.Job("build", ("ast:x", "ren:x", ast.key.hex(), "CPU", [actions.opt_wire(o) for o in k.applied_opts], "kern", {"n": 64}, 0, False),
                     120.0, {"ast:x": blob_ast, "ren:x": blob_ren})
-  status, payload = search._get_pool().run([job], 1)[0]
+  status, payload = isolation.get_pool(worker.HANDLER).run([job], 1)[0]
   assert status == "ok", payload
   assert payload["src"] == src and payload["vals"] == [64]
 
@@ -386,7 +387,7 @@ def test_segfault_and_hang_are_skipped_and_result_is_correct(cachedb, monkeypatc
     if opts and opts[-1] == crash: return "segfault"
     if opts and opts[-1] == hang: return "hang"
     return None
-  monkeypatch.setattr(search, "_test_hook", hook)
+  monkeypatch.setattr(beam, "_test_hook", hook)
   k = search.beam_search(cpu_kernel(ast), None, 2, timeout_s=2.0, max_rounds=1, progress=False)
   r = search.last_report
   kinds = {st for o, st, msg in r.failures}
@@ -413,7 +414,7 @@ def test_verify_job_catches_wrong_and_out_of_bounds():
   overflow = prog(_kernel(LazyOp(BinaryOps.MUL, (_load(1, ShapeTracker.from_shape((n,)).pad(((0, 8),))), _load(2, ShapeTracker.from_shape((n,)).pad(((0, 8),))))), (n + 8,)))
   specs = [(n, dtypes.float32)] * 3
   assert st_big.size == n + 8
-  status, res = search._get_pool().run([search._Job("verify", ("CPU", ref, [same, other, overflow], specs, 1, False, 7, 64), 60.0)], 1)[0]
+  status, res = isolation.get_pool(worker.HANDLER).run([isolation.Job("verify", ("CPU", ref, [same, other, overflow], specs, 1, False, 7, 64), 60.0)], 1)[0]
   assert status == "ok", res
   assert res[0][0] and not res[1][0] and not res[2][0]
   assert "past the end" in res[2][2]
@@ -438,19 +439,19 @@ def test_script_without_main_guard(tmp_path):
 
 def test_optimize_kernel_modes(monkeypatch):
   ast = matmul_ast(32, 32, 32)
-  with Context(NOOPT=1): assert search.optimize_kernel(cpu_kernel(ast)).applied_opts == []
-  with Context(BEAM=0): assert tuple(search.optimize_kernel(cpu_kernel(ast)).applied_opts) == hand_opts(ast)
+  with Context(NOOPT=1): assert realize.optimize(cpu_kernel(ast)).applied_opts == []
+  with Context(BEAM=0): assert tuple(realize.optimize(cpu_kernel(ast)).applied_opts) == hand_opts(ast)
   calls = []
   def fake_beam(k, bufs, amt, **kw):
     calls.append((amt, kw))
     return k.copy()
   monkeypatch.setattr(search, "beam_search", fake_beam)
-  with Context(BEAM=3, BEAM_BUDGET=5.0): search.optimize_kernel(cpu_kernel(ast), None)
+  with Context(BEAM=3, BEAM_BUDGET=5.0): realize.optimize(cpu_kernel(ast), None)
   assert calls == [(3, {"budget_s": 5.0})]
   def broken(*a, **kw): raise OSError("no workers")
   monkeypatch.setattr(search, "beam_search", broken)
   with Context(BEAM=2), pytest.warns(RuntimeWarning, match="hand-coded"):
-    k = search.optimize_kernel(cpu_kernel(ast))
+    k = realize.optimize(cpu_kernel(ast))
   assert tuple(k.applied_opts) == hand_opts(ast)
 
 @pytest.mark.slow

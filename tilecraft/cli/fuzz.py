@@ -1,8 +1,8 @@
-"""`tilecraft fuzz`: differential opt fuzzing of the built-in kernel corpus (tilecraft.engine.fuzz).
+"""`tilecraft fuzz`: differential opt fuzzing of the built-in kernel corpus (tilecraft.testing.fuzz).
 
 For each corpus kernel, random valid opt sequences must give the same output as the unoptimized
 kernel and as numpy. Failures are printed with the minimal failing opt list. Failures of
-corpus entries listed as known bugs (tilecraft.engine.corpus.KNOWN_BUGS) are reported as
+corpus entries listed as known bugs (tilecraft.testing.corpus.KNOWN_BUGS) are reported as
 expected and don't fail the run unless --strict.
 Exit codes: 0 all passed, 1 a failure, 2 the fuzzer is not available in this build."""
 from __future__ import annotations
@@ -28,12 +28,12 @@ def _check_of(f: Any) -> str: return "fuzz" if f.opts else "noopt"
 def run(args: argparse.Namespace) -> int:
   """Run `tilecraft fuzz`; 1 on an unexpected failure, 2 without the fuzzer."""
   try:
-    from tilecraft.engine import fuzz as fz
-    from tilecraft.engine.corpus import corpus
+    from tilecraft.testing import fuzz as fz
+    from tilecraft.testing.corpus import corpus
   except ImportError as err:
-    print(f"tilecraft fuzz: the differential fuzzer is not available in this build (tilecraft.engine.fuzz: {err})", file=sys.stderr)
+    print(f"tilecraft fuzz: the differential fuzzer is not available in this build (tilecraft.testing.fuzz: {err})", file=sys.stderr)
     return 2
-  try: from tilecraft.engine.corpus import known_bug
+  try: from tilecraft.testing.corpus import known_bug
   except ImportError: known_bug = None  # type: ignore[assignment]
   device = open_device(args.device)
   if args.n < 0: raise CLIError("--n must be >= 0")

@@ -1,11 +1,11 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
 once per (AST, device) and launched on its buffers."""
 from __future__ import annotations
-import atexit
+import atexit, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
-from tilecraft.helpers import BEAM, DEBUG, NOOPT
+from tilecraft.helpers import BEAM, DEBUG, NOOPT, getenv
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
@@ -13,9 +13,17 @@ _runners: dict[tuple[bytes, str, Any], CompiledRunner] = {}
 kernel_count = 0  # kernels launched in this process (for DEBUG=1 and tests)
 
 def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
-  """BEAM search (BEAM=n), only the required opts (NOOPT), or the hand-coded heuristics."""
-  from tilecraft.engine.search import optimize_kernel
-  return optimize_kernel(k, bufs)
+  """The one place a kernel's opts are chosen: `NOOPT=1` only the required opts; `BEAM=n` a beam search
+  of width n (budget: `BEAM_BUDGET` seconds, if set; the search package is imported only then);
+  otherwise the hand-coded heuristics. A search that can't run (no worker, a broken device) falls
+  back to the hand-coded opts with a warning. Returns a new Kernel."""
+  if NOOPT: return k.copy().required_optimizations()
+  if (width := int(BEAM)) >= 1:
+    from tilecraft.engine.search import beam_search
+    try: return beam_search(k, bufs, width, budget_s=float(getenv("BEAM_BUDGET", 0.0)) or None)
+    except Exception as e:  # noqa: BLE001
+      warnings.warn(f"BEAM={width}: search of {k.name} failed ({type(e).__name__}: {e}); using hand-coded opts", RuntimeWarning, stacklevel=2)
+  return k.copy().hand_coded_optimizations()
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
   key = (ast.key, device, (int(NOOPT), int(BEAM)))

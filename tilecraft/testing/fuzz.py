@@ -12,7 +12,7 @@ zones (NaN / extreme values) so out-of-bounds reads show up as mismatches, and m
   fuzz_ast(entry, rng, n, device) -> FuzzReport (first failure shrunk to a minimal opt list)
   fuzz_corpus(device, n_per_kernel, seed) -> dict[name, FuzzReport]
 
-`python -m tilecraft.engine.fuzz --device CPU -n 20` fuzzes the corpus from the command line.
+`python -m tilecraft.testing.fuzz --device CPU -n 20` fuzzes the corpus from the command line.
 """
 from __future__ import annotations
 import argparse, collections, hashlib, re, sys, time, traceback, zlib
@@ -23,7 +23,8 @@ from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes
 from tilecraft.helpers import prod
-from tilecraft.engine.corpus import CorpusEntry, corpus
+from tilecraft.engine.isolation import Job, Pool
+from tilecraft.testing.corpus import CorpusEntry, corpus
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
 from tilecraft.renderer import Program
 from tilecraft.shape.shapetracker import ShapeTracker
@@ -256,88 +257,37 @@ def _iso_run(name: str, small: bool, opts: list, device: str, vv_index: int, gua
   except Exception as ex:  # noqa: BLE001
     return "error", f"{type(ex).__name__}: {ex}\n{traceback.format_exc(limit=8)}"
 
+class FuzzWorker:
+  """The fuzzer's job in a worker process (see tilecraft.engine.isolation): run one corpus entry."""
+  def run(self, name: str, small: bool, opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
+    return _iso_run(name, small, [Opt(OptOps[o], a, m) for o, a, m in opts], device, vv_index, guard, inputs)
+
 class IsolatedRunner:
-  """Runs corpus kernels in one long-lived worker process (`python -m tilecraft.engine.fuzz
-  --worker`, talking pickles over its stdin/stdout; its program cache persists between calls). If
-  the worker dies or hangs, the call raises KernelCrash and the next call starts a fresh worker."""
+  """Runs corpus kernels in one long-lived worker process (tilecraft.engine.isolation; its program
+  cache persists between calls). If the worker dies or hangs, the call raises KernelCrash and the
+  next call starts a fresh worker."""
   def __init__(self, small: bool = True, timeout: float = 300.0):
     self.small, self.timeout = small, timeout
-    self.proc: Any = None
+    self.pool = Pool("tilecraft.testing.fuzz:FuzzWorker")
     self.last_src = ""
     self.worker_stats = (0, 0)  # (programs rendered, runners compiled) by the current worker so far
-  def _start(self) -> Any:
-    if self.proc is None or self.proc.poll() is not None:
-      import subprocess
-      self.proc = subprocess.Popen([sys.executable, "-m", "tilecraft.engine.fuzz", "--worker"], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE)
-    return self.proc
   def run(self, entry: CorpusEntry, opts: Sequence[Opt], inputs: dict[int, np.ndarray], device: str, vv_index: int,
           guard: int = 64) -> list[np.ndarray]:
-    proc = self._start()
-    msg = (entry.name, self.small, [(o.op.name, o.axis, o.amt) for o in opts], device, vv_index, guard, inputs)
-    try:
-      _send(proc.stdin, msg)
-      kind, res = _recv(proc.stdout, self.timeout)
-    except (OSError, EOFError, TimeoutError) as e:
-      if isinstance(e, TimeoutError) and self.proc is not None: self.proc.kill()
-      rc = self.close()
-      why = (f"hung: no answer in {self.timeout:.0f}s (rendering, compiling or running it is that slow)" if isinstance(e, TimeoutError)
-             else f"died ({type(e).__name__}, exit code {rc}): the kernel likely wrote out of bounds")
-      raise KernelCrash(f"the worker running {entry.name} with {list(opts)} {why}") from None
+    args = (entry.name, self.small, [(o.op.name, o.axis, o.amt) for o in opts], device, vv_index, guard, inputs)
+    kind, res = self.pool.run([Job("run", args, self.timeout)], 1)[0] or ("crash", "not run")
+    if kind in ("crash", "hang"):
+      why = (f"hung: {res} (rendering, compiling or running it is that slow)" if kind == "hang"
+             else f"died ({res}): the kernel likely wrote out of bounds")
+      raise KernelCrash(f"the worker running {entry.name} with {list(opts)} {why}")
     if kind == "ok":
       self.last_src, self.worker_stats = res[1], res[2]
       return res[0]
     if kind == "guard": raise GuardZoneError.from_message(res)
     if kind == "refused": raise KernelOptError(res)
     raise RuntimeError(res)
-  def close(self) -> Optional[int]:
-    rc = None
-    if self.proc is not None:
-      if self.proc.poll() is None:
-        try: self.proc.stdin.close()
-        except OSError: pass
-        try: self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001
-          self.proc.kill(); self.proc.wait()  # noqa: E702
-      rc = self.proc.returncode
-      for f in (self.proc.stdin, self.proc.stdout):
-        try: f.close()
-        except OSError: pass
-      self.proc = None
-    return rc
+  def close(self) -> None: self.pool.close()
   def __enter__(self) -> "IsolatedRunner": return self
   def __exit__(self, *a: Any) -> None: self.close()
-
-def _send(f: Any, obj: Any) -> None:
-  import pickle
-  data = pickle.dumps(obj)
-  f.write(len(data).to_bytes(8, "little") + data)
-  f.flush()
-
-def _read_exact(f: Any, n: int) -> bytes:
-  buf = b""
-  while len(buf) < n:
-    chunk = f.read(n - len(buf)) if hasattr(f, "read") else b""
-    if not chunk: raise EOFError("worker closed the pipe")
-    buf += chunk
-  return buf
-
-def _recv(f: Any, timeout: Optional[float] = None) -> Any:
-  import pickle, select
-  if timeout is not None:
-    r, _, _ = select.select([f], [], [], timeout)
-    if not r: raise TimeoutError(f"no answer in {timeout}s")
-  n = int.from_bytes(_read_exact(f, 8), "little")
-  return pickle.loads(_read_exact(f, n))
-
-def _worker_main() -> int:
-  """The isolated worker: answer run requests until stdin closes."""
-  out = sys.stdout.buffer
-  sys.stdout = sys.stderr  # kernels' and libraries' prints must not corrupt the pipe
-  while True:
-    try: name, small, opts, device, vi, guard, inputs = _recv(sys.stdin.buffer)
-    except EOFError: return 0
-    _send(out, _iso_run(name, small, [Opt(OptOps[o], a, m) for o, a, m in opts], device, vi, guard, inputs))
 
 # ---- comparing -----------------------------------------------------------------------------------
 
@@ -664,9 +614,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   ap.add_argument("--big", action="store_true", help="include the larger corpus kernels")
   ap.add_argument("--no-isolate", action="store_true", help="run kernels in this process (faster; a bad kernel may crash it)")
   ap.add_argument("-k", "--kernel", action="append", help="only corpus entries whose name contains this (repeatable)")
-  ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
-  if args.worker: return _worker_main()
   device = args.device or Device.DEFAULT
   names = None
   if args.kernel: names = [n for n in corpus(not args.big) if any(s in n for s in args.kernel)]

@@ -2,7 +2,7 @@
 
 Each `CorpusEntry` is one kernel (elementwise, broadcast, casts, bool logic, integer division,
 reduces, matmul, conv, masked views, arange, symbolic shapes, odd sizes). Tests and the fuzzer
-(`tilecraft.engine.fuzz`) run an entry's AST on a device and compare with `reference`, which is
+(`tilecraft.testing.fuzz`) run an entry's AST on a device and compare with `reference`, which is
 written directly in numpy (never derived from the AST), so the two are independent.
 
 Conventions:

@@ -94,9 +94,7 @@ class Lowerer:
         v = var(f"gidx{i}", shape[i])
         self.idx_vars[i] = v
         if isinstance(v, Variable):
-          end = self.sym_to_uop(shape[i], dtypes.int32)
-          r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), end) + ((parent,) if parent is not None else ()),
-                  ("parallel" if parent is None and parallel else "global", i))
+          r = self._range(shape[i], parent, ("parallel" if parent is None and parallel else "global", i))
           self.varmap[v] = r
           parent = r
       self.outer_range = parent
@@ -107,11 +105,15 @@ class Lowerer:
       v = var(f"ridx{i}", shape[i])
       self.idx_vars[i] = v
       if isinstance(v, Variable):
-        r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), self.sym_to_uop(shape[i], dtypes.int32)) + ((parent,) if parent is not None else ()),
-                ("reduce", i))
+        r = self._range(shape[i], parent, ("reduce", i))
         self.varmap[v] = r
         parent = r
     self.reduce_ranges = [self.varmap[v] for v in (self.idx_vars[i] for i in self.red_axes) if isinstance(v, Variable)]
+
+  def _range(self, size: sint, parent: Optional[UOp], arg: tuple) -> UOp:
+    """A loop 0..size; its counter is 64-bit when the trip count doesn't fit in int32."""
+    end = self.sym_to_uop(size, dtypes.int32)
+    return UOp(UOps.RANGE, end.dtype, (UOp.const(end.dtype, 0), end) + ((parent,) if parent is not None else ()), arg)
 
   def _make_gpu_ids(self, var: Any) -> None:
     k = self.k
@@ -127,7 +129,9 @@ class Lowerer:
       for j, size in enumerate(folded):
         d = len(folded) - 1 - j
         kind = "global" if prefix == "gidx" and k.dont_use_locals else ("group" if prefix == "gidx" else "local")
-        sp = UOp(UOps.SPECIAL, dtypes.int32, (), (f"{prefix}{d}", size if isinstance(size, int) else self.sym_to_uop(size, dtypes.int32), d, kind))
+        # ids are int unless the launch dim can exceed int32 (one flat global dim with NOLOCALS)
+        sp = UOp(UOps.SPECIAL, dtypes.int64 if self._needs_int64(size) else dtypes.int32, (),
+                 (f"{prefix}{d}", size if isinstance(size, int) else self.sym_to_uop(size, dtypes.int32), d, kind))
         spv = Variable(f"{prefix}{d}", 0, _ceil(size) - 1)
         self.varmap[spv] = sp
         mine = axes[:n_first] if j == 0 else [axes[n_first + j - 1]]
@@ -142,8 +146,10 @@ class Lowerer:
 
   # ---- symbolic -> UOps ---------------------------------------------------------------------------
   def sym_to_uop(self, x: sint, dtype: DType) -> UOp:
-    if isinstance(x, int): return UOp.const(dtype, x)
+    """An index expression as UOps: in `dtype` (int32) unless it or a partial result can exceed int32,
+    then all in int64. Plain ints are checked too (a constant index or loop bound past 2^31)."""
     if dtype != dtypes.int64 and self._needs_int64(x): dtype = dtypes.int64
+    if isinstance(x, int): return UOp.const(dtype, x)
     return self._sym(x, dtype)
 
   def _sym(self, x: sint, dtype: DType) -> UOp:
@@ -190,13 +196,14 @@ class Lowerer:
     # 1 - (a < b)  ==  not (a < b)
     if isinstance(x, Sum) and x.const == 1 and len(x.terms) == 1 and x.terms[0][1] == -1 and isinstance(x.terms[0][0], Lt):
       return UOp.alu(BinaryOps.CMPNE, self._lt(x.terms[0][0]), UOp.const(dtypes.bool, True))
-    return UOp.alu(BinaryOps.CMPNE, self.sym_to_uop(x, dtypes.int32), UOp.const(dtypes.int32, 0))
+    u = self.sym_to_uop(x, dtypes.int32)
+    return UOp.alu(BinaryOps.CMPNE, u, UOp.const(u.dtype, 0))
   def _needs_int64(self, x: sint) -> bool:
-    if isinstance(x, int): return abs(x) > INT32_MAX
+    if isinstance(x, int): return not -INT32_MAX <= x <= INT32_MAX
     if (r := self.memo.get(("i64", x))) is None: r = self.memo[("i64", x)] = _needs_int64(x)
     return r
   def _lt(self, x: Lt) -> UOp:
-    dt = dtypes.int64 if self._needs_int64(x.a) else dtypes.int32
+    dt = dtypes.int64 if self._needs_int64(x) else dtypes.int32
     return UOp.alu(BinaryOps.CMPLT, self._sym(x.a, dt), UOp.const(dt, x.b))
 
   # ---- lanes --------------------------------------------------------------------------------------
@@ -433,16 +440,20 @@ class Lowerer:
       # coef*r + rest < b
       if coef == 1: (lo if negated else hi).append(lt.b - rest)
       else: (hi if negated else lo).append(rest - lt.b + 1)
-    if r is None: n: UOp = UOp.const(dtypes.int32, 1)
+    # the count is at most the product of the loop sizes; top - bot at most the sum of their magnitudes
+    total = prod(_ceil(self.shape[a]) for a in loop_vars.values())
+    wide = total > INT32_MAX or 2 * max(_maxabs(x) for x in lo + hi) > INT32_MAX or any(self._needs_int64(x) for x in lo + hi)
+    dt = dtypes.int64 if wide else dtypes.int32
+    if r is None: n: UOp = UOp.const(dt, 1)
     else:
-      lo_u = [self.sym_to_uop(x, dtypes.int32) for x in lo]
-      hi_u = [self.sym_to_uop(x, dtypes.int32) for x in hi]
+      lo_u = [self._sym(x, dt) for x in lo]
+      hi_u = [self._sym(x, dt) for x in hi]
       top, bot = hi_u[0], lo_u[0]
       for h in hi_u[1:]: top = UOp.alu(UnaryOps.NEG, UOp.alu(BinaryOps.MAX, UOp.alu(UnaryOps.NEG, top), UOp.alu(UnaryOps.NEG, h)))
       for b in lo_u[1:]: bot = UOp.alu(BinaryOps.MAX, bot, b)
-      n = UOp.alu(BinaryOps.MAX, UOp.alu(BinaryOps.SUB, top, bot), UOp.const(dtypes.int32, 0))
-    if size != 1: n = UOp.alu(BinaryOps.MUL, n, UOp.const(dtypes.int32, size))
-    if free: n = UOp.alu(TernaryOps.WHERE, self.sym_bool(sym_and(*free)), n, UOp.const(dtypes.int32, 0))
+      n = UOp.alu(BinaryOps.MAX, UOp.alu(BinaryOps.SUB, top, bot), UOp.const(dt, 0))
+    if size != 1: n = UOp.alu(BinaryOps.MUL, n, UOp.const(dt, size))
+    if free: n = UOp.alu(TernaryOps.WHERE, self.sym_bool(sym_and(*free)), n, UOp.const(dt, 0))
     return n
 
   def _group_ranges(self) -> list[UOp]:
@@ -500,12 +511,20 @@ def _is_zero(x: sint) -> bool: return isinstance(x, int) and x == 0
 def _subst(x: sint, v: Optional[Variable], i: int) -> sint:
   return x.substitute({v: i}) if isinstance(x, Node) and v is not None else x
 
+def _maxabs(x: sint) -> int: return abs(x) if isinstance(x, int) else max(abs(x.vmin), abs(x.vmax))
+
 def _needs_int64(x: sint) -> bool:
-  if isinstance(x, int): return abs(x) > INT32_MAX
+  """Whether computing x in int32 could overflow: x, any subexpression, any partial sum of a Sum (summed
+  by magnitude, so any order of the terms is safe), a Lt bound, or the shifted numerator that lowering
+  builds for a floor division of a possibly negative value."""
+  if isinstance(x, int): return not -INT32_MAX <= x <= INT32_MAX
   stack = [x]
   while stack:
     n = stack.pop()
     if n.vmax > INT32_MAX or n.vmin < -INT32_MAX: return True
+    if isinstance(n, Sum) and abs(n.const) + sum(abs(c) * _maxabs(t) for t, c in n.terms) > INT32_MAX: return True
+    if isinstance(n, Lt) and not -INT32_MAX <= n.b <= INT32_MAX: return True
+    if isinstance(n, (Div, Mod)) and isinstance(n.b, int) and isinstance(n.a, Node) and n.a.vmin < 0 and n.a.vmax - (n.a.vmin // n.b) * n.b > INT32_MAX: return True
     stack.extend(n.children())
   return False
 

@@ -17,6 +17,7 @@ class CStyleLanguage(Renderer):
   kernel_prefix: str = ""
   buffer_prefix: str = ""
   arg_int_type: str = "long long"
+  int64_suffix: str = "ll"  # the literal suffix of a 64-bit int
   type_names: dict[DType, str] = {}
   float4_ctor: str = "({vt}){{{vals}}}"
   parallel_pragma: Optional[str] = None
@@ -38,8 +39,8 @@ class CStyleLanguage(Renderer):
       if v.endswith("f") and "e" not in v and "." not in v: v = v[:-1] + ".0f"
       return v if dt in (dtypes.float32, dtypes.float64) else f"(({self.render_dtype(dt)}){v})"
     if dt == dtypes.bool: return "1" if x else "0"
-    if dt in (dtypes.int64,): return f"{int(x)}ll"
-    if dt in (dtypes.uint64,): return f"{int(x)}ull"
+    if dt == dtypes.int64: return f"{int(x)}{self.int64_suffix}" if x != -2**63 else f"(-9223372036854775807{self.int64_suffix}-1)"
+    if dt == dtypes.uint64: return f"{int(x)}u{self.int64_suffix}"
     if dt in (dtypes.uint32,): return f"{int(x)}u"
     if dt == dtypes.int32 and x == -2**31: return "(-2147483647-1)"
     return str(int(x)) if dt == dtypes.int32 else f"(({self.render_dtype(dt)}){int(x)})"
@@ -138,12 +139,12 @@ class CStyleLanguage(Renderer):
       elif op is UOps.CONST: r[u] = self.render_const(u.arg, dt)
       elif op is UOps.SPECIAL:
         r[u] = u.arg[0]
-        emit(f"int {u.arg[0]} = {self.render_special(u)};")
+        emit(f"{self.render_dtype(dt)} {u.arg[0]} = {self.render_special(u)};")
       elif op is UOps.RANGE:
         n = fresh("ridx" if u.arg[0] == "reduce" else "gidx")
         r[u] = n
         if u.arg[0] == "parallel" and self.parallel_pragma: body.append(self.parallel_pragma)
-        emit(f"for (int {n} = {r[src[0]]}; {n} < {r[src[1]]}; {n}++) {{")
+        emit(f"for ({self.render_dtype(dt)} {n} = {r[src[0]]}; {n} < {r[src[1]]}; {n}++) {{")
         depth += 1
       elif op is UOps.ENDRANGE:
         depth -= 1
@@ -281,6 +282,7 @@ class OpenCLRenderer(CStyleLanguage):
   kernel_prefix = "__kernel "
   buffer_prefix = "__global "
   arg_int_type = "long"
+  int64_suffix = "l"  # long is 64-bit in OpenCL C (long long is reserved)
   float4_ctor = "({vt})({vals})"
   global_max = (2**31 - 1, 65535, 65535)
   local_max = (1024, 1024, 1024)

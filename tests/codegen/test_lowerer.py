@@ -1,0 +1,103 @@
+"""Lowering's index arithmetic: int32 where every value (and partial sum) fits, int64 wherever a
+buffer, view, loop bound, constant index or closed-form count can pass 2^31 (DESIGN §3). The
+default tier uses kernels whose offsets pass 2^31 through strides, expands and masks over tiny
+buffers; the slow tier uses real multi-GB buffers."""
+import re
+from typing import Optional
+import numpy as np
+import pytest
+from tilecraft import Context, Tensor, dtypes
+from tilecraft.codegen.kernel import Kernel
+from tilecraft.codegen.lowerer import _needs_int64
+from tilecraft.device import Device
+from tilecraft.shape.symbolic import Variable
+
+I64 = {"CPU": "long long", "OPENCL": "long"}
+SUFFIX = {"CPU": "ll", "OPENCL": "l"}
+
+def source(t: Tensor, device: str, opts: Optional[str] = "hand") -> str:
+  """The rendered source of t's last kernel: unoptimized (required opts only) or hand-coded."""
+  k = Kernel(t.schedule()[-1].ast, opts=Device[device].renderer)
+  k = k.hand_coded_optimizations() if opts == "hand" else k.required_optimizations()
+  return k.to_program().src
+
+@pytest.mark.parametrize("noopt", [1, 0], ids=["noopt", "hand"])
+def test_closed_form_count_past_int32(device: str, noopt: int) -> None:
+  """arange-style windows of 2^32+6 masked ones: each row's count depends on the row, so it is
+  computed in the kernel, in int64 (in int32 it came out as 3..6)."""
+  N, k = 2**32 + 6, 3
+  w = Tensor.full((1,), 1, dtypes.int64, device=device).expand(N).pad(((k, 0),))._windows(N)
+  with Context(NOOPT=noopt): got = w.sum(1).numpy()
+  np.testing.assert_array_equal(got, N - k + np.arange(k + 1, dtype=np.int64))
+  if noopt:
+    src = source(w.sum(1), device, None)
+    assert f"4294967302{SUFFIX[device]}" in src and "-6" not in src, src
+
+def test_sum_of_ones_past_int32(device: str) -> None:
+  assert Tensor.ones(2**32 + 6, dtype=dtypes.int64, device=device).sum().item() == 2**32 + 6
+  assert Tensor.ones(2**32 + 6, device=device).sum().item() == np.float32(2**32 + 6)  # 6.0 when the count was int32
+  np.testing.assert_array_equal(Tensor.ones(3, 2**31 + 1, dtype=dtypes.int64, device=device).sum(1).numpy(), np.full(3, 2**31 + 1))
+  assert Tensor.ones(2**31 + 1, dtype=dtypes.int64, device=device).reshape(1, -1).expand(2, -1).sum().item() == 2 * (2**31 + 1)
+
+def test_strided_view_past_int32(device: str) -> None:
+  """A stride of 7e8 over a 3-element buffer expanded to 3e9 elements: the flat offsets of the 5
+  outputs reach 2.8e9, so the index math is int64 even though every load hits the tiny buffer."""
+  M, S = 10**9 + 7, 7 * 10**8 + 1
+  b = np.array([3., 5., 7.], np.float32)
+  x = Tensor(b, device=device).reshape(3, 1).expand(3, M).reshape(3 * M)[::S] + 0
+  assert f"({I64[device]})" in source(x, device)
+  np.testing.assert_array_equal(x.numpy(), b[np.arange(5) * S // M])
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_loop_bounds_past_int32_are_64bit(device: str) -> None:
+  """Rendered only (running them needs GBs): a loop or id over 2^31+5 elements counts in int64."""
+  n = 2**31 + 5
+  big = Tensor.empty(n, dtype=dtypes.uint8, device=device)
+  for opts in (None, "hand"):
+    src = source(big.max(), device, opts)
+    if device == "CPU" or opts is None: assert re.search(rf"for \({I64[device]} ridx\d+ = 0{SUFFIX[device]}; ridx\d+ < 2147483653{SUFFIX[device]};", src), src
+    assert "2147483653" in src and "-2147483643" not in src, src
+  src = source(big + 1, "CPU", None)
+  assert re.search(r"for \(long long gidx0 = 0ll; gidx0 < 2147483653ll;", src), src
+  src = source(big[2**31 + 3] + 1, device, None)
+  assert f"[2147483651{SUFFIX[device]}]" in src, src
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_small_kernels_keep_int32(device: str) -> None:
+  a = Tensor.empty(1000, 1000, device=device)
+  for t in (a.sum(1), a + 1, a.T.contiguous()):
+    for opts in (None, "hand"):
+      src = source(t, device, opts)
+      assert I64[device] not in src, src
+
+def test_needs_int64_sees_partial_sums_and_bounds() -> None:
+  a, b = Variable("a", 0, 1), Variable("b", 0, 1)
+  assert not _needs_int64(a * 2**30 + 5) and not _needs_int64(2**31 - 1) and _needs_int64(2**31) and _needs_int64(-2**31)
+  e = a * 2**30 + b * 2**30 - 2**30  # its value fits in int32, the partial sum a*2^30 + b*2^30 doesn't
+  assert e.vmax <= 2**31 - 1 and e.vmin >= -2**31 + 1 and _needs_int64(e)
+  assert _needs_int64(Variable("r", 0, 2**31) // 7) and _needs_int64((a < 2**31 + 3)) is False  # a < big folds to 1
+  assert _needs_int64(Variable("s", 0, 2**31 + 4) < 2**31 + 3)
+
+# ---- real memory past 2^31 elements (GBs) ----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_uint8_buffer_past_int32_reduces() -> None:
+  n = 2**31 + 2**15 + 7
+  x = np.zeros(n, np.uint8)
+  x[[0, 2**31 - 1, 2**31, 2**31 + 2**15 + 3, n - 1]] = [1, 2, 3, 200, 9]
+  t = Tensor(x)
+  del x
+  assert t.max().item() == 200
+  assert t.sum().item() == 1 + 2 + 3 + 200 + 9
+  assert t[2**31 + 2**15 + 3].item() == 200 and t[n - 1].item() == 9 and t[2**31 - 1].item() == 2
+
+@pytest.mark.slow
+def test_index_past_int32_on_a_real_buffer() -> None:
+  n = 2**31 + 4
+  x = np.zeros(n, np.uint8)
+  x[2**31 + 3] = 7
+  t = Tensor(x)
+  del x
+  assert t[2**31 + 3].item() == 7 and (t[2**31 + 3] + 1).item() == 8
+  y = (t[2**31:] * 2).numpy()
+  np.testing.assert_array_equal(y, np.array([0, 0, 0, 14], np.uint8))

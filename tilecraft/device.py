@@ -1,7 +1,7 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import hashlib, os, tempfile
+import atexit, hashlib, os, tempfile
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv
@@ -80,11 +80,91 @@ class Compiler:
 # ---- memory --------------------------------------------------------------------------------------
 
 class Allocator:
-  """Device memory. The opaque handle returned by alloc is what the runtime's programs take."""
+  """Device memory. The opaque handle returned by alloc is what the runtime's programs take.
+  A device implements this; `Compiled` wraps it in a CachingAllocator, which is what Buffers use."""
   def alloc(self, nbytes: int) -> Any: raise NotImplementedError
   def free(self, opaque: Any) -> None: pass
   def copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError
+
+def alloc_cache_bytes() -> int:
+  """The caching allocator's bound: `ALLOC_CACHE_MB` (default 512; 0 turns the cache off)."""
+  val = getenv("ALLOC_CACHE_MB", "512")
+  try: mb = float(val)
+  except (TypeError, ValueError): mb = -1.0
+  if not 0 <= mb < float("inf"): raise ValueError(f"ALLOC_CACHE_MB must be a number of megabytes >= 0, got {val!r}")
+  return int(mb * (1 << 20))
+
+class CachingAllocator(Allocator):
+  """Keeps freed device memory for reuse by size: `free` parks a handle in a pool keyed by its byte
+  size, `alloc` of the same size takes it back (a hit) instead of asking the device (a miss). The
+  pool holds at most `cap_bytes` (default: ALLOC_CACHE_MB), least recently used sizes go first;
+  when the device fails an allocation the pool is flushed and the allocation retried once.
+
+  Reuse is what makes a user's loop cheap: fresh CPU memory costs a page fault per 4 KiB on first
+  touch, often more than the kernel writing it. A handle is in the pool only after its Buffer died,
+  and no user-visible array shares memory with a Buffer (`Buffer.numpy()` copies), so pooled memory
+  is never aliased. Runtimes run on one in-order queue, so memory freed after a kernel was enqueued
+  is reused only by work queued after it. Anything else (copyin, copyout, a device's own extras)
+  goes to the wrapped allocator."""
+  def __init__(self, raw: Allocator, name: str = "", cap_bytes: Optional[int] = None):
+    self.raw, self.name, self._cap = raw, name, cap_bytes
+    self._pool: dict[int, list[Any]] = {}  # nbytes -> freed handles; dict order = least recently used size first
+    self._pooled: set[int] = set()  # ids of the pooled handles (they are alive: the pool holds them)
+    self.pooled_bytes = self.hits = self.misses = self.flushes = 0
+  @property
+  def cap_bytes(self) -> int: return self._cap if self._cap is not None else alloc_cache_bytes()
+  def alloc(self, nbytes: int) -> Any:
+    if (handles := self._pool.get(nbytes)):
+      h = handles.pop()
+      if not handles: del self._pool[nbytes]
+      self._pooled.discard(id(h))
+      self.pooled_bytes -= nbytes
+      self.hits += 1
+      return h
+    self.misses += 1
+    try: return self.raw.alloc(nbytes)
+    except Exception as e:  # noqa: BLE001 - devices fail allocations in their own ways; a flush is cheap and the retry re-raises
+      if not self._pool: raise
+      if DEBUG >= 2: print(f"allocator {self.name}: allocating {nbytes} bytes failed ({type(e).__name__}); flushing {self.pooled_bytes} pooled bytes and retrying")
+      self.flush()
+      return self.raw.alloc(nbytes)
+  def free(self, opaque: Any, nbytes: int = -1) -> None:  # type: ignore[override]
+    """Park `opaque` (of `nbytes` bytes) for reuse, or free it when it can't be pooled (unknown or
+    zero size, bigger than the cap)."""
+    if id(opaque) in self._pooled: raise RuntimeError(f"allocator {self.name}: {opaque!r} freed twice")
+    cap = self.cap_bytes
+    if nbytes <= 0 or nbytes > cap:
+      self.raw.free(opaque)
+      return
+    while self.pooled_bytes + nbytes > cap and self._pool: self._evict_one()
+    # (each step leaves the pool consistent: a garbage collection in between may free Buffers into it)
+    self._pool.setdefault(nbytes, []).append(opaque)
+    self._pooled.add(id(opaque))
+    self.pooled_bytes += nbytes
+    self._pool[nbytes] = self._pool.pop(nbytes)  # this size is now the most recently used
+  def _evict_one(self) -> None:
+    nbytes = next(iter(self._pool))
+    handles = self._pool[nbytes]
+    h = handles.pop(0)  # the oldest of the least recently used size
+    if not handles: del self._pool[nbytes]
+    self._pooled.discard(id(h))
+    self.pooled_bytes -= nbytes
+    self.raw.free(h)
+  def flush(self) -> None:
+    """Give every pooled handle back to the device."""
+    self.flushes += 1
+    while self._pool: self._evict_one()
+  def stats(self) -> str:
+    n = sum(len(h) for h in self._pool.values())
+    return (f"allocator {self.name}: {self.hits} hits, {self.misses} misses, {self.flushes} flushes; "
+            f"pool {self.pooled_bytes / 2**20:.1f} MB in {n} buffers (cap {self.cap_bytes / 2**20:.0f} MB)")
+  def copyin(self, dest: Any, src: memoryview) -> None: self.raw.copyin(dest, src)
+  def copyout(self, dest: memoryview, src: Any) -> None: self.raw.copyout(dest, src)
+  def __getattr__(self, name: str) -> Any:
+    if name == "raw": raise AttributeError(name)  # not set up yet (unpickling, a failed __init__)
+    return getattr(self.raw, name)
+  def __repr__(self) -> str: return f"<CachingAllocator {self.name} over {type(self.raw).__name__}>"
 
 def _is_bf16(dtype: DType) -> bool: return dtype.fmt is None and dtype.name.startswith("bfloat16")
 
@@ -96,7 +176,7 @@ def _np_dtype(dtype: DType) -> np.dtype:
 
 class Buffer:
   """`size` elements of `dtype` on `device` (API). Memory is allocated by `.allocate()` (or the first
-  `.copyin`) and freed when the Buffer is garbage collected."""
+  `.copyin`) and goes back to the device's caching allocator when the Buffer is garbage collected."""
   def __init__(self, device: str, size: int, dtype: DType):
     if not isinstance(size, (int, np.integer)) or size < 0: raise ValueError(f"Buffer size must be an int >= 0, got {size!r}")
     self.device, self.size, self.dtype = Device.canonicalize(device), int(size), dtype
@@ -137,7 +217,7 @@ class Buffer:
     return out
   def __del__(self) -> None:
     if hasattr(self, "_buf"):
-      try: self.allocator.free(self._buf)
+      try: self.allocator.free(self._buf, self.nbytes)
       except Exception: pass  # interpreter shutdown
   def __repr__(self) -> str:
     return f"<Buffer {self.device} size={self.size} dtype={self.dtype.name}{'' if self.is_allocated() else ' (unallocated)'}>"
@@ -149,7 +229,8 @@ class Compiled:
   `renderer` may be a zero-argument factory so the device opens before the renderer is needed."""
   def __init__(self, name: str, allocator: Allocator, renderer: Union[Renderer, Callable[[], Renderer]], compiler: Compiler,
                runtime: Callable[[str, bytes], Any], synchronize: Optional[Callable[[], None]] = None):
-    self.name, self.allocator, self.compiler, self.runtime = name, allocator, compiler, runtime
+    self.name, self.compiler, self.runtime = name, compiler, runtime
+    self.allocator = allocator if isinstance(allocator, CachingAllocator) else CachingAllocator(allocator, name)
     self._renderer, self._synchronize = renderer, synchronize
   @property
   def renderer(self) -> Renderer:
@@ -214,6 +295,12 @@ class _Device:
   def __repr__(self) -> str: return f"<Device default={self.DEFAULT} opened={list(self._opened)}>"
 
 Device = _Device()
+
+@atexit.register
+def _report_allocators() -> None:
+  if DEBUG >= 2:
+    for dev in Device._opened.values():
+      if dev.allocator.hits or dev.allocator.misses: print(dev.allocator.stats())
 
 # ---- running programs ----------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ def _module_exists(name: str) -> bool:
 
 # ---- bench ---------------------------------------------------------------------------------------
 
-BENCH_COLUMNS = ["kernel", "time", "GFLOPS", "GB/s", "%peakFLOPS", "%peakBW", "%roof", "numpy", "vs numpy", "check", "opts"]
+BENCH_COLUMNS = ["kernel", "time", "e2e", "e2e/time", "GFLOPS", "GB/s", "%peakFLOPS", "%peakBW", "%roof", "numpy", "vs numpy", "check", "opts"]
 QUICK_KERNELS = ["matmul_64", "matmul_128", "matvec_256", "conv2d_8x16", "softmax_64x256", "layernorm_64x256", "sum_64K", "elementwise_64K"]
 
 def _check_table(out: str) -> None:
@@ -37,7 +37,7 @@ def _check_table(out: str) -> None:
   assert f"all {len(QUICK_KERNELS)} kernels verified against numpy" in out
 
 def _check_json(data: dict[str, Any]) -> None:
-  assert data["schema"] == "tilecraft-bench/1"
+  assert data["schema"] == "tilecraft-bench/2"
   assert data["device"] == "CPU" and data["ok"] is True
   for k in ("cpu", "cores", "platform", "python", "numpy", "compiler"): assert k in data["host"]
   assert data["settings"]["quick"] is True and data["settings"]["runs"] >= 1
@@ -47,13 +47,16 @@ def _check_json(data: dict[str, Any]) -> None:
   for k in data["kernels"]:
     assert k["ok"] and k["verified"] and k["error"] is None, k
     assert k["max_rel_error"] <= k["tol"]
-    assert k["runs"] >= data["settings"]["runs"] and k["numpy_runs"] >= data["settings"]["runs"]
-    for f in ("time_s", "gflops", "gbs", "intensity", "pct_peak_flops", "pct_peak_bw", "pct_roofline", "numpy_time_s", "vs_numpy"):
+    assert k["runs"] >= data["settings"]["runs"] and k["numpy_runs"] == k["e2e_runs"] == k["runs"]  # timed interleaved
+    for f in ("time_s", "gflops", "gbs", "intensity", "pct_peak_flops", "pct_peak_bw", "pct_roofline", "e2e_time_s", "e2e_overhead",
+              "numpy_time_s", "vs_numpy", "vs_numpy_kernels"):
       assert isinstance(k[f], float) and k[f] > 0, (k["name"], f, k[f])
     assert isinstance(k["flops"], int) and isinstance(k["bytes"], int) and k["bytes"] > 0
     assert k["schedule"] and all({"name", "opts", "time_s", "flops", "bytes"} <= set(s) for s in k["schedule"])
     assert sum(s["flops"] for s in k["schedule"]) == k["flops"]
-    assert k["vs_numpy"] == pytest.approx(k["numpy_time_s"] / k["time_s"])
+    assert k["vs_numpy"] == pytest.approx(k["numpy_time_s"] / k["e2e_time_s"])  # end to end against end to end
+    assert k["vs_numpy_kernels"] == pytest.approx(k["numpy_time_s"] / k["time_s"])
+    assert k["e2e_overhead"] == pytest.approx(k["e2e_time_s"] / k["time_s"])
 
 def test_bench_quick_table_json_plot(tmp_path: Path) -> None:
   """One `bench --quick --json --plot` run: every kernel verified, the table's columns, the JSON

@@ -1,30 +1,36 @@
 """`tilecraft bench`: the benchmark suite on one device, checked and timed against numpy.
 
 Each kernel of the suite (tilecraft.cli.suite) is written with the Tensor frontend, realized once
-(compiling its kernels), verified against numpy in float64 (a wrong result fails the run), then
-timed side by side with numpy in the same process:
+(compiling its kernels), timed side by side with numpy in the same process, and verified against
+numpy in float64 (a wrong result fails the run). Three things are timed, interleaved (one run of
+each per round, so load on a shared machine hits all three alike), best of at least --runs rounds
+after --warmup rounds (fast cases run until 0.25 s per timing is spent, at most 200 rounds;
+--quick: 0.025 s):
 
   tilecraft time = the sum of the kernel times of its schedule, each measured by
                    `CompiledRunner(bufs, var_vals, wait=True)` (CPU: wall time around the
-                   kernel call; OPENCL: profiling events); the best of at least --runs runs
-                   after --warmup runs (fast kernels run until 0.25 s is spent, at most 200
-                   runs; --quick: 0.025 s). Python-side scheduling is not included.
-  numpy time     = wall time of the numpy call, timed the same way.
+                   kernel call; OPENCL: profiling events) on buffers allocated once.
+  e2e time       = wall time of the user's call, `f(*inputs).realize()` on realized inputs,
+                   its result dropped: building the lazy graph, scheduling, runner lookup,
+                   allocating outputs (through the caching allocator), launching, waiting.
+  numpy time     = wall time of the numpy call (which allocates its outputs too).
 
 GFLOPS and GB/s use tilecraft's own counts for the kernels it ran (`Program.op_estimate` and
 `Program.mem_estimate`, summed over the schedule); % of peak compares them with the measured peaks
 (tilecraft.cli.calibrate); %roof compares GFLOPS with the roofline min(peak FLOPS, intensity x
-peak bandwidth). "vs numpy" is numpy time / tilecraft time: above 1 tilecraft is faster.
+peak bandwidth). "e2e/time" is the e2e time over the kernel time (what the call costs on top of
+its kernels). "vs numpy" is numpy time / e2e time, both end to end: above 1 tilecraft is faster.
 
-JSON (--json PATH, '-' for stdout), schema "tilecraft-bench/1":
+JSON (--json PATH, '-' for stdout), schema "tilecraft-bench/2":
   {"schema": "tilecraft-bench/1", "created": ISO time, "device": "CPU", "ok": bool,
    "host": {"cpu", "cores", "platform", "python", "numpy", "compiler"},
    "settings": {"quick", "runs", "warmup", "opts" ("hand-coded" | "NOOPT" | "BEAM=n"), "timing"},
    "peak": {"device", "gflops", "gbs", "flops_source", "bw_source", "probes", "measured_at", "quick"},
    "kernels": [{"name", "desc", "ok", "verified", "error" (str or null), "max_rel_error", "tol",
                 "time_s", "flops", "bytes", "gflops", "gbs", "intensity" (FLOP/byte),
-                "pct_peak_flops", "pct_peak_bw", "pct_roofline", "numpy_time_s", "vs_numpy",
-                "runs", "numpy_runs" (timed runs made), "compile_s", "opts" (str), "schedule": [{"name", "opts" [str], "time_s", "flops", "bytes",
+                "pct_peak_flops", "pct_peak_bw", "pct_roofline", "e2e_time_s", "e2e_overhead" (e2e / time),
+                "numpy_time_s", "vs_numpy" (numpy / e2e), "vs_numpy_kernels" (numpy / time),
+                "runs", "e2e_runs", "numpy_runs" (timed runs made), "compile_s", "opts" (str), "schedule": [{"name", "opts" [str], "time_s", "flops", "bytes",
                 "global_size", "local_size"}]}]}
 Times are in seconds; a field that could not be measured is null.
 """
@@ -35,7 +41,7 @@ import numpy as np
 from tilecraft.cli import CLIError, Progress, fmt_opts, fmt_time, format_table, open_device, search_available
 from tilecraft.cli.suite import BenchCase, select, suite
 
-SCHEMA = "tilecraft-bench/1"
+SCHEMA = "tilecraft-bench/2"
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
   """The options of `tilecraft bench`."""
@@ -52,15 +58,18 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 MIN_TIME_S, MAX_RUNS = 0.25, 200  # fast kernels run more than --runs times, until MIN_TIME_S is spent (at most MAX_RUNS)
 
-def _best(fn: Any, runs: int, warmup: int, min_time: float = MIN_TIME_S) -> tuple[float, int]:
-  """(minimum seconds, runs made): `runs` runs after `warmup`, more while under `min_time` (up to
-  MAX_RUNS). fn returns its own seconds, or None to be wall-timed here."""
-  for _ in range(warmup): fn()
-  best, n, t_start = float("inf"), 0, time.perf_counter()
-  while n < runs or (n < MAX_RUNS and time.perf_counter() - t_start < min_time):
-    t0 = time.perf_counter()
-    r = fn()
-    best = min(best, r if isinstance(r, float) else time.perf_counter() - t0)
+def _best(fns: list[Any], runs: int, warmup: int, min_time: float = MIN_TIME_S) -> tuple[list[float], int]:
+  """([minimum seconds of each fn], rounds made), timing `fns` interleaved: each round runs every fn
+  once. `runs` rounds after `warmup`, more while under `min_time` per fn (up to MAX_RUNS). A fn
+  returns its own seconds (a float), or anything else to be wall-timed here."""
+  for _ in range(warmup):
+    for fn in fns: fn()
+  best, n, t_start = [float("inf")] * len(fns), 0, time.perf_counter()
+  while n < runs or (n < MAX_RUNS and time.perf_counter() - t_start < min_time * len(fns)):
+    for i, fn in enumerate(fns):
+      t0 = time.perf_counter()
+      r = fn()
+      best[i] = min(best[i], r if isinstance(r, float) else time.perf_counter() - t0)
     n += 1
   return best, n
 
@@ -80,10 +89,17 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
   note = note or (lambda s: None)
   rec: dict[str, Any] = {"name": case.key, "desc": case.desc, "ok": False, "verified": False, "error": None, "max_rel_error": None,
                          "tol": case.tol, "time_s": None, "flops": None, "bytes": None, "gflops": None, "gbs": None, "intensity": None,
-                         "pct_peak_flops": None, "pct_peak_bw": None, "pct_roofline": None, "numpy_time_s": None, "vs_numpy": None,
-                         "runs": 0, "numpy_runs": 0, "compile_s": None, "opts": "", "schedule": []}
+                         "pct_peak_flops": None, "pct_peak_bw": None, "pct_roofline": None, "e2e_time_s": None, "e2e_overhead": None,
+                         "numpy_time_s": None, "vs_numpy": None, "vs_numpy_kernels": None, "runs": 0, "e2e_runs": 0, "numpy_runs": 0, "compile_s": None, "opts": "", "schedule": []}
   rng = np.random.default_rng(zlib.crc32(case.key.encode()))
   arrays = case.make_inputs(rng)
+  def numpy_once() -> None:
+    with np.errstate(all="ignore"): case.numpy_fn(*arrays)
+  numpy_error: Optional[str] = None
+  try: numpy_once()
+  except Exception as e:  # noqa: BLE001
+    numpy_error = f"numpy failed: {type(e).__name__}: {e}"
+  timed_numpy = False
   try:
     with Context(BEAM=beam) if beam else Context():
       ts = [Tensor(a, device=device) for a in arrays]
@@ -94,7 +110,7 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
       out.realize()
       rec["compile_s"] = time.perf_counter() - t0
       runners = [get_runner(si.ast, device, list(si.bufs)) for si in items]
-    note(f"{case.key}: timing tilecraft")
+    note(f"{case.key}: timing tilecraft's kernels, its end-to-end call and numpy, interleaved")
     per = [float("inf")] * len(items)
     def once() -> float:
       total = 0.0
@@ -103,7 +119,14 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
         per[i] = min(per[i], t)
         total += t
       return total
-    rec["time_s"], rec["runs"] = _best(once, runs, warmup, min_time)
+    def e2e() -> None: case.tilecraft_fn(*ts).realize()  # the result is dropped, as in a user's loop
+    if beam:
+      def e2e() -> None:  # noqa: F811 - the same call, through the BEAM-searched kernels
+        with Context(BEAM=beam): case.tilecraft_fn(*ts).realize()
+    fns = [once, e2e] + ([numpy_once] if numpy_error is None else [])
+    times, n = _best(fns, runs, warmup, min_time)
+    rec["time_s"], rec["e2e_time_s"], rec["runs"], rec["e2e_runs"] = times[0], times[1], n, n
+    if numpy_error is None: rec["numpy_time_s"], rec["numpy_runs"], timed_numpy = times[2], n, True
     sched = []
     for r, si, t in zip(runners, items, per):
       p = r.p
@@ -115,24 +138,27 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
     rec["flops"], rec["bytes"] = sum(k["flops"] for k in sched), sum(k["bytes"] for k in sched)
     note(f"{case.key}: verifying against numpy")
     got = out.numpy()  # the output buffer as the last timed run left it
+    with Context(BEAM=beam) if beam else Context(): got_e2e = case.tilecraft_fn(*ts).numpy()  # through the user's path (pooled memory)
     with np.errstate(all="ignore"): ref = np.asarray(case.numpy_fn(*[a.astype(np.float64) for a in arrays]))
-    err = _rel_error(got, ref)
+    err = max(_rel_error(got, ref), _rel_error(got_e2e, ref))
     rec["max_rel_error"] = err
     rec["verified"] = err <= case.tol
     if not rec["verified"]: rec["error"] = f"wrong result: max |out - numpy| / max |numpy| = {err:.3g} > {case.tol:g}"
   except Exception as e:  # noqa: BLE001 - one broken kernel is reported, the suite goes on
     rec["error"] = f"{type(e).__name__}: {e}"
     rec["traceback"] = traceback.format_exc(limit=6)
-  note(f"{case.key}: timing numpy")
-  try:
-    with np.errstate(all="ignore"): rec["numpy_time_s"], rec["numpy_runs"] = _best(lambda: case.numpy_fn(*arrays), runs, warmup, min_time)
-  except Exception as e:  # noqa: BLE001
-    rec["error"] = rec["error"] or f"numpy failed: {type(e).__name__}: {e}"
-  t = rec["time_s"]
+  if numpy_error is None and not timed_numpy:  # tilecraft failed before the interleaved timing
+    note(f"{case.key}: timing numpy")
+    (rec["numpy_time_s"],), rec["numpy_runs"] = _best([numpy_once], runs, warmup, min_time)
+  rec["error"] = rec["error"] or numpy_error
+  t, e2e_t, np_t = rec["time_s"], rec["e2e_time_s"], rec["numpy_time_s"]
   if t and rec["flops"] is not None:
     rec["gflops"], rec["gbs"] = rec["flops"] / t / 1e9, rec["bytes"] / t / 1e9
     rec["intensity"] = rec["flops"] / rec["bytes"] if rec["bytes"] else None
-    if rec["numpy_time_s"]: rec["vs_numpy"] = rec["numpy_time_s"] / t
+    if np_t: rec["vs_numpy_kernels"] = np_t / t
+  if t and e2e_t:
+    rec["e2e_overhead"] = e2e_t / t
+    if np_t: rec["vs_numpy"] = np_t / e2e_t
   rec["ok"] = rec["verified"] and rec["error"] is None
   gc.collect()
   return rec
@@ -153,11 +179,11 @@ def table(records: list[dict[str, Any]]) -> str:
   rows = []
   for r in records:
     check = "ok" if r["ok"] else ("FAIL" if r["time_s"] is not None else "ERROR")
-    rows.append([r["name"], len(r["schedule"]) or "-", fmt_time(r["time_s"]), _num(r["gflops"]), _num(r["gbs"]),
-                 _pct(r["pct_peak_flops"]), _pct(r["pct_peak_bw"]), _pct(r["pct_roofline"]), fmt_time(r["numpy_time_s"]),
-                 _num(r["vs_numpy"], "{:.2f}x"), check, r["opts"]])
-  return format_table(["kernel", "k", "time", "GFLOPS", "GB/s", "%peakFLOPS", "%peakBW", "%roof", "numpy", "vs numpy", "check", "opts"],
-                      rows, "lrrrrrrrrrll")
+    rows.append([r["name"], len(r["schedule"]) or "-", fmt_time(r["time_s"]), fmt_time(r["e2e_time_s"]), _num(r["e2e_overhead"], "{:.2f}x"),
+                 _num(r["gflops"]), _num(r["gbs"]), _pct(r["pct_peak_flops"]), _pct(r["pct_peak_bw"]), _pct(r["pct_roofline"]),
+                 fmt_time(r["numpy_time_s"]), _num(r["vs_numpy"], "{:.2f}x"), check, r["opts"]])
+  return format_table(["kernel", "k", "time", "e2e", "e2e/time", "GFLOPS", "GB/s", "%peakFLOPS", "%peakBW", "%roof", "numpy", "vs numpy", "check", "opts"],
+                      rows, "lrrrrrrrrrrrll")
 
 def compiler_name(device: str) -> str:
   """The device's compiler, for the header."""
@@ -207,8 +233,9 @@ def run(args: argparse.Namespace) -> int:
   ok = all(r["ok"] for r in records)
   host = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
           "numpy": np.__version__, "compiler": compiler_name(device), "load": load0}
-  timing = ("tilecraft: sum of its kernels' times (CompiledRunner, wait=True); numpy: wall time of the call; best of at least `runs` runs "
-            f"(fast kernels: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s is spent, at most {MAX_RUNS}) after `warmup` runs")
+  timing = ("tilecraft: sum of its kernels' times (CompiledRunner, wait=True); e2e: wall time of f(*inputs).realize(), result dropped; "
+            "numpy: wall time of the call; interleaved, best of at least `runs` rounds "
+            f"(fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing is spent, at most {MAX_RUNS}) after `warmup` rounds")
   result = {"schema": SCHEMA, "created": datetime.datetime.now().isoformat(timespec="seconds"), "device": device, "ok": ok, "host": host,
             "settings": {"quick": args.quick, "runs": runs, "warmup": args.warmup, "opts": opts_mode, "timing": timing},
             "peak": peaks.to_json(), "kernels": records}
@@ -222,10 +249,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
       print(f"tilecraft bench on {device}: {host['cpu']}, {threads()}; {host['compiler']}; numpy {np.__version__}; opts: {opts_mode}", file=out)
       print(describe(peaks), file=out)
-      print(f"time: best of {runs}+ runs (fast kernels: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s, at most {MAX_RUNS}) "
-            f"after {args.warmup} warm-up runs. tilecraft = sum of its kernels' times (CompiledRunner); numpy = wall time of the call", file=out)
+      print(f"interleaved, best of {runs}+ rounds (fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing, at most {MAX_RUNS}) "
+            f"after {args.warmup} warm-up rounds. time = sum of tilecraft's kernel times (CompiledRunner); e2e = wall time of the user's "
+            "call f(*inputs).realize(), result dropped; numpy = wall time of the numpy call", file=out)
       print("GFLOPS, GB/s: tilecraft's FLOP/byte counts of its kernels / time; %roof: of min(peak FLOPS, intensity x peak BW); "
-            "vs numpy: numpy time / tilecraft time (>1: tilecraft faster); k: kernels; opts: OP<axis>:<amount> per kernel", file=out)
+            "e2e/time: e2e over kernel time; vs numpy: numpy / e2e (>1: tilecraft faster); k: kernels; opts: OP<axis>:<amount> per kernel", file=out)
       print(file=out)
     print(table(records), file=out)
     if not args.quiet: print(file=out)

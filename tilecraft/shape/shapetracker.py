@@ -6,9 +6,9 @@ combined index is exactly one strided, masked view (decided by the symbolic simp
 from __future__ import annotations
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 from tilecraft.shape.symbolic import And, Lt, Node, Prod, Sum, Variable, sint, sym_and, sym_div, sym_mod, sym_sum, unbind_all
-from tilecraft.shape.view import View, _all_invalid, _eq
+from tilecraft.shape.view import View, _all_ints, _all_invalid, _eq
 
 _AX = "_st_ax"  # prefix of the per-axis Variables used to analyse index expressions
 
@@ -92,6 +92,24 @@ def _view_max_index(v: View) -> sint:
     else: return (v.expr(_axis_vars(v.shape, box))[0])  # symbolic stride: bound by range analysis
   return hi
 
+_moved: dict[tuple, "ShapeTracker"] = {}  # (op name, tracker, argument) -> result, for concrete trackers and int arguments
+
+def _memoized(fn: Callable) -> Callable:
+  """Movement ops are pure: on a concrete tracker with an int argument the result is memoized, as the
+  frontend repeats the same ones on every call of a user's function. (Symbolic ones are not: a bound
+  Variable compares equal to any other binding of it.)"""
+  name = fn.__name__
+  @functools.wraps(fn)
+  def op(self: "ShapeTracker", arg: Any) -> "ShapeTracker":
+    if not isinstance(arg, ShapeTracker): arg = tuple(arg)
+    if not (self.concrete and (arg.concrete if isinstance(arg, ShapeTracker) else _all_ints(arg))): return fn(self, arg)
+    key = (name, self, arg)
+    if (hit := _moved.get(key)) is None:
+      if len(_moved) >= 1 << 16: _moved.clear()
+      hit = _moved[key] = fn(self, arg)
+    return hit
+  return op
+
 @dataclass(frozen=True)
 class ShapeTracker:
   views: tuple[View, ...]
@@ -111,7 +129,7 @@ class ShapeTracker:
   def unbind(self) -> tuple["ShapeTracker", dict[Variable, int]]:
     """Replace bound Variables by unbound ones (kernels are compiled for any value)."""
     var_vals: dict[Variable, int] = {}
-    if not any(v.is_bound for v in self.vars()): return self, var_vals
+    if self.concrete or not any(v.is_bound for v in self.vars()): return self, var_vals
     def ub(x: sint) -> sint:
       y, vals = unbind_all(x)
       var_vals.update(vals)
@@ -138,7 +156,7 @@ class ShapeTracker:
       valid = sym_and(valid, v2)
     return idx, valid
 
-  @property
+  @functools.cached_property
   def concrete(self) -> bool: return all(v.concrete for v in self.views)
 
   def real_strides(self, ignore_valid: bool = False) -> tuple[Optional[sint], ...]:
@@ -162,16 +180,22 @@ class ShapeTracker:
   def _replace_last(self, v: View, simplify: bool = False) -> "ShapeTracker":
     st = ShapeTracker(self.views[:-1] + (v,))
     return st.simplify() if len(st.views) > 1 and (simplify or v.is_all_invalid) else st
+  @_memoized
   def permute(self, order: tuple[int, ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].permute(tuple(order)))
+  @_memoized
   def expand(self, shape: tuple[sint, ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].expand(tuple(shape)))
+  @_memoized
   def pad(self, arg: tuple[tuple[sint, sint], ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].pad(tuple(arg)))
   # shrinking and striding select fewer elements, which can make the views mergeable
+  @_memoized
   def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].shrink(tuple(arg)), True)
+  @_memoized
   def stride(self, mul: tuple[int, ...]) -> "ShapeTracker": return self._replace_last(self.views[-1].stride(tuple(mul)), True)
   def flip(self, axes: tuple[int, ...]) -> "ShapeTracker":
     axes = tuple(axes)
     if any(not isinstance(a, int) or not 0 <= a < len(self.shape) for a in axes): raise ValueError(f"flip axes {axes} out of range for shape {self.shape}")
     return self.stride(tuple(-1 if i in axes else 1 for i in range(len(self.shape))))
+  @_memoized
   def reshape(self, shape: tuple[sint, ...]) -> "ShapeTracker":
     shape = tuple(shape)
     if (v := self.views[-1].reshape(shape)) is not None: return self._replace_last(v, True)
@@ -190,6 +214,7 @@ class ShapeTracker:
       st = ShapeTracker(st.views[:-2] + (merged,))
     return st
 
+  @_memoized
   def __add__(self, other: "ShapeTracker") -> "ShapeTracker":
     """Compose: `other` reinterprets this tracker's logical shape."""
     st = self

@@ -51,6 +51,17 @@ def _check_shape(shape: tuple) -> None:
 def _all_invalid(shape: tuple[sint, ...]) -> "View":
   return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
 
+def _all_ints(x: object) -> bool:
+  """x is None, an int (not a bool) or a tuple of those, all the way down."""
+  stack = [x]
+  while stack:
+    y = stack.pop()
+    if type(y) is tuple: stack.extend(y)
+    elif type(y) is not int and y is not None: return False
+  return True
+
+_created: dict[tuple, "View"] = {}  # (shape, strides, offset, mask) of ints -> View.create's result
+
 @dataclass(frozen=True)
 class View:
   shape: tuple[sint, ...]
@@ -64,6 +75,18 @@ class View:
              mask: Optional[tuple[tuple[sint, sint], ...]] = None) -> "View":
     """Build a view in canonical form (see module docstring)."""
     shape = tuple(shape)
+    if strides is not None: strides = tuple(strides)
+    if mask is not None: mask = tuple((b, e) for b, e in mask)
+    # views of plain ints are memoized: the frontend and the scheduler rebuild the same ones on every call
+    # (symbolic ones are not: a bound Variable compares equal to any other binding of it)
+    key = (shape, strides, offset, mask)
+    if not _all_ints(key): return View._create(shape, strides, offset, mask)
+    if (hit := _created.get(key)) is None:
+      if len(_created) >= 1 << 16: _created.clear()
+      hit = _created[key] = View._create(shape, strides, offset, mask)
+    return hit
+  @staticmethod
+  def _create(shape: tuple[sint, ...], strides: Optional[tuple[sint, ...]], offset: sint, mask: Optional[tuple[tuple[sint, sint], ...]]) -> "View":
     _check_shape(shape)
     strides = tuple(strides) if strides is not None else strides_for_shape(shape)
     if len(strides) != len(shape): raise ValueError(f"strides {strides} don't match shape {shape}")
@@ -94,7 +117,7 @@ class View:
   def is_all_invalid(self) -> bool:
     """True when no element is valid (canonical form: every mask range is (0, 0))."""
     return self.mask is not None and any(_known_lt(b, e) is False for b, e in self.mask)
-  @property
+  @functools.cached_property
   def concrete(self) -> bool:
     """No symbolic shape, stride, offset or mask."""
     return isinstance(self.offset, int) and all(isinstance(x, int) for x in self.shape + self.strides) and \

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
-from tilecraft.helpers import dedup, prod, round_up
+from tilecraft.helpers import TC, TC_OPT, dedup, prod, round_up
 from tilecraft.ops import (UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
 from tilecraft.renderer import Program, Renderer
@@ -71,6 +71,7 @@ class Kernel:
     self.tensor_core: Any = None
     self.tensor_core_opts: Any = None
     self.use_tensor_cores: int = 0
+    self._tc_use: Optional[int] = None  # use_tensor_cores for a TC opt applied now (None: the TC setting)
     self.applied_opts: list[Opt] = []
     self.applied_opts_reasons: list[str] = []
     self.uops: Optional[list] = None
@@ -218,7 +219,10 @@ class Kernel:
     check(isinstance(opt, Opt) and isinstance(opt.op, OptOps), f"not an Opt: {opt!r}")
     check(not (self.applied_opts and opt.op is OptOps.TC), "TC must be the first opt")
     if opt.op is OptOps.TC:
-      raise KernelOptError(f"TC: tensor cores are not supported by {type(self.opts).__name__} yet")
+      from tilecraft.codegen.tensor_cores import apply_tc
+      check(isinstance(opt.axis, int) and not isinstance(opt.axis, bool), f"TC: axis must be an int, got {opt.axis!r}")
+      apply_tc(self, opt.axis, 0 if opt.amt is None else opt.amt, self._tc_use if self._tc_use is not None else int(TC))
+      return
     if opt.op is OptOps.NOLOCALS:
       check(self.opts.has_local, "NOLOCALS: target has no local (workgroup) dims")
       check(not self.dont_use_locals, "NOLOCALS already applied")
@@ -251,7 +255,8 @@ class Kernel:
       check(axis < self.global_dims, f"LOCAL: axis {axis} is not a global axis (global dims: {self.global_dims})")
       check(self._tc_thread_ok(axis), "LOCAL: axis is a tensor-core thread axis")
       self._check_threads(amt)
-      self.shift_to(axis, amt, insert_before=self.first_reduce)
+      # the tensor core's lanes stay the innermost local axes (linear thread id % threads = lane)
+      self.shift_to(axis, amt, insert_before=self.first_reduce - (len(self.tensor_core_opts.lane_bits) if self.tensor_core is not None else 0))
       self.local_dims += 1
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
       check(self.opts.has_local and self.opts.has_shared, f"{opt.op.name}: target has no local memory")
@@ -297,7 +302,11 @@ class Kernel:
     if self.opts.local_max: check(amt <= max(self.opts.local_max), f"{amt} threads in one dim is over the target's local_max {self.opts.local_max}")
 
   def _tc_thread_ok(self, axis: int) -> bool:
-    return self.tensor_core is None or axis not in getattr(self, "tc_thread_axes", ())
+    """False for the axes a tensor core laid out (its lanes and its register/K bits)."""
+    if self.tensor_core is None: return True
+    from tilecraft.codegen.tensor_cores import tc_axes
+    lanes, ups = tc_axes(self)
+    return axis not in lanes and axis not in ups
 
   def _check_shared(self, amt: int) -> None:
     """The grouped reduce stages (locals x group x upcast) partials through local memory."""
@@ -306,9 +315,12 @@ class Kernel:
     nbytes = elems * self.outbufs[0].dtype.itemsize
     check(isinstance(nbytes, int) and nbytes <= self.opts.shared_max, f"local memory of {nbytes} bytes is over the target's shared_max {self.opts.shared_max}")
 
-  def _padto(self, axis: int, amt: int) -> None:
+  def _padto(self, axis: int, amt: int, broadcast_unmasked: bool = False) -> None:
+    """Pad `axis` to a multiple of amt; the padding is masked (reads 0, stores skipped). With
+    broadcast_unmasked, a buffer that doesn't depend on the axis stays unmasked along it."""
     check(not any(isinstance(s, Node) for st in self.sts for s in st.shape), "PADTO: not with symbolic shapes")
     check(axis < self.first_upcast, f"PADTO: axis {axis} is upcast")
+    check(self._tc_thread_ok(axis), "PADTO: axis is a tensor-core axis")
     size = self.full_shape[axis]
     assert isinstance(size, int)
     if axis >= self.first_reduce:
@@ -319,7 +331,13 @@ class Kernel:
     check(amt > 1, "PADTO: amount must be > 1")
     check(new <= 4 * size, f"PADTO: padding {size} to {new} is more than 4x the work")
     if new == size: return
-    self.sts = [st.pad(tuple((0, new - size) if i == axis and st.shape[i] != 1 else (0, 0) for i in range(len(st.shape)))) for st in self.sts]
+    def pad(st: ShapeTracker) -> ShapeTracker:
+      if st.shape[axis] == 1: return st
+      if broadcast_unmasked and st.real_strides()[axis] == 0:
+        one = st.shrink(tuple((0, 1) if i == axis else (0, s) for i, s in enumerate(st.shape)))
+        return one.expand(tuple(new if i == axis else s for i, s in enumerate(st.shape)))
+      return st.pad(tuple((0, new - size) if i == axis else (0, 0) for i in range(len(st.shape))))
+    self.sts = [pad(st) for st in self.sts]
 
   def const_sum_reduce(self) -> bool:
     """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in
@@ -328,6 +346,25 @@ class Kernel:
     src = self.reduceops[0].src[0]
     while src.op is UnaryOps.CAST: src = src.src[0]
     return src.op is BufferOps.CONST
+
+  def apply_tensor_cores(self, use_tensor_cores: int = 1, extra_opts: Optional[list[Opt]] = None, axis: int = 0, tc_opt: Optional[int] = None,
+                         reason: str = "") -> bool:
+    """Lay the kernel out for a tensor core (API): Opt(TC, axis, tc_opt), then `extra_opts`. Returns
+    False (nothing changed) when use_tensor_cores is 0; raises KernelOptError (nothing changed) when
+    the TC opt or an extra opt is refused. tc_opt None means the TC_OPT setting."""
+    if not use_tensor_cores: return False
+    saved = self.__dict__.copy()
+    saved_opts, saved_reasons = list(self.applied_opts), list(self.applied_opts_reasons)
+    try:
+      self._tc_use = use_tensor_cores
+      try: self.apply_opt(Opt(OptOps.TC, axis, int(TC_OPT) if tc_opt is None else tc_opt), reason=reason or "requested")
+      finally: self._tc_use = None
+      for opt in extra_opts or []: self.apply_opt(opt, reason="requested with tensor cores")
+    except BaseException:
+      self.__dict__.clear(); self.__dict__.update(saved)
+      self.applied_opts, self.applied_opts_reasons = saved_opts, saved_reasons
+      raise
+    return True
 
   # ---- heuristics (implemented in heuristic.py) -----------------------------------------------------
   def required_optimizations(self) -> "Kernel":
@@ -348,6 +385,9 @@ class Kernel:
         i = self.bufs.index(op.arg)
         arg = replace(op.arg, st=self.sts[i])
         ret = LazyOp(op.op, tuple(fix(s) for s in op.src), arg)
+      elif op.op in ReduceOps and self.tensor_core is not None:
+        from tilecraft.codegen.tensor_cores import tc_reduce
+        ret = tc_reduce(self, op, fix)
       elif op.op in ReduceOps:
         ret = self._fix_reduce(op, fix(op.src[0]))
       else: ret = LazyOp(op.op, tuple(fix(s) for s in op.src), op.arg)

@@ -5,12 +5,18 @@ from typing import Any, Optional
 
 @dataclass(frozen=True)
 class TensorCore:
-  """A matrix instruction: C[N,M] += A[N,K] @ B[K,M] per `dims=(N,M,K)`, with the thread layout."""
+  """A warp-wide matrix instruction: C[N,M] += A[N,K] @ B[K,M] for `dims=(N,M,K)`, executed by `threads`
+  lanes together; `layout` (renderer/tensor_cores.py) says which lane/register holds which element."""
   dims: tuple[int, int, int]
   dtype_in: Any
   dtype_out: Any
-  threads: tuple[tuple[int, int], ...] = ()
+  threads: int = 32
+  layout: Any = None
   def __str__(self) -> str: return f"WMMA_{'_'.join(map(str, self.dims))}_{self.dtype_in.name}_{self.dtype_out.name}"
+  @property
+  def thread_layout(self) -> list[tuple[int, int]]:
+    """The LOCAL splits that lay out the lanes, lowest lane bit first: (0 = an N axis / 1 = an M axis, 2)."""
+    return [(0 if b[0] == "n" else 1, 2) for b in self.layout.c.lanes]
 
 class Renderer:
   """What a target supports; `render(name, uops)` writes the kernel source (API)."""

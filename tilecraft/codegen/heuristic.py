@@ -7,7 +7,7 @@ reduces and workgroups; CPUs get vector-width upcasts and register tiles.
 from __future__ import annotations
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
-from tilecraft.helpers import getenv, prod
+from tilecraft.helpers import TC, TC_OPT, getenv, prod
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
 from tilecraft.shape.symbolic import Node
 
@@ -43,9 +43,30 @@ def _is_matvec(k: Any) -> Optional[tuple[int, int]]:
   if any(st[0] == 0 and st[k.first_reduce] == 1 for st in strides) and any(st[0] != 0 for st in strides): return tuple(idx)  # type: ignore
   return None
 
+def _tensor_cores(k: Any) -> bool:
+  """Lay a matmul-shaped MUL->SUM out for the target's tensor core, trying tc_opt 0 up to the TC_OPT
+  setting (more patterns, then padding) and each (N, M, reduce) axis choice in order; then a 2x2
+  register tile of instructions per warp where the outer axes divide (A and B fragments reused)."""
+  from tilecraft.codegen.kernel import KernelOptError, Opt, OptOps
+  from tilecraft.codegen.tensor_cores import tc_choices
+  use = int(TC)
+  if not use or not getattr(k.opts, "tensor_cores", None) or k.applied_opts: return False
+  for tc_opt in range(int(TC_OPT) + 1):
+    try: choices = tc_choices(k, tc_opt)[3]
+    except KernelOptError: continue
+    for axis, (n, m, r) in enumerate(choices):
+      try: k.apply_tensor_cores(use, axis=axis, tc_opt=tc_opt, reason=f"tensor cores: the reduce is a SUM of a MUL with N axis {n}, M axis {m}, "
+                                                                     f"reduce axis {r} (choice {axis}, tc_opt {tc_opt}, use {use})")
+      except KernelOptError: continue
+      for ax in range(min(k.global_dims, 2)):
+        _try(k, Opt(OptOps.UPCAST, ax, 2), f"tensor cores: 2 instructions per warp along global axis {ax} (fragment reuse)")
+      return True
+  return False
+
 def hand_coded_optimizations(k: Any) -> Any:
   from tilecraft.codegen.kernel import Opt, OptOps
   required_optimizations(k)
+  if _tensor_cores(k): return k
   if any(isinstance(s, Node) for s in k.full_shape): sym = True
   else: sym = False
   ren = k.opts

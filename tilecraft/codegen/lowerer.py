@@ -397,6 +397,7 @@ class Lowerer:
     """A WMMA reduce: per thread, the A/B fragments are its operands' values at the register
     positions, C is a vector accumulator over C's register positions; the serial reduce loops
     accumulate, and unrolled (non-tile) reduce lanes chain one instruction each."""
+    from tilecraft.renderer.tensor_cores import wmma_arg
     info = op.arg[4]
     tc = info.tc
     A, B = self.lower_op(op.src[0], inner=True), self.lower_op(op.src[1], inner=True)
@@ -428,7 +429,7 @@ class Lowerer:
         lane = list(base)
         for a, v in zip(mag, ml): lane[pos[a]] = v
         fa, fb = frag(A, lane, info.a_regs), frag(B, lane, info.b_regs)
-        c = UOp(UOps.WMMA, vec, (fa, fb, c), tc) if info.use == 1 else self._emulate_wmma(info, fa, fb, c, ranges)
+        c = UOp(UOps.WMMA, vec, (fa, fb, c), wmma_arg(tc)) if info.use == 1 else self._emulate_wmma(info, fa, fb, c, ranges)
       if acc is not None:
         phi = UOp(UOps.PHI, vec, (acc, c) + tuple(ranges))
         c = UOp(UOps.ACCREAD, vec, (acc, UOp(UOps.ENDRANGE, dtypes.void, (ranges[0], phi))))

@@ -127,8 +127,9 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   reduce_outer = [p for i in range(k.first_reduce, k.shape_len) for p in new_ax[i] if p not in tc_pos]
   order = outer + [where[b] for b in lane_bits] + reduce_outer + [where[b] for b in up_bits]
   k.reshape_and_permute(split, order)
-  k.local_dims, k.upcasted = len(lane_bits), len(up_bits)
-  k.simplify_ones()
+  k.local_dims, k.upcasted = 0, len(up_bits)
+  k.simplify_ones()  # drops the size-1 outer parts (so the lanes end right where the reduce starts)
+  k.local_dims = len(lane_bits)
   assert k.local_dims == len(lane_bits) and k.upcasted == len(up_bits), "TC: a tile axis was dropped"
   k._check_threads(1)
   k.tensor_core = tc

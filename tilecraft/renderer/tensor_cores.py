@@ -133,3 +133,18 @@ def wmma_warps(tc: TensorCore, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> n
   d = np.matmul(ta.astype(np.float64), tb.astype(np.float64)) + tcc.astype(np.float64)
   d = d.astype(np.float32).astype(_np_dtype(tc.dtype_out))
   return tiles_to_fragment(tc.layout.c, d, tc.threads, "nm")
+
+# ---- the WMMA UOp's arg: plain values (the PYTHON device's listing writes and parses it back) -----
+
+def wmma_arg(tc: TensorCore) -> tuple:
+  """(name, dims, dtype_in, dtype_out, threads, vendor, ((lanes, regs) of A, B, C))."""
+  lay = tc.layout
+  return (str(tc), tc.dims, tc.dtype_in, tc.dtype_out, tc.threads, lay.vendor, tuple((f.lanes, f.regs) for f in (lay.a, lay.b, lay.c)))
+
+def tensor_core_of(arg: tuple) -> TensorCore:
+  """The TensorCore a WMMA UOp's arg describes."""
+  _, dims, din, dout, threads, vendor, frags = arg
+  a, b, c = (Fragment(tuple(lanes), tuple(regs)) for lanes, regs in frags)
+  tc = TensorCore(tuple(dims), din, dout, threads, TensorCoreLayout(vendor, a, b, c))
+  check_layout(tc.dims, tc.threads, tc.layout)
+  return tc

@@ -10,7 +10,7 @@ from tilecraft import Tensor
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.codegen.tensor_cores import tc_choices
 from tilecraft.dtype import dtypes
-from tilecraft.engine.fuzz import run_program
+from tilecraft.testing.fuzz import run_program
 from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps
 from tilecraft.renderer import TensorCore
 from tilecraft.renderer.cstyle import CRenderer, OpenCLRenderer

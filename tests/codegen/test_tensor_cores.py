@@ -258,3 +258,31 @@ def test_optimized_ast_has_wmma(rng):
   k = Kernel(ast, opts=fake(OpenCLRenderer, "CUDA"))
   k.apply_tensor_cores(1)
   assert str(k.tensor_core) == "WMMA_16_8_16_half_float" and isinstance(k.get_optimized_ast().src[0].src[0], LazyOp)
+
+# ---- search and fuzzer ----------------------------------------------------------------------------
+
+def test_beam_actions_offer_tc_on_targets_with_tensor_cores(rng):
+  from tilecraft.engine.search.actions import ACTIONS, get_kernel_actions
+  ast = _mm(rng, 64, 64, 64)
+  with_tc = get_kernel_actions(Kernel(ast, opts=fake(OpenCLRenderer, "AMD")))
+  tc_kernels = [k for i, k in with_tc.items() if i and ACTIONS[i - 1].op is OptOps.TC]
+  assert tc_kernels and all(k.tensor_core is not None for k in tc_kernels)
+  assert not any(i and ACTIONS[i - 1].op is OptOps.TC for i in get_kernel_actions(Kernel(ast, opts=OpenCLRenderer())))
+
+def test_fuzzer_samples_tc_first_and_they_match(rng):
+  """random_opts starts with a TC opt on targets with tensor cores; the sequences run right (use 2, CPU)."""
+  from tilecraft.testing.fuzz import random_opts
+  ren = fake(CRenderer, "CUDA")
+  ast, inputs, want = matmul_case(rng, 32, 32, 32)
+  n_tc = 0
+  for _ in range(6):
+    seq = random_opts(Kernel(ast, opts=ren), rng, max_opts=2, tc=1.0, tc_use=2)
+    assert seq.error is None, seq.error
+    if not seq or seq[0].op is not OptOps.TC: continue
+    n_tc += 1
+    assert seq.tc_use == 2 and all(o.op is not OptOps.TC for o in seq[1:])
+    p = seq.kernel.to_program()
+    p.device = "CPU"
+    got = run_program(ast, p, inputs, "CPU")[0]
+    np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=str(list(seq)))
+  assert n_tc >= 5

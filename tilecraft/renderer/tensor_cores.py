@@ -21,6 +21,7 @@ Sources:
   for every simdgroup_matrix (so for A, B and C).
 """
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 from typing import Optional
 import numpy as np
@@ -96,35 +97,31 @@ for _tcs in TENSOR_CORES.values():
 def _np_dtype(dt: DType) -> np.dtype:
   return np.dtype(np.float32) if dt == dtypes.bfloat16 else np.dtype(dt.np)
 
+@functools.lru_cache(maxsize=None)
+def _coords(frag: Fragment, threads: int, dims: str) -> tuple[np.ndarray, np.ndarray]:
+  """(rows, cols) of the element at each (lane, reg), shaped (threads, regs)."""
+  co = [[frag.coord(lane, reg) for reg in range(frag.n_regs)] for lane in range(threads)]
+  return np.array([[c[dims[0]] for c in r] for r in co]), np.array([[c[dims[1]] for c in r] for r in co])
+
 def fragments_to_tiles(tc: TensorCore, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(warps, threads, regs) fragments -> (warps, N, K), (warps, K, M), (warps, N, M) tiles. Replicated
   lanes must agree (as the hardware requires): a mismatch means the kernel laid the data out wrong."""
   n, m, k = tc.dims
   out = []
-  for frag, x, shape, (r, col) in ((tc.layout.a, a, (n, k), "nk"), (tc.layout.b, b, (k, m), "km"), (tc.layout.c, c, (n, m), "nm")):
+  for frag, x, shape, dims in ((tc.layout.a, a, (n, k), "nk"), (tc.layout.b, b, (k, m), "km"), (tc.layout.c, c, (n, m), "nm")):
     if x.shape[1:] != (tc.threads, frag.n_regs): raise ValueError(f"{tc}: fragment of shape {x.shape[1:]}, want {(tc.threads, frag.n_regs)}")
+    rows, cols = _coords(frag, tc.threads, dims)
     tile = np.zeros((x.shape[0],) + shape, dtype=x.dtype)
-    seen = np.zeros(shape, dtype=bool)
-    for lane in range(tc.threads):
-      for reg in range(frag.n_regs):
-        co = frag.coord(lane, reg)
-        if seen[co[r], co[col]]:
-          if not np.array_equal(tile[:, co[r], co[col]], x[:, lane, reg], equal_nan=True):
-            raise ValueError(f"{tc}: replicated lanes disagree at lane {lane} register {reg}")
-          continue
-        seen[co[r], co[col]] = True
-        tile[:, co[r], co[col]] = x[:, lane, reg]
+    tile[:, rows, cols] = x  # every element once, or (replicated lanes) several times
+    if (rows.size > shape[0] * shape[1]) and not np.array_equal(tile[:, rows, cols], x, equal_nan=True):
+      raise ValueError(f"{tc}: replicated lanes disagree")
     out.append(tile)
   return out[0], out[1], out[2]
 
 def tiles_to_fragment(frag: Fragment, tile: np.ndarray, threads: int, dims: str) -> np.ndarray:
   """(warps, rows, cols) tile -> (warps, threads, regs) fragments for the operand with coordinates `dims`."""
-  out = np.zeros((tile.shape[0], threads, frag.n_regs), dtype=tile.dtype)
-  for lane in range(threads):
-    for reg in range(frag.n_regs):
-      co = frag.coord(lane, reg)
-      out[:, lane, reg] = tile[:, co[dims[0]], co[dims[1]]]
-  return out
+  rows, cols = _coords(frag, threads, dims)
+  return tile[:, rows, cols]
 
 def wmma_warps(tc: TensorCore, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
   """D = A @ B + C for every warp, fragments in and out as (warps, threads, regs). Products are exact

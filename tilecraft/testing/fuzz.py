@@ -339,6 +339,7 @@ class OptSequence(list):
   candidate raised something other than KernelOptError (or broke an invariant), that error."""
   refusals: int = 0
   error: Optional[tuple[Opt, str]] = None
+  tc_use: int = 0  # use_tensor_cores of its TC opt (0: none)
 
 def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
   op = FUZZ_OPS[rng.choice(len(FUZZ_OPS), p=_OP_WEIGHTS / _OP_WEIGHTS.sum())]
@@ -347,12 +348,15 @@ def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
   if op is OptOps.SWAP: return Opt(op, axis, int(rng.integers(0, k.shape_len + 1)))
   return Opt(op, axis, int(AMOUNTS[rng.integers(len(AMOUNTS))]))
 
-def try_opt(k: Kernel, opt: Opt) -> tuple[Optional[Kernel], Optional[str]]:
+def try_opt(k: Kernel, opt: Opt, use: Optional[int] = None) -> tuple[Optional[Kernel], Optional[str]]:
   """Apply opt to a copy of k: (new kernel, None) if valid, (None, None) if refused, (None, error)
-  if it raised anything but KernelOptError or broke copy()/refusal invariants."""
+  if it raised anything but KernelOptError or broke copy()/refusal invariants. `use`: the
+  use_tensor_cores of a TC opt (default: the TC setting)."""
   before = _kernel_state(k)
   kc = k.copy()
-  try: kc.apply_opt(opt)
+  try:
+    if opt.op is OptOps.TC and use is not None: kc.apply_tensor_cores(use, axis=opt.axis, tc_opt=opt.amt)
+    else: kc.apply_opt(opt)
   except KernelOptError:
     if _kernel_state(kc) != before: return None, f"{opt} was refused but left the kernel changed"
     return None, None
@@ -365,14 +369,33 @@ def lanes(k: Kernel) -> int:
   """Values per thread the upcast/unrolled axes expand into (what code size and compile time follow)."""
   return int(prod(s for s in k.full_shape[k.first_upcast:] if isinstance(s, int)))
 
-def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max_lanes: Optional[int] = 256) -> OptSequence:
+def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max_lanes: Optional[int] = 256, tc: float = 0.5,
+                tc_use: Optional[int] = None) -> OptSequence:
   """A random sequence of 1..max_opts valid Opts for `kernel` (which is not modified): candidates
-  are drawn from FUZZ_OPS x axes x AMOUNTS and applied to copies; refused ones are counted. Valid
+  are drawn from FUZZ_OPS x axes x AMOUNTS and applied to copies; refused ones are counted. On a
+  target with tensor cores, with probability `tc` the first candidate is a random TC opt (use
+  `tc_use`, or a random 1-3; the sequence's `tc_use` says which: replay it with that TC setting). Valid
   opts that would unroll more than max_lanes values per thread are skipped (not refusals): such
   kernels take seconds to compile each and would eat the fuzzing budget."""
   seq = OptSequence()
   target = int(rng.integers(1, max_opts + 1))
   k = kernel
+  if not kernel.applied_opts and getattr(kernel.opts, "tensor_cores", None) and rng.random() < tc:
+    # tensor cores (only as the first opt): a random (N, M, reduce) choice, tc_opt and use 1-3
+    from tilecraft.codegen.tensor_cores import tc_choices
+    try: n = len(tc_choices(k, 2)[3])
+    except KernelOptError: n = 1
+    opt = Opt(OptOps.TC, int(rng.integers(0, n + (rng.random() < 0.1))), int(rng.integers(0, 3)))
+    kc, err = try_opt(k, opt, use=int(rng.choice([1, 1, 2, 3])) if tc_use is None else tc_use)
+    if err is not None:
+      seq.error = (opt, err)
+      seq.kernel = k  # type: ignore[attr-defined]
+      return seq
+    if kc is None: seq.refusals += 1
+    else:
+      seq.append(opt)
+      seq.tc_use = kc.use_tensor_cores  # type: ignore[attr-defined]
+      k = kc
   for _ in range(8 * target):
     if len(seq) >= target: break
     opt = random_opt(k, rng)

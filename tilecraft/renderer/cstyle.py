@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools, math
 from collections import Counter
 from typing import Any, Optional
+import numpy as np
 from tilecraft.codegen.uops import UOp, UOps
-from tilecraft.dtype import DType, ImageDType, PtrDType, dtypes
+from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
 
@@ -73,10 +74,11 @@ class CStyleLanguage(Renderer):
     if dt.scalar() == dtypes.float32: return f"{fn}f({x})"
     return f"(({self.render_dtype(dt)}){fn}f((float)({x})))"
 
-  def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType) -> str:
+  # `aligned`: a vector access whose index is a provable multiple of its width (see multiple_of)
+  def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
     if dt.count > 1: return f"(*(({self.render_dtype(dt)}*)({buf}+{idx})))"
     return f"{buf}[{idx}]"
-  def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType) -> str:
+  def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
     if dt.count > 1: return f"*(({self.render_dtype(dt)}*)({buf}+{idx})) = {val};"
     return f"{buf}[{idx}] = {val};"
 
@@ -84,6 +86,9 @@ class CStyleLanguage(Renderer):
   def render_special(self, u: UOp) -> str: raise NotImplementedError(f"{type(self).__name__} has no thread ids")
   def render_barrier(self) -> str: raise NotImplementedError(f"{type(self).__name__} has no barriers")
   def render_local(self, name: str, dt: DType, size: int) -> str: raise NotImplementedError(f"{type(self).__name__} has no local memory")
+  def render_wmma(self, u: UOp, srcs: list[str]) -> str:
+    """The hook for a tensor-core UOp (arg: the TensorCore); targets with tensor cores override it."""
+    raise NotImplementedError(f"{type(self).__name__} has no tensor cores (WMMA)")
 
   def render_kernel(self, name: str, body: list[str], args: list[tuple[str, DType, bool]], uops: list[UOp], prelude: list[str]) -> str:
     params = []
@@ -165,11 +170,11 @@ class CStyleLanguage(Renderer):
         r[u] = r[src[0]]
       elif op is UOps.ACCREAD: r[u] = r[src[0]]
       elif op is UOps.LOAD:
-        val = self.render_load(r[src[0]], r[src[1]], dt, src[0].dtype)
+        val = self.render_load(r[src[0]], r[src[1]], dt, src[0].dtype, multiple_of(src[1], dt.count))
         if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
         define(u, val, "val")
       elif op is UOps.STORE:
-        line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype)
+        line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype, multiple_of(src[1], src[2].dtype.count))
         emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
       elif op is UOps.ALU:
         expr = self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype)
@@ -180,12 +185,26 @@ class CStyleLanguage(Renderer):
       elif op is UOps.BITCAST: define(u, self.render_bitcast(r[src[0]], dt, src[0].dtype), "cast")
       elif op is UOps.VECTORIZE: define(u, self.render_vectorize([r[s] for s in src], dt), "vec")
       elif op is UOps.GEP: define(u, self.render_gep(r[src[0]], u.arg), "gep")
+      elif op is UOps.WMMA: define(u, self.render_wmma(u, [r[s] for s in src]), "wmma")
       elif op in (UOps.SINK,): pass
       else: raise NotImplementedError(f"{type(self).__name__} can't render {op}")
     # the signature: buffers by index, then symbolic values by name (the order CompiledRunner passes)
     order = {r[u]: (0, u.arg, "") if u.op is UOps.DEFINE_GLOBAL else (1, 0, u.arg.expr) for u in uops if u.op in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR)}
     args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
+
+def multiple_of(idx: UOp, n: int) -> bool:
+  """Whether the integer index `idx` is provably a multiple of n (every value it can take), from its
+  structure: constants, sums of multiples, products with a multiple, shifts by enough bits."""
+  if n == 1: return True
+  if idx.op is UOps.CONST: return isinstance(idx.arg, int) and idx.arg % n == 0
+  if idx.op is UOps.CAST and dtypes.is_int(idx.dtype) and dtypes.is_int(idx.src[0].dtype): return multiple_of(idx.src[0], n)
+  if idx.op is not UOps.ALU: return False
+  if idx.arg in (BinaryOps.ADD, BinaryOps.SUB): return all(multiple_of(s, n) for s in idx.src)
+  if idx.arg is BinaryOps.MUL: return any(multiple_of(s, n) for s in idx.src)
+  if idx.arg is BinaryOps.SHL and idx.src[1].op is UOps.CONST: return multiple_of(idx.src[0], n) or (1 << max(0, idx.src[1].arg)) % n == 0
+  if idx.arg is TernaryOps.WHERE: return multiple_of(idx.src[1], n) and multiple_of(idx.src[2], n)
+  return False
 
 def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
   """exp2 on a whole vector without library calls (so it stays vectorized): 2^x = 2^n * 2^f with
@@ -316,12 +335,12 @@ class OpenCLRenderer(CStyleLanguage):
     fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
     return f"{fn}({x})"
   def render_vectorize(self, vals: list[str], dt: DType) -> str: return f"(({self.render_dtype(dt)})({','.join(vals)}))"
-  def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType) -> str:
+  def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
     base = buf_dt.base if isinstance(buf_dt, PtrDType) else buf_dt
     if base.scalar() == dtypes.float16 and not self.half_arith: return f"vload_half({idx}, {buf})"
     if dt.count > 1: return f"vload{dt.count}(0, {buf}+{idx})"
     return f"{buf}[{idx}]"
-  def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType) -> str:
+  def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
     base = buf_dt.base if isinstance(buf_dt, PtrDType) else buf_dt
     if base.scalar() == dtypes.float16 and not self.half_arith: return f"vstore_half({val}, {idx}, {buf});"
     if dt.count > 1: return f"vstore{dt.count}({val}, 0, {buf}+{idx});"
@@ -344,3 +363,98 @@ class OpenCLRenderer(CStyleLanguage):
                 "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }"]
     return lines
   def render_bitcast(self, x: str, dt: DType, src_dt: DType) -> str: return f"as_{self.render_dtype(dt)}({x})"
+
+class GPUCStyleLanguage(CStyleLanguage):
+  """What the GPU dialects (CUDA, HIP, Metal) share: a grid of workgroups of threads, local memory,
+  barriers, launch bounds, and vector values as aligned types. A vector load or store whose index is
+  not a provable multiple of its width (`multiple_of`) is split into lanes: GPUs fault on misaligned
+  vector accesses. Targets fill in the spellings (`special_fmt`, `vector_fmt`, ...)."""
+  has_local = True
+  has_shared = True
+  supports_float4 = True
+  global_max = (2**31 - 1, 65535, 65535)
+  local_max = (1024, 1024, 64)
+  max_threads = 1024
+  vector_dtypes = frozenset({dtypes.float32, dtypes.int32})
+  vector_alu: frozenset = frozenset()
+  arg_int_type = "long long"
+  helper_prefix = "static inline "  # how helper functions in the prelude are declared
+  special_fmt: dict[str, str] = {}  # SPECIAL kind (group/local/global) -> expression, {d} = x/y/z
+  inf_fmt: dict[DType, tuple[str, str]] = {}  # float dtype -> (infinity, nan)
+  int64_suffix = ("ll", "ull")
+
+  # ---- types and values ---------------------------------------------------------------------------
+  def vector_name(self, dt: DType) -> str:
+    return f"tc_{self.type_names[dt.scalar()].replace(' ', '_')}{dt.count}"
+  def render_dtype(self, dt: DType) -> str:
+    if isinstance(dt, ImageDType): raise NotImplementedError(f"{type(self).__name__} has no image types")
+    if isinstance(dt, PtrDType): return self.render_dtype(dt.base) + "*"
+    if dt.scalar() not in self.type_names: raise NotImplementedError(f"{type(self).__name__}: the target has no {dt.scalar().name} type")
+    return self.vector_name(dt) if dt.count > 1 else self.type_names[dt]
+  def render_const(self, x: Any, dt: DType) -> str:
+    sc = dt.scalar()
+    if dt.count > 1: return self.render_vectorize([self.render_const(x, sc)] * dt.count, dt)
+    if sc == dtypes.bfloat16: return f"(({self.type_names[sc]}){int(bf16_bits_from_f32(np.float32(x)))})"  # the bits
+    if dtypes.is_float(sc) and (math.isinf(x) or math.isnan(x)):
+      inf, nan = self.inf_fmt[sc]
+      return nan if math.isnan(x) else inf if x > 0 else f"(-{inf})"
+    if sc == dtypes.int64: return f"({-2**63 + 1}{self.int64_suffix[0]}-1)" if x == -2**63 else f"{int(x)}{self.int64_suffix[0]}"
+    if sc == dtypes.uint64: return f"{int(x)}{self.int64_suffix[1]}"
+    return super().render_const(x, dt)
+  def render_cast(self, x: str, dt: DType, src_dt: DType) -> str:
+    if dt.scalar() == dtypes.bfloat16: return f"tc_f32_to_bf16((float)({x}))"
+    if src_dt.scalar() == dtypes.bfloat16: return f"(({self.render_dtype(dt)})tc_bf16_to_f32({x}))"
+    if dt.scalar() == dtypes.bool: return f"(({x})!=0)"
+    return super().render_cast(x, dt, src_dt)
+  def render_bits(self, x: str, dt: DType, src_dt: DType) -> str:
+    """Reinterpret the bits of x (src_dt) as dt, same size."""
+    raise NotImplementedError
+  def render_bitcast(self, x: str, dt: DType, src_dt: DType) -> str:
+    if dt.itemsize != src_dt.itemsize: raise NotImplementedError(f"bitcast between {src_dt.name} and {dt.name}: sizes differ")
+    return self.render_bits(x, dt, src_dt)
+
+  # ---- vectors ------------------------------------------------------------------------------------
+  vector_fmt = "{vt}{{{{{vals}}}}}"  # struct-of-array vectors: tc_float4{{a,b,c,d}}
+  def render_vectorize(self, vals: list[str], dt: DType) -> str: return self.vector_fmt.format(vt=self.render_dtype(dt), vals=",".join(vals))
+  def render_gep(self, x: str, i: int) -> str: return f"{x}.v[{i}]"
+  def vector_def(self, dt: DType) -> str:
+    align = min(dt.itemsize, 16)
+    return f"struct {self.align_fmt.format(align)} {self.render_dtype(dt)} {{ {self.type_names[dt.scalar()]} v[{dt.count}]; }};"
+  align_fmt = "__attribute__((aligned({})))"
+  def space(self, buf_dt: DType) -> str: return ""  # address-space qualifier of a pointer cast (Metal: device/threadgroup)
+  def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
+    if dt.count == 1: return f"{buf}[{idx}]"
+    if aligned: return f"(*((const {self.space(buf_dt)}{self.render_dtype(dt)}*)({buf}+{idx})))"
+    return self.render_vectorize([f"{buf}[({idx})+{i}]" for i in range(dt.count)], dt)
+  def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
+    if dt.count == 1: return f"{buf}[{idx}] = {val};"
+    if aligned: return f"*(({self.space(buf_dt)}{self.render_dtype(dt)}*)({buf}+{idx})) = {val};"
+    return f"{{ {self.render_dtype(dt)} tc_v = {val}; " + " ".join(f"{buf}[({idx})+{i}] = {self.render_gep('tc_v', i)};" for i in range(dt.count)) + " }"
+
+  # ---- threads ------------------------------------------------------------------------------------
+  def render_special(self, u: UOp) -> str: return self.special_fmt[u.arg[3]].format(d="xyz"[u.arg[2]])
+  @staticmethod
+  def launch_bound(uops: list[UOp]) -> Optional[int]:
+    """Threads per workgroup when the kernel fixes it (its local ids), for the launch-bounds attribute."""
+    sizes = [u.arg[1] for u in uops if u.op is UOps.SPECIAL and u.arg[3] == "local"]
+    if not sizes or not all(isinstance(s, int) for s in sizes): return None
+    return functools.reduce(lambda a, b: a * b, sizes, 1)
+
+  # ---- prelude ------------------------------------------------------------------------------------
+  def prelude(self, uops: list[UOp]) -> list[str]:
+    lines = self.header(uops)
+    vecs = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
+    lines += [self.vector_def(v) for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count))]
+    if any(u.op is UOps.CAST and (u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src)) for u in uops):
+      u32, f32 = self.type_names[dtypes.uint32], dtypes.float32
+      lines += [f"{self.helper_prefix}float tc_bf16_to_f32({self.type_names[dtypes.uint16]} x) {{ return {self.render_bits(f'(({u32})x << 16)', f32, dtypes.uint32)}; }}",
+                f"{self.helper_prefix}{self.type_names[dtypes.uint16]} tc_f32_to_bf16(float f) {{ {u32} u = {self.render_bits('f', dtypes.uint32, f32)};",
+                f"  if ((u & 0x7fffffffu) > 0x7f800000u) return ({self.type_names[dtypes.uint16]})((u >> 16) | 0x40u);  /* NaN stays quiet NaN */",
+                f"  return ({self.type_names[dtypes.uint16]})((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }}"]
+    wmmas = [u for u in uops if u.op is UOps.WMMA]
+    if wmmas: lines += self.wmma_defs(wmmas)
+    return lines
+  def header(self, uops: list[UOp]) -> list[str]: return []
+  def wmma_defs(self, wmmas: list[UOp]) -> list[str]:
+    """Definitions the WMMA UOps need (helper functions around the instruction): the tensor-core hook."""
+    return []

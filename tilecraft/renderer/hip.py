@@ -1,0 +1,52 @@
+"""HIP for AMD RDNA3 (gfx1100), written for clang without any header: kernels and address spaces
+by attribute, thread ids and barriers by amdgcn builtins, math from AMD's device library (ocml,
+declared here and linked by the runtime's compiler), vectors as clang ext_vector_types (which
+have arithmetic), half as _Float16 (native on gfx1100)."""
+from __future__ import annotations
+from typing import Any
+from tilecraft.codegen.uops import UOp, UOps
+from tilecraft.dtype import DType, PtrDType, dtypes
+from tilecraft.ops import BinaryOps, UnaryOps
+from tilecraft.renderer.cstyle import GPUCStyleLanguage
+
+_OCML = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}
+_SUFFIX = {dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}
+
+class HIPRenderer(GPUCStyleLanguage):
+  """HIP for gfx1100. Limits: 1024 threads per workgroup, 64 KiB of LDS per workgroup."""
+  device = "HIP"
+  global_max = (2**31 - 1, 65535, 65535)
+  local_max = (1024, 1024, 1024)
+  shared_max = 65536
+  max_threads = 1024
+  type_names = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+                dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
+                dtypes.float32: "float", dtypes.float64: "double"}
+  vector_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.float16})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
+  special_fmt = {"group": "__builtin_amdgcn_workgroup_id_{d}()", "local": "__builtin_amdgcn_workitem_id_{d}()",
+                 "global": "(__builtin_amdgcn_workgroup_id_{d}()*__builtin_amdgcn_workgroup_size_{d}()+__builtin_amdgcn_workitem_id_{d}())"}
+  inf_fmt = {dtypes.float32: ("__builtin_inff()", "__builtin_nanf(\"\")"), dtypes.float64: ("__builtin_inf()", "__builtin_nan(\"\")"),
+             dtypes.float16: ("((_Float16)__builtin_inff())", "((_Float16)__builtin_nanf(\"\"))")}
+  helper_prefix = "static inline __attribute__((device)) "
+  vector_fmt = "{vt}{{{vals}}}"
+
+  def vector_def(self, dt: DType) -> str: return f"typedef {self.type_names[dt.scalar()]} {self.render_dtype(dt)} __attribute__((ext_vector_type({dt.count})));"
+  def render_gep(self, x: str, i: int) -> str: return f"{x}[{i}]"
+  def render_bits(self, x: str, dt: DType, src_dt: DType) -> str: return f"__builtin_bit_cast({self.render_dtype(dt)}, ({self.render_dtype(src_dt)})({x}))"
+  def render_math(self, op: Any, x: str, dt: DType) -> str: return f"__ocml_{_OCML[op]}_{_SUFFIX[dt.scalar()]}({x})"
+  def render_barrier(self) -> str:
+    return '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
+  def render_local(self, name: str, dt: DType, size: int) -> str: return f"__attribute__((shared, aligned(16))) {self.render_dtype(dt)} {name}[{size}];"
+  def header(self, uops: list[UOp]) -> list[str]:
+    used = sorted({(u.arg, u.dtype.scalar()) for u in uops if u.op is UOps.ALU and u.arg in _OCML}, key=lambda x: (_OCML[x[0]], x[1].name))
+    return [f'extern "C" __attribute__((device, const)) {self.type_names[dt]} __ocml_{_OCML[op]}_{_SUFFIX[dt]}({self.type_names[dt]});' for op, dt in used]
+  def render_kernel(self, name: str, body: list[str], args: list[tuple[str, DType, bool]], uops: list[UOp], prelude: list[str]) -> str:
+    params = []
+    for n, dt, mutable in args:
+      if isinstance(dt, PtrDType): params.append(f"{'' if mutable else 'const '}{self.render_dtype(dt)} __restrict__ {n}")
+      else: params.append(f"{self.arg_int_type} {n}")
+    bound = self.launch_bound(uops) or self.max_threads
+    attrs = f"__attribute__((global, amdgpu_flat_work_group_size(1, {bound})))"
+    return "\n".join(prelude + [f'extern "C" {attrs} void {name}({", ".join(params)}) {{'] + body + ["}"]) + "\n"

@@ -1,7 +1,7 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, hashlib, os, tempfile
+import atexit, bisect, hashlib, os, re, tempfile
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv
@@ -63,8 +63,12 @@ def diskcache_put(table: str, key: str, value: bytes) -> None:
 # ---- compilers -----------------------------------------------------------------------------------
 
 class Compiler:
-  """Turns kernel source into a binary. `cachekey` names the compiler (None: never cached)."""
+  """Turns kernel source into a binary. `cachekey` names the compiler (None: never cached).
+  Compilers of C++ dialects set `batch_wrap` (one kernel's place in a shared translation unit) and
+  `error_line` (a regex for the line numbers of errors) to get `compile_batch`."""
   flags: tuple[str, ...] = ()
+  batch_wrap: Optional[str] = None
+  error_line: str = r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal )?error"
   def __init__(self, cachekey: Optional[str] = None): self.cachekey = cachekey
   def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} cannot compile")
   def cache_key(self, src: str) -> str:
@@ -76,6 +80,24 @@ class Compiler:
     lib = self.compile(src)
     diskcache_put("binaries", key, lib)
     return lib
+  def compile_batch(self, srcs: list[str]) -> bytes:
+    """Compile many kernels in one compiler run (disk-cached like one source): each source is wrapped
+    in its own namespace so their helpers don't collide; kernel names must be unique. A failure raises
+    CompileError with the source of the (first) kernel the errors are in."""
+    if self.batch_wrap is None: raise NotImplementedError(f"{type(self).__name__} can't compile kernels in batches")
+    parts, starts, line = [], [], 1
+    for i, s in enumerate(srcs):
+      part = self.batch_wrap.format(i=i, src=s.rstrip("\n"))
+      starts.append(line)
+      parts.append(part)
+      line += part.count("\n") + 1
+    try: return self.compile_cached("\n".join(parts) + "\n")
+    except CompileError as e:
+      lines = [int(a or b) for a, b in re.findall(self.error_line, e.stderr)]
+      bad = sorted({bisect.bisect_right(starts, n) - 1 for n in lines if n >= 1})
+      if not bad: raise
+      raise CompileError(f"{len(bad)} of {len(srcs)} kernels in a batch failed to compile (kernels {bad[:10]}); the first one's source:",
+                         srcs[bad[0]], e.stderr) from None
 
 # ---- memory --------------------------------------------------------------------------------------
 
@@ -226,12 +248,13 @@ class Buffer:
 
 class Compiled:
   """An opened device: allocator, renderer, compiler and runtime (`runtime(name, lib)` -> program).
-  `renderer` may be a zero-argument factory so the device opens before the renderer is needed."""
+  `renderer` may be a zero-argument factory so the device opens before the renderer is needed.
+  `render_only` is None, or why kernels can't run here (the device only renders and compile-checks)."""
   def __init__(self, name: str, allocator: Allocator, renderer: Union[Renderer, Callable[[], Renderer]], compiler: Compiler,
-               runtime: Callable[[str, bytes], Any], synchronize: Optional[Callable[[], None]] = None):
+               runtime: Callable[[str, bytes], Any], synchronize: Optional[Callable[[], None]] = None, render_only: Optional[str] = None):
     self.name, self.compiler, self.runtime = name, compiler, runtime
-    self.allocator = allocator if isinstance(allocator, CachingAllocator) else CachingAllocator(allocator, name)
-    self._renderer, self._synchronize = renderer, synchronize
+    self.allocator = allocator if isinstance(allocator, (CachingAllocator, _NoMemory)) else CachingAllocator(allocator, name)
+    self._renderer, self._synchronize, self.render_only = renderer, synchronize, render_only
   @property
   def renderer(self) -> Renderer:
     from tilecraft.renderer import Renderer
@@ -240,6 +263,20 @@ class Compiled:
   def synchronize(self) -> None:
     if self._synchronize is not None: self._synchronize()
   def __repr__(self) -> str: return f"<Compiled {self.name}>"
+
+class _NoMemory(Allocator):
+  """The allocator of a render-only device: any use raises DeviceUnavailable with the reason."""
+  def __init__(self, msg: str): self.msg = msg
+  def alloc(self, nbytes: int) -> Any: raise DeviceUnavailable(self.msg)
+  def copyin(self, dest: Any, src: memoryview) -> None: raise DeviceUnavailable(self.msg)
+  def copyout(self, dest: memoryview, src: Any) -> None: raise DeviceUnavailable(self.msg)
+
+def render_only_device(name: str, renderer: Union[Renderer, Callable[[], Renderer]], compiler: Compiler, reason: str) -> Compiled:
+  """A device whose renderer and compiler work here but whose kernels can't run (no GPU or driver):
+  allocating or launching raises DeviceUnavailable saying so."""
+  msg = f"device {name} is render + compile-check only here ({reason}): its kernels can't run"
+  def runtime(name_: str, lib: bytes) -> Any: raise DeviceUnavailable(msg)
+  return Compiled(name, _NoMemory(msg), renderer, compiler, runtime, render_only=reason)
 
 DEVICES: tuple[str, ...] = ("CPU", "LLVM", "OPENCL", "PYTHON", "CUDA", "METAL", "HIP")
 
@@ -255,8 +292,23 @@ def _open_opencl() -> Compiled:
   _context()  # fail here, with the reason, when there is no OpenCL device
   return Compiled("OPENCL", CLAllocator(), cl_renderer, CLCompiler(), CLProgram)
 
+def _open_cuda() -> Compiled:
+  from tilecraft.runtime.cuda import open_cuda
+  return open_cuda()
+
+def _open_hip() -> Compiled:
+  from tilecraft.renderer.hip import HIPRenderer
+  from tilecraft.runtime.hip import HIPCompiler
+  return render_only_device("HIP", HIPRenderer, HIPCompiler(), "no HIP runtime is implemented; HIP source is compile-checked for gfx1100")
+
+def _open_metal() -> Compiled:
+  from tilecraft.renderer.metal import MetalRenderer
+  from tilecraft.runtime.metal import MetalCompiler
+  return render_only_device("METAL", MetalRenderer, MetalCompiler(), "no Metal runtime here; Metal source gets structural checks only")
+
 # A device is added by one line here: name -> function that opens it (may raise DeviceUnavailable).
-_device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu, "OPENCL": _open_opencl}
+_device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu, "OPENCL": _open_opencl, "CUDA": _open_cuda, "HIP": _open_hip,
+                                                        "METAL": _open_metal}
 
 class _Device:
   """The device registry (API): `Device["CPU"]` opens (once) and returns a device, `Device.DEFAULT`
@@ -285,12 +337,12 @@ class _Device:
       if getenv(d, "") not in ("", "0"): return d
     return "CPU"
   def available(self) -> list[str]:
-    """Known devices that open on this machine."""
+    """Known devices that open on this machine and can run kernels (not the render-only ones)."""
     out = []
     for d in DEVICES:
-      try: self[d]
+      try: dev = self[d]
       except DeviceUnavailable: continue
-      out.append(d)
+      if dev.render_only is None: out.append(d)
     return out
   def __repr__(self) -> str: return f"<Device default={self.DEFAULT} opened={list(self._opened)}>"
 

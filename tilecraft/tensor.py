@@ -20,9 +20,10 @@ from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval, unbind_all
 Scalar = Union[int, float, bool]
 
 def _canon_device(device: Optional[str]) -> str:
-  """The device's canonical name; it must open here (DeviceUnavailable names it and why not)."""
+  """The device's canonical name; it must open here and run kernels (DeviceUnavailable names it and why not)."""
   name = Device.canonicalize(device) if device is not None else Device.DEFAULT
-  Device[name]
+  if (why := Device[name].render_only) is not None:
+    raise DeviceUnavailable(f"device {name} is render + compile-check only here ({why}): tensors can't live on it")
   return name
 
 # ---- dtypes a tensor may hold ---------------------------------------------------------------------

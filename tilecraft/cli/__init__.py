@@ -88,8 +88,10 @@ def open_device(name: Optional[str]) -> str:
   from tilecraft.device import Device, DeviceUnavailable
   try: dev = Device.canonicalize(name) if name else Device.DEFAULT
   except ValueError as e: raise CLIError(str(e)) from None
-  try: Device[dev]
+  try: opened = Device[dev]
   except DeviceUnavailable as e: raise CLIError(f"device {dev} can't be used here: {e}") from None
+  if opened.render_only is not None:
+    raise CLIError(f"device {dev} can't be used here: it is not available to run kernels, only to render and compile-check them ({opened.render_only})")
   return dev
 
 def search_available() -> Optional[str]:

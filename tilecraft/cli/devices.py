@@ -1,5 +1,6 @@
 """`tilecraft devices`: every known device, whether it works here (it is opened and a tiny kernel
-is run and checked) or why not, and what its renderer supports."""
+is run and checked), only renders and compile-checks (a GPU target without its GPU), or why not,
+and what its renderer supports."""
 from __future__ import annotations
 import argparse, json, time
 from typing import Any
@@ -14,7 +15,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def _caps(ren: Any) -> dict[str, Any]:
   tcs = [str(tc) for tc in getattr(ren, "tensor_cores", []) or []]
   out: dict[str, Any] = {"renderer": type(ren).__name__}
-  for a in ("has_local", "has_shared", "shared_max", "local_max", "global_max", "supports_float4", "has_transcendentals"):
+  for a in ("has_local", "has_shared", "shared_max", "local_max", "global_max", "max_threads", "supports_float4", "has_transcendentals"):
     v = getattr(ren, a, None)
     out[a] = list(v) if isinstance(v, tuple) else v
   try: vw = getattr(ren, "vector_width", None)
@@ -30,9 +31,11 @@ def _compiler(dev: Any) -> str:
   return key if len(key) <= 100 else key[:97] + "..."
 
 def probe(name: str, run_kernel: bool = True) -> dict[str, Any]:
-  """{'name', 'usable', 'reason', 'default', 'compiler', 'caps', 'test_s'} for one device."""
+  """{'name', 'usable', 'mode', 'reason', 'default', 'compiler', 'caps', 'test_s'} for one device. `mode` is
+  'runs', 'render + compile-check only' or None (doesn't open)."""
   from tilecraft.device import Device, DeviceUnavailable
-  rec: dict[str, Any] = {"name": name, "usable": False, "reason": None, "default": name == Device.DEFAULT, "compiler": None, "caps": None, "test_s": None}
+  rec: dict[str, Any] = {"name": name, "usable": False, "mode": None, "reason": None, "default": name == Device.DEFAULT, "compiler": None,
+                         "caps": None, "test_s": None}
   try: dev = Device[name]
   except DeviceUnavailable as e:
     rec["reason"] = str(e)
@@ -46,6 +49,9 @@ def probe(name: str, run_kernel: bool = True) -> dict[str, Any]:
   except Exception as e:  # noqa: BLE001
     rec["reason"] = f"its renderer failed: {type(e).__name__}: {e}"
     return rec
+  if dev.render_only is not None:
+    rec["mode"], rec["reason"] = "render + compile-check only", dev.render_only
+    return rec
   if run_kernel:
     from tilecraft import Tensor
     t0 = time.perf_counter()
@@ -57,7 +63,7 @@ def probe(name: str, run_kernel: bool = True) -> dict[str, Any]:
       rec["reason"] = f"opens, but a test kernel failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
       return rec
     rec["test_s"] = time.perf_counter() - t0
-  rec["usable"] = True
+  rec["usable"], rec["mode"] = True, "runs"
   return rec
 
 def _fmt(v: Any) -> str:
@@ -79,15 +85,19 @@ def run(args: argparse.Namespace) -> int:
   rows = []
   for r in recs:
     c = r["caps"] or {}
-    rows.append([r["name"] + (" (default)" if r["default"] else ""), "yes" if r["usable"] else "no", _fmt(c.get("renderer")), _fmt(c.get("has_local")),
+    rows.append([r["name"] + (" (default)" if r["default"] else ""), "yes" if r["usable"] else "render+check" if r["mode"] else "no", _fmt(c.get("renderer")), _fmt(c.get("has_local")),
                  _fmt(c.get("has_shared")), _fmt(c.get("shared_max")), _fmt(c.get("local_max")), _fmt(c.get("supports_float4")),
                  _fmt(c.get("vector_width")), _fmt(c.get("tensor_cores")) if r["caps"] else "-"])
   print(format_table(["device", "usable", "renderer", "has_local", "has_shared", "shared_max", "local_max", "float4", "vector_width", "tensor cores"],
                      rows, "llllllllll"))
+  for r in recs:
+    if r["caps"] and r["caps"].get("global_max"):
+      print(f"{r['name']:7s} global_max {_fmt(r['caps']['global_max'])}, max_threads {_fmt(r['caps'].get('max_threads'))}")
   print()
   for r in recs:
     if r["usable"]:
       how = f"ran a test kernel ({r['test_s']*1e3:.0f} ms)" if r["test_s"] is not None else "opens (no test kernel run)"
       print(f"{r['name']:7s} usable: {how}; compiler: {r['compiler']}")
+    elif r["mode"]: print(f"{r['name']:7s} render + compile-check only: {r['reason']}; compiler: {r['compiler']}")
     else: print(f"{r['name']:7s} not usable: {r['reason']}")
   return 0

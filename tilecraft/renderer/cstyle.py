@@ -379,9 +379,8 @@ class GPUCStyleLanguage(CStyleLanguage):
   vector_alu: frozenset = frozenset()
   arg_int_type = "long long"
   helper_prefix = "static inline "  # how helper functions in the prelude are declared
-  special_fmt: dict[str, str] = {}  # SPECIAL kind (group/local/global) -> expression, {d} = x/y/z
+  special_fmt: dict[str, str] = {}  # SPECIAL kind (group/local/global) -> expression, {d} = x/y/z, {t} = the id's type
   inf_fmt: dict[DType, tuple[str, str]] = {}  # float dtype -> (infinity, nan)
-  int64_suffix = ("ll", "ull")
 
   # ---- types and values ---------------------------------------------------------------------------
   def vector_name(self, dt: DType) -> str:
@@ -398,8 +397,6 @@ class GPUCStyleLanguage(CStyleLanguage):
     if dtypes.is_float(sc) and (math.isinf(x) or math.isnan(x)):
       inf, nan = self.inf_fmt[sc]
       return nan if math.isnan(x) else inf if x > 0 else f"(-{inf})"
-    if sc == dtypes.int64: return f"({-2**63 + 1}{self.int64_suffix[0]}-1)" if x == -2**63 else f"{int(x)}{self.int64_suffix[0]}"
-    if sc == dtypes.uint64: return f"{int(x)}{self.int64_suffix[1]}"
     return super().render_const(x, dt)
   def render_cast(self, x: str, dt: DType, src_dt: DType) -> str:
     if dt.scalar() == dtypes.bfloat16: return f"tc_f32_to_bf16((float)({x}))"
@@ -432,7 +429,7 @@ class GPUCStyleLanguage(CStyleLanguage):
     return f"{{ {self.render_dtype(dt)} tc_v = {val}; " + " ".join(f"{buf}[({idx})+{i}] = {self.render_gep('tc_v', i)};" for i in range(dt.count)) + " }"
 
   # ---- threads ------------------------------------------------------------------------------------
-  def render_special(self, u: UOp) -> str: return self.special_fmt[u.arg[3]].format(d="xyz"[u.arg[2]])
+  def render_special(self, u: UOp) -> str: return self.special_fmt[u.arg[3]].format(d="xyz"[u.arg[2]], t=self.render_dtype(u.dtype))
   @staticmethod
   def launch_bound(uops: list[UOp]) -> Optional[int]:
     """Threads per workgroup when the kernel fixes it (its local ids), for the launch-bounds attribute."""

@@ -29,7 +29,7 @@ class CUDARenderer(GPUCStyleLanguage):
                 dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
                 dtypes.uint64: "unsigned long long", dtypes.float16: "float", dtypes.bfloat16: "unsigned short",
                 dtypes.float32: "float", dtypes.float64: "double"}
-  special_fmt = {"group": "blockIdx.{d}", "local": "threadIdx.{d}", "global": "(blockIdx.{d}*blockDim.{d}+threadIdx.{d})"}
+  special_fmt = {"group": "blockIdx.{d}", "local": "threadIdx.{d}", "global": "(({t})blockIdx.{d}*blockDim.{d}+threadIdx.{d})"}
   inf_fmt = {dtypes.float32: ("__int_as_float(0x7f800000)", "__int_as_float(0x7fc00000)"), _H: ("__int_as_float(0x7f800000)", "__int_as_float(0x7fc00000)"),
              dtypes.float64: ("__longlong_as_double(0x7ff0000000000000ll)", "__longlong_as_double(0x7ff8000000000000ll)")}
   helper_prefix = "__device__ __forceinline__ "

@@ -26,7 +26,7 @@ class HIPRenderer(GPUCStyleLanguage):
   vector_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.float16})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
   special_fmt = {"group": "__builtin_amdgcn_workgroup_id_{d}()", "local": "__builtin_amdgcn_workitem_id_{d}()",
-                 "global": "(__builtin_amdgcn_workgroup_id_{d}()*__builtin_amdgcn_workgroup_size_{d}()+__builtin_amdgcn_workitem_id_{d}())"}
+                 "global": "(({t})__builtin_amdgcn_workgroup_id_{d}()*__builtin_amdgcn_workgroup_size_{d}()+__builtin_amdgcn_workitem_id_{d}())"}
   inf_fmt = {dtypes.float32: ("__builtin_inff()", "__builtin_nanf(\"\")"), dtypes.float64: ("__builtin_inf()", "__builtin_nan(\"\")"),
              dtypes.float16: ("((_Float16)__builtin_inff())", "((_Float16)__builtin_nanf(\"\"))")}
   helper_prefix = "static inline __attribute__((device)) "

@@ -21,7 +21,7 @@ class MetalRenderer(GPUCStyleLanguage):
   _SPECIAL_ARGS = {"group": "uint3 gid [[threadgroup_position_in_grid]]", "local": "uint3 lid [[thread_position_in_threadgroup]]",
                    "global": "uint3 gpos [[thread_position_in_grid]]"}
   inf_fmt = {dtypes.float32: ("INFINITY", "NAN"), dtypes.float16: ("((half)INFINITY)", "((half)NAN)")}
-  int64_suffix = ("l", "ul")
+  int64_suffix = "l"
   helper_prefix = "static inline "
   align_fmt = "alignas({})"
   arg_int_type = "long"

@@ -441,7 +441,9 @@ class GPUCStyleLanguage(CStyleLanguage):
   def prelude(self, uops: list[UOp]) -> list[str]:
     lines = self.header(uops)
     vecs = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
-    lines += [self.vector_def(v) for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count))]
+    # one definition per rendered name (CUDA holds half values in float registers: half4 and float4 are one type)
+    lines += list(dict.fromkeys(self.vector_def(v) for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count))
+                                if not any(self.render_dtype(w) == self.render_dtype(v) and (w.scalar().name, w.count) < (v.scalar().name, v.count) for w in vecs)))
     if any(u.op is UOps.CAST and (u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src)) for u in uops):
       u32, f32 = self.type_names[dtypes.uint32], dtypes.float32
       lines += [f"{self.helper_prefix}float tc_bf16_to_f32({self.type_names[dtypes.uint16]} x) {{ return {self.render_bits(f'(({u32})x << 16)', f32, dtypes.uint32)}; }}",

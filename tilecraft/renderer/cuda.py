@@ -13,6 +13,7 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer.cstyle import GPUCStyleLanguage
+from tilecraft.renderer.tensor_cores import CUDA_TENSOR_CORES
 
 _H = dtypes.float16
 _ROUNDED = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.RECIP})  # half ops whose float result must round
@@ -89,3 +90,25 @@ class CUDARenderer(GPUCStyleLanguage):
     bound = self.launch_bound(uops)
     lb = f"__launch_bounds__({bound}) " if bound is not None else ""
     return "\n".join(prelude + [f'extern "C" __global__ void {lb}{name}({", ".join(params)}) {{'] + body + ["}"]) + "\n"
+
+  # ---- tensor cores: mma.sync.aligned.m16n8k16.row.col (PTX ISA; fragments in renderer/tensor_cores.py) ----
+  tensor_cores = CUDA_TENSOR_CORES
+  def render_wmma(self, u: UOp, srcs: list[str]) -> str: return f"tc_{u.arg[0]}({', '.join(srcs)})"
+  def wmma_defs(self, wmmas: list[UOp]) -> list[str]:
+    out = []
+    for arg in dict.fromkeys(u.arg for u in wmmas):
+      name, dims, din, dout, vendor = arg[0], tuple(arg[1]), arg[2], arg[3], arg[5]
+      if vendor != "CUDA" or dims != (16, 8, 16) or dout != dtypes.float32 or din not in (_H, dtypes.bfloat16):
+        raise NotImplementedError(f"CUDA has no tensor core {name}")
+      # each .b32 register holds two 16-bit elements, the lower-numbered one in the low half
+      bits = (lambda x: f"(unsigned int)tc_f2h({x})") if din == _H else (lambda x: f"(unsigned int)({x})")
+      pk = lambda v, j: f"{bits(f'{v}.v[{2 * j}]')} | ({bits(f'{v}.v[{2 * j + 1}]')} << 16)"  # noqa: E731
+      ta, tb, tc = self.render_dtype(din.vec(8)), self.render_dtype(din.vec(4)), self.render_dtype(dout.vec(4))
+      ty = "f16" if din == _H else "bf16"
+      out += [f"{self.helper_prefix}{tc} tc_{name}({ta} a, {tb} b, {tc} c) {{",
+              "  unsigned int " + ", ".join(f"a{j} = {pk('a', j)}" for j in range(4)) + ";",
+              "  unsigned int " + ", ".join(f"b{j} = {pk('b', j)}" for j in range(2)) + ";",
+              f'  asm("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"',
+              '      : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));',
+              "  return c;", "}"]
+    return out

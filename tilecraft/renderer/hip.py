@@ -8,6 +8,7 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, UnaryOps
 from tilecraft.renderer.cstyle import GPUCStyleLanguage
+from tilecraft.renderer.tensor_cores import AMD_TENSOR_CORES
 
 _OCML = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}
 _SUFFIX = {dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}
@@ -50,3 +51,21 @@ class HIPRenderer(GPUCStyleLanguage):
     bound = self.launch_bound(uops) or self.max_threads
     attrs = f"__attribute__((global, amdgpu_flat_work_group_size(1, {bound})))"
     return "\n".join(prelude + [f'extern "C" {attrs} void {name}({", ".join(params)}) {{'] + body + ["}"]) + "\n"
+
+  # ---- tensor cores: RDNA3 wave32 WMMA builtins (fragments in renderer/tensor_cores.py) ----
+  tensor_cores = AMD_TENSOR_CORES
+  def render_wmma(self, u: UOp, srcs: list[str]) -> str: return f"tc_{u.arg[0]}({', '.join(srcs)})"
+  def wmma_defs(self, wmmas: list[UOp]) -> list[str]:
+    out = []
+    for arg in dict.fromkeys(u.arg for u in wmmas):
+      name, dims, din, dout, vendor = arg[0], tuple(arg[1]), arg[2], arg[3], arg[5]
+      if vendor != "AMD" or dims != (16, 16, 16) or din != dtypes.float16 or dout not in (dtypes.float32, dtypes.float16):
+        raise NotImplementedError(f"HIP has no tensor core {name}")
+      ta, tc = self.render_dtype(din.vec(16)), self.render_dtype(dout.vec(8))
+      head = f"{self.helper_prefix}{tc} tc_{name}({ta} a, {ta} b, {tc} c) {{"
+      if dout == dtypes.float32: out += [head, "  return __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a, b, c);", "}"]
+      else:  # 16-bit D: the 8 values sit in the low halves of 8 VGPRs (op_sel false), i.e. the even elements of a half16
+        out += [head, f"  {ta} c2 = {{}};", "  for (int i = 0; i < 8; i++) c2[2 * i] = c[i];",
+                f"  {ta} d2 = __builtin_amdgcn_wmma_f16_16x16x16_f16_w32(a, b, c2, false);",
+                f"  {tc} d;", "  for (int i = 0; i < 8; i++) d[i] = d2[2 * i];", "  return d;", "}"]
+    return out

@@ -6,6 +6,7 @@ from tilecraft.codegen.uops import UOp
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import UnaryOps
 from tilecraft.renderer.cstyle import GPUCStyleLanguage
+from tilecraft.renderer.tensor_cores import METAL_TENSOR_CORES
 
 class MetalRenderer(GPUCStyleLanguage):
   """Metal (Apple GPUs). Limits: 1024 threads per threadgroup, 32 KiB of threadgroup memory."""
@@ -44,3 +45,22 @@ class MetalRenderer(GPUCStyleLanguage):
     bound = self.launch_bound(uops)
     head = ([f"[[max_total_threads_per_threadgroup({bound})]]"] if bound is not None else []) + [f"kernel void {name}({', '.join(params)}) {{"]
     return "\n".join(prelude + head + body + ["}"]) + "\n"
+
+  # ---- tensor cores: simdgroup_matrix 8x8 (thread_elements layout in renderer/tensor_cores.py) ----
+  tensor_cores = METAL_TENSOR_CORES
+  def render_wmma(self, u: UOp, srcs: list[str]) -> str: return f"tc_{u.arg[0]}({', '.join(srcs)})"
+  def wmma_defs(self, wmmas: list[UOp]) -> list[str]:
+    out = []
+    for arg in dict.fromkeys(u.arg for u in wmmas):
+      name, dims, din, dout, vendor = arg[0], tuple(arg[1]), arg[2], arg[3], arg[5]
+      if vendor != "METAL" or dims != (8, 8, 8) or (din, dout) not in ((dtypes.float32,) * 2, (dtypes.float16, dtypes.float32), (dtypes.float16,) * 2):
+        raise NotImplementedError(f"Metal has no tensor core {name}")
+      ta, tc = self.render_dtype(din.vec(2)), self.render_dtype(dout.vec(2))
+      mi, mo = f"simdgroup_{self.type_names[din]}8x8", f"simdgroup_{self.type_names[dout]}8x8"
+      out += [f"{self.helper_prefix}{tc} tc_{name}({ta} a, {ta} b, {tc} c) {{", f"  {mi} ma, mb; {mo} mc;",
+              "  ma.thread_elements()[0] = a.v[0]; ma.thread_elements()[1] = a.v[1];",
+              "  mb.thread_elements()[0] = b.v[0]; mb.thread_elements()[1] = b.v[1];",
+              "  mc.thread_elements()[0] = c.v[0]; mc.thread_elements()[1] = c.v[1];",
+              "  simdgroup_multiply_accumulate(mc, ma, mb, mc);",
+              f"  return {self.render_vectorize(['mc.thread_elements()[0]', 'mc.thread_elements()[1]'], dout.vec(2))};", "}"]
+    return out

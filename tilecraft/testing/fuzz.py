@@ -374,19 +374,19 @@ def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max
   """A random sequence of 1..max_opts valid Opts for `kernel` (which is not modified): candidates
   are drawn from FUZZ_OPS x axes x AMOUNTS and applied to copies; refused ones are counted. On a
   target with tensor cores, with probability `tc` the first candidate is a random TC opt (use
-  `tc_use`, or a random 1-3; the sequence's `tc_use` says which: replay it with that TC setting). Valid
+  `tc_use`, default the TC setting; the sequence's `tc_use` says which: replay it with that TC setting). Valid
   opts that would unroll more than max_lanes values per thread are skipped (not refusals): such
   kernels take seconds to compile each and would eat the fuzzing budget."""
   seq = OptSequence()
   target = int(rng.integers(1, max_opts + 1))
   k = kernel
   if not kernel.applied_opts and getattr(kernel.opts, "tensor_cores", None) and rng.random() < tc:
-    # tensor cores (only as the first opt): a random (N, M, reduce) choice, tc_opt and use 1-3
+    # tensor cores (only as the first opt): a random (N, M, reduce) choice and tc_opt
     from tilecraft.codegen.tensor_cores import tc_choices
     try: n = len(tc_choices(k, 2)[3])
     except KernelOptError: n = 1
     opt = Opt(OptOps.TC, int(rng.integers(0, n + (rng.random() < 0.1))), int(rng.integers(0, 3)))
-    kc, err = try_opt(k, opt, use=int(rng.choice([1, 1, 2, 3])) if tc_use is None else tc_use)
+    kc, err = try_opt(k, opt, use=tc_use)
     if err is not None:
       seq.error = (opt, err)
       seq.kernel = k  # type: ignore[attr-defined]
@@ -394,7 +394,7 @@ def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max
     if kc is None: seq.refusals += 1
     else:
       seq.append(opt)
-      seq.tc_use = kc.use_tensor_cores  # type: ignore[attr-defined]
+      seq.tc_use = kc.use_tensor_cores
       k = kc
   for _ in range(8 * target):
     if len(seq) >= target: break

@@ -1,0 +1,116 @@
+"""The tensor-core test cases, shared by the emulator tests (which run them) and the compile checks
+(which compile the same kernels for the real targets): for one core, matmuls at 64x64x64 and
+32x48x64 (with extra opts), padded non-multiples 61x67x45 (tc_opt 2), a batched matmul and a 3x3
+conv with several reduce axes (tc_opt 1), each with the core's dtypes (CAST(LOAD) operands, so
+tc_opt >= 1, where dtype_out differs from dtype_in), with a float64 numpy reference."""
+from __future__ import annotations
+from typing import Any, Callable
+import numpy as np
+from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.codegen.tensor_cores import tc_choices
+from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes, f32_from_bf16_bits
+from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps
+
+def np_dtype(dt: DType) -> Any: return np.float32 if dt == dtypes.bfloat16 else dt.np
+
+def held(x: np.ndarray, dt: DType) -> np.ndarray:
+  """x as the values a `dt` buffer holds (as float64)."""
+  if dt == dtypes.bfloat16: return f32_from_bf16_bits(bf16_bits_from_f32(x.astype(np.float32))).astype(np.float64)
+  return x.astype(dt.np).astype(np.float64)
+
+def retype(ast: LazyOp, din: DType, dout: DType) -> LazyOp:
+  """STORE(SUM(MUL(LOAD, LOAD))) with din loads and a dout reduce and output (CAST(LOAD) operands when they differ)."""
+  st, red = ast.src[0], ast.src[0].src[0]
+  def operand(x: LazyOp) -> LazyOp:
+    ld = LazyOp(BufferOps.LOAD, (), MemBuffer(x.arg.idx, din, x.arg.st))
+    return ld if din == dout else LazyOp(UnaryOps.CAST, (ld,), dout)
+  red = LazyOp(ReduceOps.SUM, (LazyOp(BinaryOps.MUL, tuple(operand(x) for x in red.src[0].src)),), red.arg)
+  return LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (red,), MemBuffer(0, dout, st.arg.st)),))
+
+def _case(fn: Callable, shapes: list[tuple], din: DType, dout: DType, rng: np.random.Generator, ref: Callable) -> tuple:
+  from tilecraft import Tensor
+  xs = [rng.uniform(-1, 1, s) for s in shapes]
+  ast = fn(*[Tensor(x.astype(np.float16)) for x in xs]).schedule()[-1].ast  # the shape of the kernel; dtypes set by retype
+  vals = [held(x, din) for x in xs]
+  return retype(ast, din, dout), {i + 1: v.astype(np_dtype(din)).reshape(-1) for i, v in enumerate(vals)}, ref(*vals)
+
+def matmul(rng: np.random.Generator, M: int, N: int, K: int, din: DType, dout: DType, batch: int = 0) -> tuple:
+  b = (batch,) if batch else ()
+  return _case(lambda x, y: x @ y, [b + (M, K), b + (K, N)], din, dout, rng, lambda a, w: a @ w)
+
+def conv(rng: np.random.Generator, din: DType, dout: DType, cin: int = 16) -> tuple:
+  def ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.einsum("ncijkl,ockl->noij", np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)), w)
+  return _case(lambda x, w: x.conv2d(w), [(2, cin, 18, 18), (16, cin, 3, 3)], din, dout, rng, ref)
+
+def cases(rng: np.random.Generator, tc: Any) -> list[tuple[str, tuple, int, list[Opt]]]:
+  """(name, (ast, inputs, reference), tc_opt, extra opts) for one core."""
+  din, dout = tc.dtype_in, tc.dtype_out
+  lo = 1 if din != dout else 0  # CAST(LOAD) operands need tc_opt 1
+  return [("64x64x64", matmul(rng, 64, 64, 64, din, dout), lo, []),
+          ("32x48x64", matmul(rng, 32, 48, 64, din, dout), lo, [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UPCAST, 1, 2)]),
+          ("61x67x45", matmul(rng, 61, 67, 45, din, dout), 2, []),
+          ("batched", matmul(rng, 32, 32, 32, din, dout, batch=3), lo, []),
+          ("conv3x3", conv(rng, din, dout), 1, [Opt(OptOps.UNROLL, 1, 3)])]
+
+def accepted_axes(ast: LazyOp, ren: Any, tc_opt: int) -> list[int]:
+  """The TC axis choices apply_tensor_cores accepts for this kernel on `ren`."""
+  try: n = len(tc_choices(Kernel(ast, opts=ren), tc_opt)[3])
+  except KernelOptError: return []
+  out = []
+  for ax in range(n):
+    try: Kernel(ast, opts=ren).apply_tensor_cores(1, axis=ax, tc_opt=tc_opt)
+    except KernelOptError: continue
+    out.append(ax)
+  return out
+
+def tc_kernels(ren: Any, tc: Any, seed: int = 0) -> list[tuple[str, int, int, list[Opt], LazyOp, dict, np.ndarray, Kernel]]:
+  """(case, axis, tc_opt, extra, ast, inputs, reference, kernel with use 1 applied) for every case and
+  accepted axis of core `tc` (which `ren` must list)."""
+  out = []
+  for name, (ast, inputs, want), tc_opt, extra in cases(np.random.default_rng(seed), tc):
+    for ax in accepted_axes(ast, ren, tc_opt):
+      k = Kernel(ast, opts=ren)
+      k.apply_tensor_cores(1, extra_opts=list(extra), axis=ax, tc_opt=tc_opt)
+      if k.tensor_core != tc: continue  # another core of the target took these dtypes
+      out.append((name, ax, tc_opt, extra, ast, inputs, want, k))
+  return out
+
+# ---- differential fuzzing with tensor cores -------------------------------------------------------
+
+def fuzz_asts(tc: Any, rng: np.random.Generator) -> list[tuple[LazyOp, dict, np.ndarray]]:
+  """Small kernels for fuzzing core `tc`: matmuls (one of them padded), a batched matmul, a conv."""
+  din, dout = tc.dtype_in, tc.dtype_out
+  n, m, k = tc.dims
+  return [matmul(rng, 2 * n, 2 * m, 2 * k, din, dout), matmul(rng, 2 * n - 3, m + 5, k + 3, din, dout),
+          matmul(rng, n, 2 * m, 2 * k, din, dout, batch=2), conv(rng, din, dout, cin=k)]
+
+def fuzz_tc(ren: Any, device: str, n_pairs: int, seed: int = 0, max_opts: int = 3) -> tuple[int, list[str]]:
+  """Run `n_pairs` (kernel, opt sequence) pairs whose first opt is TC (random choice, tc_opt and use
+  1-3, then random opts) on `device` with renderer `ren`, against numpy. Returns (pairs run, failures)."""
+  from tilecraft.helpers import Context
+  from tilecraft.testing.fuzz import random_opts, run_program
+  rng = np.random.default_rng(seed)
+  pool = [(tc, case) for tc in ren.tensor_cores for case in fuzz_asts(tc, rng)]
+  done, fails, tries = 0, [], 0
+  while done < n_pairs and tries < 20 * n_pairs:
+    tries += 1
+    tc, (ast, inputs, want) = pool[int(rng.integers(len(pool)))]
+    use = int(rng.choice([1, 1, 2, 3]))
+    seq = random_opts(Kernel(ast, opts=ren), rng, max_opts=max_opts, tc=1.0, tc_use=use)
+    if seq.error is not None:
+      fails.append(f"{list(seq)}: {seq.error}")
+      continue
+    if not seq or seq[0].op is not OptOps.TC: continue
+    k = seq.kernel  # type: ignore[attr-defined]
+    try:
+      with Context(TC=use): got = run_program(ast, k.to_program(), inputs, device)[0].astype(np.float64).reshape(want.shape)
+    except Exception as e:  # noqa: BLE001 - any crash is a failure to report
+      fails.append(f"{list(seq)} use {use}: {type(e).__name__}: {e}")
+      continue
+    kk = int(np.prod([s for s, o in zip(k.full_shape, k.output_shape) if s != o]))
+    atol = (6e-3 if ast.src[0].arg.dtype == dtypes.float16 else 1e-4) * np.sqrt(kk)
+    if not np.allclose(got, want, rtol=2e-2 if ast.src[0].arg.dtype == dtypes.float16 else 1e-4, atol=atol):
+      fails.append(f"{list(seq)} use {use} on {k.name}: max error {np.abs(got - want).max():.3g}")
+    done += 1
+  return done, fails

@@ -286,3 +286,14 @@ def test_fuzzer_samples_tc_first_and_they_match(rng):
     got = run_program(ast, p, inputs, "CPU")[0]
     np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=str(list(seq)))
   assert n_tc >= 5
+
+def test_full_unroll_keeps_the_local_region(rng):
+  """A fully unrolled reduce axis leaves a size-1 remnant right before first_reduce: it must not be
+  counted as a local axis (that turned a TC lane axis into a global one; found by the TC fuzzer)."""
+  k = Kernel(_mm(rng, 32, 32, 4), opts=OpenCLRenderer())
+  k.apply_opt(Opt(OptOps.LOCAL, 0, 4))
+  k.apply_opt(Opt(OptOps.UNROLL, 0, 0))
+  assert k.local_dims == 1 and k.full_shape[k.global_dims] == 4
+  k = Kernel(_mm(rng, 64, 64, 32), opts=fake(OpenCLRenderer, "AMD"))
+  k.apply_tensor_cores(1, tc_opt=0, extra_opts=[Opt(OptOps.UNROLL, 0, 0)])
+  assert k.local_dims == 5 and k.full_shape[k.global_dims:k.first_reduce] == (2,) * 5

@@ -52,10 +52,10 @@ def _tensor_cores(k: Any) -> bool:
   use = int(TC)
   if not use or not getattr(k.opts, "tensor_cores", None) or k.applied_opts: return False
   for tc_opt in range(int(TC_OPT) + 1):
-    try: choices = tc_choices(k, tc_opt)[3]
+    try: tc, _, _, choices = tc_choices(k, tc_opt)
     except KernelOptError: continue
     for axis, (n, m, r) in enumerate(choices):
-      try: k.apply_tensor_cores(use, axis=axis, tc_opt=tc_opt, reason=f"tensor cores: the reduce is a SUM of a MUL with N axis {n}, M axis {m}, "
+      try: k.apply_tensor_cores(use, axis=axis, tc_opt=tc_opt, reason=f"tensor cores: {tc} on the SUM of a MUL, N axis {n}, M axis {m}, "
                                                                      f"reduce axis {r} (choice {axis}, tc_opt {tc_opt}, use {use})")
       except KernelOptError: continue
       for ax in range(min(k.global_dims, 2)):

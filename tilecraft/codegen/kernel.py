@@ -275,6 +275,9 @@ class Kernel:
       check(amt <= 32, f"UNROLL: amount {amt} is over 32")
       self.shift_to(axis, amt, insert_before=None)
       self.upcasted += 1
+      # a fully unrolled reduce axis leaves a size-1 remnant where it was: drop it here, as a reduce axis
+      # (simplify_ones would count it in the local region when it sits right before first_reduce)
+      if self.full_shape[axis] == 1: self.reshape_and_permute(lambda shape: tuple(shape[:axis]) + tuple(shape[axis + 1:]), None)
     elif opt.op is OptOps.UPCAST:
       check(axis < self.first_reduce, f"UPCAST: axis {axis} is a reduce axis (use UNROLL)")
       check(self._tc_thread_ok(axis), "UPCAST: axis is a tensor-core thread axis")

@@ -254,9 +254,10 @@ class Kernel:
       check(not self.dont_use_locals, "LOCAL: can't use locals after NOLOCALS")
       check(axis < self.global_dims, f"LOCAL: axis {axis} is not a global axis (global dims: {self.global_dims})")
       check(self._tc_thread_ok(axis), "LOCAL: axis is a tensor-core thread axis")
-      self._check_threads(amt)
       # the tensor core's lanes stay the innermost local axes (linear thread id % threads = lane)
-      self.shift_to(axis, amt, insert_before=self.first_reduce - (len(self.tensor_core_opts.lane_bits) if self.tensor_core is not None else 0))
+      lanes = len(self.tensor_core_opts.lane_bits) if self.tensor_core is not None else 0
+      self._check_threads(amt, at=self.local_dims - lanes)
+      self.shift_to(axis, amt, insert_before=self.first_reduce - lanes)
       self.local_dims += 1
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
       check(self.opts.has_local and self.opts.has_shared, f"{opt.op.name}: target has no local memory")
@@ -298,11 +299,20 @@ class Kernel:
     self.simplify_ones()
     if self.group_for_reduces: self._check_shared(1)  # later opts (LOCAL, UPCAST, PADTO) grow the staging buffer too
 
-  def _check_threads(self, amt: int) -> None:
-    threads = prod(self.full_shape[self.global_dims:self.first_reduce + self.group_for_reduces]) * amt
+  def _check_threads(self, amt: int, at: Optional[int] = None) -> None:
+    """A new thread dim of `amt` (inserted at position `at` of the local+group dims, default last) keeps
+    the workgroup within the target's limits, also once the dims are folded into 3 launch dims."""
+    dims = list(self.full_shape[self.global_dims:self.first_reduce + self.group_for_reduces])
+    threads = prod(dims) * amt
     check(isinstance(threads, int) and threads <= self.opts.max_threads,
           f"a workgroup of {threads} threads is over the target's limit of {self.opts.max_threads}")
-    if self.opts.local_max: check(amt <= max(self.opts.local_max), f"{amt} threads in one dim is over the target's local_max {self.opts.local_max}")
+    if self.opts.local_max:
+      check(amt <= max(self.opts.local_max), f"{amt} threads in one dim is over the target's local_max {self.opts.local_max}")
+      dims.insert(len(dims) if at is None else at, amt)
+      n = len(self.opts.local_max)
+      folded = ([prod(dims[:len(dims) - n + 1])] + dims[len(dims) - n + 1:])[::-1] if len(dims) > n else dims[::-1]
+      check(all(d <= m for d, m in zip(folded, self.opts.local_max)),
+            f"a workgroup of {dims[::-1]} threads folds into launch dims {folded}, over the target's local_max {self.opts.local_max}")
 
   def _tc_thread_ok(self, axis: int) -> bool:
     """False for the axes a tensor core laid out (its lanes and its register/K bits)."""

@@ -457,3 +457,12 @@ class GPUCStyleLanguage(CStyleLanguage):
   def wmma_defs(self, wmmas: list[UOp]) -> list[str]:
     """Definitions the WMMA UOps need (helper functions around the instruction): the tensor-core hook."""
     return []
+
+_GPU_TARGETS = {"CUDARenderer": "cuda", "HIPRenderer": "hip", "MetalRenderer": "metal"}
+
+def __getattr__(name: str) -> Any:
+  """The GPU targets live in a file each (renderer/cuda.py, hip.py, metal.py) and import this one;
+  `cstyle.CUDARenderer` etc. still resolve, lazily."""
+  if (mod := _GPU_TARGETS.get(name)) is None: raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  import importlib
+  return getattr(importlib.import_module(f"tilecraft.renderer.{mod}"), name)

@@ -1,0 +1,117 @@
+"""tilecraft on CUDA side by side with torch on the same GPU, in one run: matmul 4096^3 fp32, a
+row softmax, sums (a full reduce and a row reduce). Each tilecraft kernel is timed with CUDA events
+(CompiledRunner), torch with torch.cuda events, both best of --runs after a warmup, interleaved.
+Results are checked against torch (or numpy where torch is missing). "ratio" is torch time /
+tilecraft time: above 1 tilecraft is faster. TF32 is off for torch's fp32 matmul (a fair fp32
+comparison); its TF32 time is printed too.
+
+Run: python bench/bench_cuda.py [--quick] [--json PATH]  (needs a GPU and cuda-python)
+"""
+from __future__ import annotations
+import argparse, json, os, sys, time
+from typing import Any, Callable, Optional
+import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from tilecraft import Tensor  # noqa: E402
+from tilecraft.device import Device  # noqa: E402
+from tilecraft.engine.realize import get_runner  # noqa: E402
+from tilecraft.ops import MetaOps  # noqa: E402
+
+def tilecraft_case(make: Callable[[], Tensor]) -> tuple[Callable[[], float], Callable[[], np.ndarray], list[Any], float]:
+  """(run once -> summed kernel seconds, result, the runners, compile seconds) for a realized expression."""
+  out = make()
+  items = [si for si in out.schedule() if si.ast.op is MetaOps.KERNEL]
+  t0 = time.perf_counter()
+  out.realize()
+  compile_s = time.perf_counter() - t0
+  runners = [get_runner(si.ast, "CUDA", list(si.bufs)) for si in items]
+  def once() -> float: return sum(r(list(si.bufs), si.var_vals, wait=True) or 0.0 for r, si in zip(runners, items))
+  return once, out.numpy, runners, compile_s
+
+def torch_timer(torch: Any, fn: Callable[[], Any]) -> Callable[[], float]:
+  start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+  def once() -> float:
+    start.record(); fn(); end.record(); end.synchronize()  # noqa: E702
+    return start.elapsed_time(end) * 1e-3
+  return once
+
+def best(fns: list[Optional[Callable[[], float]]], runs: int, warmup: int) -> list[Optional[float]]:
+  for _ in range(warmup):
+    for f in fns:
+      if f is not None: f()
+  out: list[Optional[float]] = [None if f is None else float("inf") for f in fns]
+  for _ in range(runs):
+    for i, f in enumerate(fns):
+      if f is not None: out[i] = min(out[i], f())  # type: ignore[type-var]
+  return out
+
+def main(argv: Optional[list[str]] = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
+  ap.add_argument("--runs", type=int, default=10)
+  ap.add_argument("--json", metavar="PATH")
+  args = ap.parse_args(argv)
+  dev = Device["CUDA"]
+  if dev.render_only is not None:
+    print(f"CUDA can't run kernels here: {dev.render_only}")
+    return 2
+  try:
+    import torch
+    if not torch.cuda.is_available(): raise ImportError("torch.cuda.is_available() is False")
+    torch.backends.cuda.matmul.allow_tf32 = False
+  except ImportError as e:
+    print(f"(torch on the GPU is not available: {e}; tilecraft times only, checked against numpy)")
+    torch = None
+  from tilecraft.runtime.cuda import _context
+  c = _context()
+  print(f"GPU: {c.name} ({c.arch}); compiler: {dev.compiler.cachekey}" + (f"; torch {torch.__version__}" if torch else ""))
+  N = 1024 if args.quick else 4096
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((N, N), dtype=np.float32), rng.standard_normal((N, N), dtype=np.float32)
+  x = rng.standard_normal((N, N), dtype=np.float32)
+  v = rng.standard_normal(N * N * 4, dtype=np.float32)
+  cases = [  # name, tilecraft expression, torch expression on (tensors), flops, bytes
+    (f"matmul {N}^3 fp32", lambda: Tensor(a, device="CUDA") @ Tensor(b, device="CUDA"), lambda t: t[0] @ t[1], (a, b), 2 * N**3, 3 * 4 * N * N),
+    (f"softmax rows {N}x{N}", lambda: Tensor(x, device="CUDA").softmax(-1), lambda t: torch.softmax(t[0], -1), (x,), 5 * N * N, 2 * 4 * N * N),
+    (f"sum {N * N * 4 // 2**20}M", lambda: Tensor(v, device="CUDA").sum(), lambda t: t[0].sum(), (v,), N * N * 4, 4 * N * N * 4),
+    (f"sum rows {N}x{N}", lambda: Tensor(x, device="CUDA").sum(-1), lambda t: t[0].sum(-1), (x,), N * N, 4 * N * N),
+  ]
+  rows, recs, ok = [], [], True
+  for name, tc_fn, torch_fn, arrs, flops, nbytes in cases:
+    rec: dict[str, Any] = {"name": name}
+    try:
+      once, result, runners, compile_s = tilecraft_case(tc_fn)
+      got = result()
+      t_once = None
+      if torch is not None:
+        tt = [torch.from_numpy(arr).cuda() for arr in arrs]
+        want = torch_fn(tt).float().cpu().numpy()
+        t_once = torch_timer(torch, lambda: torch_fn(tt))
+      else: want = None
+      if want is not None:
+        err = float(np.max(np.abs(got.reshape(want.shape) - want)) / (np.max(np.abs(want)) + 1e-30))
+        rec["max_rel_error"] = err
+        if not err < 1e-3: raise AssertionError(f"result differs from torch: max relative error {err:.2e}")
+      t_tc, t_torch = best([once, t_once], args.runs, 2)
+      rec.update(tilecraft_s=t_tc, torch_s=t_torch, compile_s=compile_s, opts=[[str(o) for o in r.p.applied_opts] for r in runners],
+                 launch=[(r.p.global_size, r.p.local_size) for r in runners])
+      if torch is not None and "matmul" in name:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        rec["torch_tf32_s"] = best([t_once], args.runs, 2)[0]
+        torch.backends.cuda.matmul.allow_tf32 = False
+      ratio = f"{t_torch / t_tc:.3f}" if t_torch else "-"
+      rows.append(f"{name:22s} {t_tc * 1e3:10.3f} {t_torch * 1e3 if t_torch else float('nan'):10.3f} {ratio:>8s} {flops / t_tc / 1e9:9.1f} {nbytes / t_tc / 1e9:8.1f}"
+                  + (f"   torch tf32 {rec['torch_tf32_s'] * 1e3:.3f} ms" if "torch_tf32_s" in rec else ""))
+      print(f"  {name}: opts {rec['opts']}, launch {rec['launch']}, compile {compile_s:.1f} s")
+    except Exception as e:  # noqa: BLE001 - report every case
+      ok = False
+      rec["error"] = f"{type(e).__name__}: {e}"
+      rows.append(f"{name:22s} FAILED: {rec['error'][:200]}")
+    recs.append(rec)
+  print(f"\n{'case':22s} {'tc ms':>10s} {'torch ms':>10s} {'ratio':>8s} {'GFLOPS':>9s} {'GB/s':>8s}   (ratio = torch / tilecraft)")
+  print("\n".join(rows))
+  if args.json:
+    with open(args.json, "w") as f: json.dump({"gpu": c.name, "arch": c.arch, "cases": recs}, f, indent=1, default=str)
+  return 0 if ok else 1
+
+if __name__ == "__main__": sys.exit(main())

@@ -70,14 +70,17 @@ def main(argv: Optional[list[str]] = None) -> int:
   a, b = rng.standard_normal((N, N), dtype=np.float32), rng.standard_normal((N, N), dtype=np.float32)
   x = rng.standard_normal((N, N), dtype=np.float32)
   v = rng.standard_normal(N * N * 4, dtype=np.float32)
-  cases = [  # name, tilecraft expression, torch expression on (tensors), flops, bytes
-    (f"matmul {N}^3 fp32", lambda: Tensor(a, device="CUDA") @ Tensor(b, device="CUDA"), lambda t: t[0] @ t[1], (a, b), 2 * N**3, 3 * 4 * N * N),
-    (f"softmax rows {N}x{N}", lambda: Tensor(x, device="CUDA").softmax(-1), lambda t: torch.softmax(t[0], -1), (x,), 5 * N * N, 2 * 4 * N * N),
-    (f"sum {N * N * 4 // 2**20}M", lambda: Tensor(v, device="CUDA").sum(), lambda t: t[0].sum(), (v,), N * N * 4, 4 * N * N * 4),
-    (f"sum rows {N}x{N}", lambda: Tensor(x, device="CUDA").sum(-1), lambda t: t[0].sum(-1), (x,), N * N, 4 * N * N),
+  def np_softmax(m: np.ndarray) -> np.ndarray:
+    e = np.exp(m - m.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+  cases = [  # name, tilecraft expression, torch expression on (tensors), numpy reference, inputs, flops, bytes
+    (f"matmul {N}^3 fp32", lambda: Tensor(a, device="CUDA") @ Tensor(b, device="CUDA"), lambda t: t[0] @ t[1], np.matmul, (a, b), 2 * N**3, 3 * 4 * N * N),
+    (f"softmax rows {N}x{N}", lambda: Tensor(x, device="CUDA").softmax(-1), lambda t: torch.softmax(t[0], -1), np_softmax, (x,), 5 * N * N, 2 * 4 * N * N),
+    (f"sum {N * N * 4 // 2**20}M", lambda: Tensor(v, device="CUDA").sum(), lambda t: t[0].sum(), np.sum, (v,), N * N * 4, 4 * N * N * 4),
+    (f"sum rows {N}x{N}", lambda: Tensor(x, device="CUDA").sum(-1), lambda t: t[0].sum(-1), lambda m: m.sum(-1), (x,), N * N, 4 * N * N),
   ]
   rows, recs, ok = [], [], True
-  for name, tc_fn, torch_fn, arrs, flops, nbytes in cases:
+  for name, tc_fn, torch_fn, np_fn, arrs, flops, nbytes in cases:
     rec: dict[str, Any] = {"name": name}
     try:
       once, result, runners, compile_s = tilecraft_case(tc_fn)
@@ -85,13 +88,12 @@ def main(argv: Optional[list[str]] = None) -> int:
       t_once = None
       if torch is not None:
         tt = [torch.from_numpy(arr).cuda() for arr in arrs]
-        want = torch_fn(tt).float().cpu().numpy()
+        want = torch_fn(tt).double().cpu().numpy()
         t_once = torch_timer(torch, lambda: torch_fn(tt))
-      else: want = None
-      if want is not None:
-        err = float(np.max(np.abs(got.reshape(want.shape) - want)) / (np.max(np.abs(want)) + 1e-30))
-        rec["max_rel_error"] = err
-        if not err < 1e-3: raise AssertionError(f"result differs from torch: max relative error {err:.2e}")
+      else: want = np_fn(*[arr.astype(np.float64) for arr in arrs])
+      err = float(np.max(np.abs(got.reshape(want.shape) - want)) / (np.max(np.abs(want)) + 1e-30))
+      rec["max_rel_error"] = err
+      if not err < 1e-3: raise AssertionError(f"result differs from {'torch' if torch else 'numpy'}: max relative error {err:.2e}")
       t_tc, t_torch = best([once, t_once], args.runs, 2)
       rec.update(tilecraft_s=t_tc, torch_s=t_torch, compile_s=compile_s, opts=[[str(o) for o in r.p.applied_opts] for r in runners],
                  launch=[(r.p.global_size, r.p.local_size) for r in runners])

@@ -49,3 +49,23 @@ def test_metal_structure():
   assert len(items) >= 400
   bad = [(name, opts, metal_problems(p.src)) for name, opts, p in items if metal_problems(p.src)]
   assert not bad, bad[:3]
+
+@pytest.mark.parametrize("target", ["CUDA", "AMD"])
+def test_same_kernels_as_the_emulator_fuzz(target):
+  """The emulated target draws the same opt sequences as its real renderer (same capabilities, same
+  seeds), so the kernels compiled above are the ones the emulator's fuzz test runs."""
+  from tilecraft import Context
+  from tilecraft.device import Device, DeviceUnavailable
+  from tilecraft.testing.corpus import corpus
+  from tilecraft.testing.fuzz import _seeded, sample_opt_sequences
+  from tilecraft.testing.gpu_compile import EMULATOR_FUZZ
+  try: Device["PYTHON"]
+  except DeviceUnavailable as e: pytest.skip(f"no PYTHON emulator here: {e}")
+  seed, n = EMULATOR_FUZZ[target]
+  mine = {}
+  for name, opts, _ in fuzzed_kernels(target):
+    mine.setdefault(name, []).append(opts)
+  with Context(EMULATE=target):
+    for name in list(mine)[::7]:
+      seqs, _, _ = sample_opt_sequences(corpus()[name], _seeded(seed, name, "opts"), n, "PYTHON")
+      assert [[]] + [list(s) for s in seqs] == mine[name], name

@@ -43,8 +43,9 @@ class CUDARenderer(GPUCStyleLanguage):
     if dt == _H: return self.render_const(float(np.float16(x)), dtypes.float32)  # a float holding the half value
     return super().render_const(x, dt)
   def render_cast(self, x: str, dt: DType, src_dt: DType) -> str:
-    if dt == _H and src_dt.scalar() != dtypes.bfloat16:
+    if dt == _H:
       if src_dt == _H: return x
+      if src_dt == dtypes.bfloat16: return f"tc_rh(tc_bf16_to_f32({x}))"  # bfloat16's range is float's: round into half's
       return f"tc_rh_d({x})" if src_dt == dtypes.float64 else f"tc_rh((float)({x}))"
     return super().render_cast(x, dt, src_dt)
   def render_bits(self, x: str, dt: DType, src_dt: DType) -> str:

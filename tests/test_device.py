@@ -27,6 +27,7 @@ def test_unknown_device_lists_known():
 
 def test_unavailable_device_is_clear(monkeypatch):
   monkeypatch.delitem(_device_factories, "METAL", raising=False)
+  monkeypatch.delitem(Device._opened, "METAL", raising=False)  # another test may have opened it (render-only) in this process
   with pytest.raises(DeviceUnavailable, match="METAL is not available"): Device["metal"]
   assert issubclass(DeviceUnavailable, RuntimeError)
 

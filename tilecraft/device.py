@@ -363,6 +363,8 @@ class CompiledRunner:
     self.dname = self.device.name
     self.lib = precompiled if precompiled is not None else self.device.compiler.compile_cached(program.src)
     self.clprg = self.device.runtime(program.name, self.lib)
+    # without Variables the launch dims never change: evaluated once, not per call
+    self._dims = None if program.vars else program.launch_dims({})
   def _var_vals(self, var_vals: Optional[dict]) -> tuple[int, ...]:
     var_vals = var_vals or {}
     by_name = {getattr(k, "expr", k): v for k, v in var_vals.items()}
@@ -381,7 +383,11 @@ class CompiledRunner:
       if not isinstance(b, Buffer): raise TypeError(f"kernel {self.p.name}: argument {i} is {type(b).__name__}, not a Buffer")
       if b.device != self.dname: raise ValueError(f"kernel {self.p.name} runs on {self.dname}, but buffer {i} is on {b.device}")
       if not b.is_allocated(): raise RuntimeError(f"kernel {self.p.name}: buffer {i} {b!r} is not allocated")
-    vals = self._var_vals(var_vals)
-    global_size, local_size = self.p.launch_dims(dict(zip(self.p.vars, vals)))
+    if self._dims is None:
+      vals = self._var_vals(var_vals)
+      global_size, local_size = self.p.launch_dims(dict(zip(self.p.vars, vals)))
+    else:
+      vals, (gs, ls) = (), self._dims
+      global_size, local_size = (None if gs is None else list(gs)), (None if ls is None else list(ls))  # copies: a runtime may edit them
     return self.clprg(*[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals, wait=wait)
   def __repr__(self) -> str: return f"<CompiledRunner {self.p.name} on {self.dname}>"

@@ -10,6 +10,9 @@ from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
 _runners: dict[tuple[bytes, str, Any], CompiledRunner] = {}
+# the same runners by the AST itself (hash and structural ==): a user's loop schedules equal ASTs on
+# every call, and finding them here skips computing each one's content key (a sha256 of its text)
+_runners_by_ast: dict[tuple[LazyOp, str, Any], CompiledRunner] = {}
 kernel_count = 0  # kernels launched in this process (for DEBUG=1 and tests)
 
 def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
@@ -26,7 +29,9 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
   return k.copy().hand_coded_optimizations()
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
-  key = (ast.key, device, (int(NOOPT), int(BEAM)))
+  opts = (int(NOOPT), int(BEAM))
+  if (r := _runners_by_ast.get((ast, device, opts))) is not None: return r
+  key = (ast.key, device, opts)
   if (r := _runners.get(key)) is None:
     k = optimize(Kernel(ast, Device[device].renderer), bufs)
     r = _runners[key] = CompiledRunner(k.to_program())
@@ -36,6 +41,8 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) ->
     if DEBUG >= 4: print(r.p.src)
     if DEBUG >= 5:
       for i, u in enumerate(r.p.uops or []): print(f"{i:4d} {u.op.name:12s} {str(u.dtype):20s} {[(r.p.uops or []).index(s) if s in (r.p.uops or []) else '-' for s in u.src]} {u.arg!r}")
+  if len(_runners_by_ast) >= 4096: _runners_by_ast.clear()
+  _runners_by_ast[(ast, device, opts)] = r
   return r
 
 @atexit.register

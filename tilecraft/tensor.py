@@ -362,7 +362,7 @@ class Tensor:
     """A movement op: a view of the same base. A zero-element result is an empty buffer instead."""
     new_st = getattr(self.lazydata.st, fn)(arg)
     if _is_zero(new_st.shape): return Tensor(_lb_empty(new_st.shape, self.dtype, self.device))
-    return Tensor(getattr(self.lazydata, fn)(arg))
+    return Tensor(self.lazydata._view(new_st))  # what LazyBuffer.<fn>(arg) makes, without moving the tracker again
   def _e(self, op: Any, *srcs: "Tensor", dtype: Optional[DType] = None) -> "Tensor":
     return Tensor(_lb_e(op, [self.lazydata] + [s.lazydata for s in srcs], dtype=dtype))
 

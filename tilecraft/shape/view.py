@@ -51,14 +51,14 @@ def _check_shape(shape: tuple) -> None:
 def _all_invalid(shape: tuple[sint, ...]) -> "View":
   return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
 
+_INT_TYPES = {int, type(None)}
+
 def _all_ints(x: object) -> bool:
   """x is None, an int (not a bool) or a tuple of those, all the way down."""
-  stack = [x]
-  while stack:
-    y = stack.pop()
-    if type(y) is tuple: stack.extend(y)
-    elif type(y) is not int and y is not None: return False
-  return True
+  if type(x) is not tuple: return type(x) is int or x is None
+  types = set(map(type, x))  # (a flat tuple is checked without a Python-level loop)
+  if types <= _INT_TYPES: return True
+  return tuple in types and types - {tuple} <= _INT_TYPES and all(_all_ints(y) for y in x if type(y) is tuple)
 
 _created: dict[tuple, "View"] = {}  # (shape, strides, offset, mask) of ints -> View.create's result
 

@@ -105,7 +105,7 @@ def _memoized(fn: Callable) -> Callable:
     if not (self.concrete and (arg.concrete if isinstance(arg, ShapeTracker) else _all_ints(arg))): return fn(self, arg)
     key = (name, self, arg)
     if (hit := _moved.get(key)) is None:
-      if len(_moved) >= 1 << 16: _moved.clear()
+      if len(_moved) >= 4096: _moved.clear()
       hit = _moved[key] = fn(self, arg)
     return hit
   return op

@@ -82,7 +82,7 @@ class View:
     key = (shape, strides, offset, mask)
     if not _all_ints(key): return View._create(shape, strides, offset, mask)
     if (hit := _created.get(key)) is None:
-      if len(_created) >= 1 << 16: _created.clear()
+      if len(_created) >= 4096: _created.clear()
       hit = _created[key] = View._create(shape, strides, offset, mask)
     return hit
   @staticmethod

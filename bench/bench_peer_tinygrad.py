@@ -148,7 +148,12 @@ def main() -> None:
   from tilecraft.cli.calibrate import cpu_model, load_average
   names = [n for n in workloads(args.quick) if not args.only or any(s in n for s in args.only)]
   if not names: sys.exit(f"no workload matches {args.only}")
-  peer = Peer(ensure_venv(args.venv), args.quick, clang_path_dir())
+  path_dir = clang_path_dir()
+  try: run(args, names, Peer(ensure_venv(args.venv), args.quick, path_dir), Tensor, cpu_model, load_average)
+  finally:
+    if path_dir: shutil.rmtree(path_dir, ignore_errors=True)
+
+def run(args: argparse.Namespace, names: list[str], peer: Peer, Tensor: Any, cpu_model: Callable, load_average: Callable) -> None:
   tc, errs, ok = Side(Tensor, args.quick), {}, {}
   for n in names:
     ans = peer.ask(setup=n)

@@ -147,3 +147,20 @@ def test_metal_structural_checks():
   assert any("not a complete statement" in p for p in metal_problems(src.replace(";\n", "\n", 2)))
   with pytest.raises(CompileError, match="structural checks"): MetalCompiler().compile(src.replace("kernel void", "void"))
   with pytest.raises(NotImplementedError, match="no double"): Kernel(corpus()["unary_double"].ast, opts=MetalRenderer()).to_program()
+
+@pytest.mark.opencl
+def test_grids_fit_the_targets_limits():
+  """A global dim past 65535 can't be CUDA's grid y or z: such kernels launch on fewer dims (x has
+  2^31-1), and their ids still address every element (run on OPENCL, whose limits are the same)."""
+  from tilecraft.shape.shapetracker import ShapeTracker
+  from tilecraft.testing import fuzz
+  from tilecraft.testing.corpus import kernel, ld, store, ST
+  rng = np.random.default_rng(0)
+  for shape, perm in (((3, 70000), (1, 0)), ((3, 70000, 5), (1, 0, 2)), ((70000, 3, 5), (2, 1, 0))):
+    out = tuple(shape[i] for i in perm)
+    ast = kernel(store(0, F32, ST(out), ld(1, F32, ShapeTracker.from_shape(shape).permute(perm))))
+    for ren in (CUDARenderer(), HIPRenderer(), MetalRenderer(), Device["OPENCL"].renderer):
+      gs = Kernel(ast, opts=ren).to_program().global_size
+      assert all(g <= m for g, m in zip(gs, ren.global_max)), (type(ren).__name__, shape, perm, gs)
+    x = rng.random(shape, dtype=np.float32)
+    assert np.array_equal(fuzz.run_ast(ast, {1: x}, [], "OPENCL")[0].reshape(out), x.transpose(perm))

@@ -31,11 +31,15 @@ def launch_dims(k: Any) -> tuple[Optional[list[sint]], Optional[list[sint]]]:
   return (_fold_dims(gl, k.opts.global_max)[::-1] or [1]), (_fold_dims(lc, k.opts.local_max)[::-1] or [1])
 
 def _fold_dims(dims: list[sint], maxes: Optional[tuple[int, ...]]) -> list[sint]:
-  """Fold dims into at most len(maxes) (3) launch dims: the outermost extra dims merge into one."""
-  dims = list(dims)
+  """Fold dims into at most len(maxes) (3) launch dims: the outermost extra dims merge into one. When
+  a launch dim would exceed the target's limit for it (CUDA's grid y and z are at most 65535), fold
+  into fewer dims: launch dim 0 (the innermost, listed last here) has the largest limit."""
   n = len(maxes) if maxes else 3
-  while len(dims) > n: dims = [dims[0] * dims[1]] + dims[2:]
-  return dims
+  while True:
+    out = list(dims)
+    while len(out) > n: out = [out[0] * out[1]] + out[2:]
+    if not maxes or n == 1 or all(not isinstance(d, int) or d <= m for d, m in zip(reversed(out), maxes)): return out
+    n -= 1
 
 class Lowerer:
   def __init__(self, k: Any, ast: LazyOp):

@@ -9,7 +9,7 @@ bfloat16 is computed in float by the lowerer; the renderer only converts its bit
 from __future__ import annotations
 from typing import Any
 import numpy as np
-from tilecraft.codegen.uops import UOp, UOps
+from tilecraft.codegen.uops import UOp
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer.cstyle import GPUCStyleLanguage

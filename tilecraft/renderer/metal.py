@@ -2,7 +2,7 @@
 source's structure instead (see runtime/metal.py). Metal has no float64."""
 from __future__ import annotations
 from typing import Any
-from tilecraft.codegen.uops import UOp
+from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import UnaryOps
 from tilecraft.renderer.cstyle import GPUCStyleLanguage
@@ -40,7 +40,7 @@ class MetalRenderer(GPUCStyleLanguage):
     for i, (n, dt, mutable) in enumerate(args):
       if isinstance(dt, PtrDType): params.append(f"{'' if mutable else 'const '}device {self.render_dtype(dt)} {n} [[buffer({i})]]")
       else: params.append(f"constant {self.arg_int_type}& {n} [[buffer({i})]]")
-    kinds = {u.arg[3] for u in uops if u.op.name == "SPECIAL"}
+    kinds = {u.arg[3] for u in uops if u.op is UOps.SPECIAL}
     params += [a for k, a in self._SPECIAL_ARGS.items() if k in kinds]
     bound = self.launch_bound(uops)
     head = ([f"[[max_total_threads_per_threadgroup({bound})]]"] if bound is not None else []) + [f"kernel void {name}({', '.join(params)}) {{"]

@@ -306,9 +306,13 @@ def _open_metal() -> Compiled:
   from tilecraft.runtime.metal import MetalCompiler
   return render_only_device("METAL", MetalRenderer, MetalCompiler(), "no Metal runtime here; Metal source gets structural checks only")
 
+def _open_python() -> Compiled:
+  from tilecraft.runtime.python import open_python
+  return open_python()
+
 # A device is added by one line here: name -> function that opens it (may raise DeviceUnavailable).
 _device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu, "OPENCL": _open_opencl, "CUDA": _open_cuda, "HIP": _open_hip,
-                                                        "METAL": _open_metal}
+                                                        "METAL": _open_metal, "PYTHON": _open_python}
 
 class _Device:
   """The device registry (API): `Device["CPU"]` opens (once) and returns a device, `Device.DEFAULT`

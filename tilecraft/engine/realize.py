@@ -9,10 +9,10 @@ from tilecraft.helpers import BEAM, DEBUG, NOOPT, getenv
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
-_runners: dict[tuple[bytes, str, Any], CompiledRunner] = {}
+_runners: dict[tuple, CompiledRunner] = {}
 # the same runners by the AST itself (hash and structural ==): a user's loop schedules equal ASTs on
 # every call, and finding them here skips computing each one's content key (a sha256 of its text)
-_runners_by_ast: dict[tuple[LazyOp, str, Any], CompiledRunner] = {}
+_runners_by_ast: dict[tuple, CompiledRunner] = {}
 kernel_count = 0  # kernels launched in this process (for DEBUG=1 and tests)
 
 def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
@@ -30,10 +30,11 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
   opts = (int(NOOPT), int(BEAM))
-  if (r := _runners_by_ast.get((ast, device, opts))) is not None: return r
-  key = (ast.key, device, opts)
+  renderer = Device[device].renderer  # part of the keys: the PYTHON device's follows EMULATE
+  if (r := _runners_by_ast.get((ast, device, renderer, opts))) is not None: return r
+  key = (ast.key, device, renderer, opts)
   if (r := _runners.get(key)) is None:
-    k = optimize(Kernel(ast, Device[device].renderer), bufs)
+    k = optimize(Kernel(ast, renderer), bufs)
     r = _runners[key] = CompiledRunner(k.to_program())
     if DEBUG >= 3:
       print(ast)
@@ -42,7 +43,7 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) ->
     if DEBUG >= 5:
       for i, u in enumerate(r.p.uops or []): print(f"{i:4d} {u.op.name:12s} {str(u.dtype):20s} {[(r.p.uops or []).index(s) if s in (r.p.uops or []) else '-' for s in u.src]} {u.arg!r}")
   if len(_runners_by_ast) >= 4096: _runners_by_ast.clear()
-  _runners_by_ast[(ast, device, opts)] = r
+  _runners_by_ast[(ast, device, renderer, opts)] = r
   return r
 
 @atexit.register

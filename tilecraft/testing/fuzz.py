@@ -160,8 +160,9 @@ def build_kernel(ast: LazyOp, opts: Sequence[Opt], device: str = "CPU") -> Kerne
   return k
 
 def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kernel: Optional[Kernel] = None) -> Program:
-  """The rendered program of `ast` with `opts` (cached by AST key, opts and device)."""
-  key = (ast.key, tuple(opts), device)
+  """The rendered program of `ast` with `opts` (cached by AST key, opts, device and the device's
+  current renderer: the PYTHON device's follows EMULATE)."""
+  key = (ast.key, tuple(opts), device, Device[device].renderer if kernel is None else kernel.opts)
   if (p := _program_cache.get(key)) is not None:
     cache_stats.program_hits += 1
     return p

@@ -18,7 +18,7 @@ from tilecraft.helpers import Context
 from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Program
 from tilecraft.runtime.emulate import EmulatorError, OutOfBoundsError
-from tilecraft.runtime.python import PythonRenderer, parse_listing, render_listing
+from tilecraft.runtime.python import PythonRenderer, instructions, parse_listing, render_listing
 from tilecraft.shape.symbolic import Variable
 
 ENTRIES = corpus()
@@ -76,6 +76,7 @@ def test_listing_round_trips():
   p = k.to_program()
   name, ins = parse_listing(p.src)
   assert name == p.name and len(ins) == len(p.uops)
+  assert ins == instructions(p.uops)  # what the renderer hands the runtime without parsing
   ref = {u: i for i, u in enumerate(p.uops)}
   for x, u in zip(ins, p.uops):
     assert (x.op, x.dtype) == (u.op, u.dtype)

@@ -125,6 +125,7 @@ class Launch:
     self.mask: Optional[np.ndarray] = None
     self.masks: list[Optional[np.ndarray]] = []
     self.loops: dict[int, Any] = {}
+    self.executed = 0  # instructions run (each for all L lanes): lane-ops = executed * L
 
   def warp(self, size: int = 32) -> tuple[int, int]:
     """(warps per workgroup, lanes per warp): lane l is thread l % size of warp l // size."""
@@ -169,11 +170,13 @@ class Executable:
     self.locals = [(i, x) for i, x in enumerate(ins) if x.op is UOps.DEFINE_LOCAL]
 
   def run(self, st: Launch) -> None:
-    steps, pc, n = self.steps, 0, len(self.steps)
+    steps, pc, n, count = self.steps, 0, len(self.steps), 0
     with np.errstate(all="ignore"):
       while pc < n:
         r = steps[pc](st)
         pc = pc + 1 if r is None else r
+        count += 1
+    st.executed = count
 
 # ---- storage and ids -------------------------------------------------------------------------------------
 
@@ -484,7 +487,7 @@ def _h_sink(ins: Ins, i: int, prog: Executable) -> Step: return lambda st: None
 # ---- launching ---------------------------------------------------------------------------------------------
 
 def launch(prog: Executable, mems: list[np.ndarray], vals: tuple[int, ...], global_size: Optional[list[int]],
-           local_size: Optional[list[int]], limits: Any = None) -> None:
+           local_size: Optional[list[int]], limits: Any = None) -> Launch:
   """Run `prog` on kernel-argument memories (flat numpy arrays in DEFINE_GLOBAL index order) and
   the symbolic values (sorted by name), over global_size workgroups of local_size threads."""
   if len(mems) != len(prog.globals): raise EmulatorError(f"{prog.name} takes {len(prog.globals)} buffers, got {len(mems)}")
@@ -511,8 +514,8 @@ def launch(prog: Executable, mems: list[np.ndarray], vals: tuple[int, ...], glob
     m = Memory(name, dt, _poison(dt, st.n_groups * size), size, local=True)
     m.writer, m.dirty = np.full(st.n_groups * size, -1, np.int32), np.zeros(st.n_groups * size, np.bool_)
     st.vals[i] = m
-  if st.L == 0: return
-  prog.run(st)
+  if st.L: prog.run(st)
+  return st
 
 def _poison(dt: DType, n: int) -> np.ndarray:
   """Fresh local memory: NaN / the most negative int (never read: reads of unwritten elements raise)."""

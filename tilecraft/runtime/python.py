@@ -20,7 +20,7 @@ travel in the instruction, are vendor-specific). Launches are checked against th
 target the program was rendered for.
 """
 from __future__ import annotations
-import ast as pyast, functools
+import ast as pyast, collections, functools
 from enum import Enum
 from typing import Any, Optional
 import numpy as np
@@ -79,7 +79,11 @@ class PythonRenderer(Renderer):
     self.base = _target_renderer(target)
     for a in _CAPS:
       if hasattr(self.base, a): setattr(self, a, getattr(self.base, a))
-  def render(self, name: str, uops: list) -> str: return render_listing(name, uops, self.target)
+  def render(self, name: str, uops: list) -> str:
+    src, ins = _render(name, uops, self.target)
+    try: _remember(src, Executable(name, ins))  # so compiling and loading it need no parse
+    except EmulatorError: pass  # e.g. an instruction without a handler: compiling it says so
+    return src
   def __repr__(self) -> str: return f"<PythonRenderer target={self.target or 'generic GPU'}>"
 
 @functools.lru_cache(maxsize=None)
@@ -110,19 +114,48 @@ def _fmt(x: Any, ref: dict) -> str:
   if isinstance(x, (DType, int, float, str, bool, type(None))): return repr(x)
   raise TypeError(f"the PYTHON listing can't write the argument {x!r} ({type(x).__name__})")
 
-def render_listing(name: str, uops: list[UOp], target: str = "") -> str:
+_ENDRANGE, _SINK = UOps.ENDRANGE, UOps.SINK
+
+def _listing(uops: list[UOp]) -> tuple[dict, list[tuple[UOp, tuple[int, ...]]]]:
+  """(index of each UOp, each UOp with its sources as listing indices). A source outside the list
+  is either the ENDRANGE that means "after this loop" (the listing's own ENDRANGE of that loop
+  stands in) or a store folded away to an empty SINK (dropped)."""
   ref = {u: i for i, u in enumerate(uops)}
-  end_of = {u.src[0]: i for i, u in enumerate(uops) if u.op is UOps.ENDRANGE}
-  lines = [f"# tilecraft PYTHON kernel {name} (target: {target or 'generic GPU'})"]
+  end_of = {u.src[0]: i for i, u in enumerate(uops) if u.op is _ENDRANGE}
+  out = []
   for i, u in enumerate(uops):
     srcs = []
     for s in u.src:
-      if s in ref: srcs.append(f"%{ref[s]}")
-      elif s.op is UOps.ENDRANGE and s.src and s.src[0] in end_of: srcs.append(f"%{end_of[s.src[0]]}")  # "after this loop"
-      elif s.op is UOps.SINK and not s.src: continue  # a store folded away
+      if (j := ref.get(s)) is not None: srcs.append(j)
+      elif s.op is _ENDRANGE and s.src and s.src[0] in end_of: srcs.append(end_of[s.src[0]])
+      elif s.op is _SINK and not s.src: continue
       else: raise CompileError(f"PYTHON renderer: {u.op.name} at {i} uses {s.op.name}, which is not in the linearized UOps", "")
-    lines.append(f"%{i} = {u.op.name} {u.dtype!r} ({''.join(x + ', ' for x in srcs).rstrip(', ')}{',' if len(srcs) == 1 else ''}) {_fmt(u.arg, ref)}")
-  return "\n".join(lines) + "\n"
+    out.append((u, tuple(srcs)))
+  return ref, out
+
+def _render(name: str, uops: list[UOp], target: str) -> tuple[str, list[Ins]]:
+  """The listing and the instructions parsing it gives back (built directly)."""
+  ref, listing = _listing(uops)
+  lines = [f"# tilecraft PYTHON kernel {name} (target: {target or 'generic GPU'})"]
+  ins = []
+  for i, (u, srcs) in enumerate(listing):
+    lines.append(f"%{i} = {u.op.name} {_dtype_text(u.dtype)} ({', '.join(f'%{x}' for x in srcs)}{',' if len(srcs) == 1 else ''}) {_fmt(u.arg, ref)}")
+    ins.append(Ins(u.op, u.dtype, srcs, _arg_value(u.arg, ref)))
+  return "\n".join(lines) + "\n", ins
+
+@functools.lru_cache(maxsize=None)
+def _dtype_text(dt: DType) -> str: return repr(dt)
+
+def render_listing(name: str, uops: list[UOp], target: str = "") -> str: return _render(name, uops, target)[0]
+def instructions(uops: list[UOp]) -> list[Ins]:
+  """The instructions parse_listing(render_listing(uops)) gives, built directly."""
+  return _render("k", uops, "")[1]
+
+def _arg_value(x: Any, ref: dict) -> Any:
+  """An arg as parsing its listing text gives it back: UOps in the list become their index, others their formula."""
+  if isinstance(x, UOp): return ref[x] if x in ref else _expr(_fmt(x, ref))
+  if isinstance(x, tuple): return tuple(_arg_value(v, ref) for v in x)
+  return x
 
 class _Eval:
   """Evaluates one listing expression: literals, tuples/lists, -x, names of dtypes/op enums/nan/inf,
@@ -231,11 +264,19 @@ class PythonCompiler(Compiler):
     except (ValueError, EmulatorError) as e: raise CompileError(f"PYTHON device: {e}", src) from e
     return src.encode()
 
-@functools.lru_cache(maxsize=256)
+_executables: "collections.OrderedDict[str, Executable]" = collections.OrderedDict()
+
+def _remember(src: str, exe: Executable) -> Executable:
+  _executables[src] = exe
+  _executables.move_to_end(src)
+  if len(_executables) > 256: _executables.popitem(last=False)
+  return exe
+
 def load(src: str) -> Executable:
-  """The executable of a listing (cached: the compiler and the runtime parse the same source; an
-  Executable holds no launch state, so programs share it)."""
-  return Executable(*parse_listing(src))
+  """The executable of a listing: the one its renderer built, else parsed (an Executable holds no
+  launch state, so programs share it)."""
+  if (exe := _executables.get(src)) is not None: return exe
+  return _remember(src, Executable(*parse_listing(src)))
 
 class PythonProgram:
   """A parsed kernel. Called like every runtime's program: buffer handles (CPU-allocator memory),
@@ -246,6 +287,7 @@ class PythonProgram:
     self.exe = load(src)
     target = src.splitlines()[0].rsplit("(target: ", 1)[-1].rstrip(")")
     self.limits = python_renderer("" if target == "generic GPU" else target)
+    self.last_lane_ops = 0
   def __call__(self, *bufs: Any, global_size: Optional[list[int]] = None, local_size: Optional[list[int]] = None,
                vals: tuple[int, ...] = (), wait: bool = True) -> Optional[float]:
     import time
@@ -257,7 +299,8 @@ class PythonProgram:
       usable = mem.size - mem.size % base.itemsize
       mems.append(mem[:usable].view(np_memory_dtype(base)))
     st = time.perf_counter()
-    launch(self.exe, mems, tuple(vals), global_size, local_size, self.limits)
+    run = launch(self.exe, mems, tuple(vals), global_size, local_size, self.limits)
+    self.last_lane_ops = run.executed * run.L  # for benchmarks: lanes x instructions of the last launch
     return time.perf_counter() - st if wait else None
   def __repr__(self) -> str: return f"<PythonProgram {self.name}>"
 

@@ -14,10 +14,10 @@ from common import best_of, conv3x3_ast, elementwise_ast, matmul_ast  # noqa: E4
 from tilecraft.codegen.kernel import Kernel  # noqa: E402
 from tilecraft.device import Buffer, CompiledRunner, Device  # noqa: E402
 from tilecraft.dtype import dtypes  # noqa: E402
-from tilecraft.engine.fuzz import buffer_size, buffer_views  # noqa: E402
+from tilecraft.testing.fuzz import buffer_size, buffer_views  # noqa: E402
 from tilecraft.helpers import Context  # noqa: E402
 from tilecraft.ops import BinaryOps, LazyOp, ReduceOps  # noqa: E402
-from tilecraft.engine.corpus import ST, kernel, ld, red, store  # noqa: E402
+from tilecraft.testing.corpus import ST, kernel, ld, red, store  # noqa: E402
 
 def sum_rows_ast(M: int, N: int) -> LazyOp:
   return kernel(store(0, dtypes.float32, ST((M, 1)), red(ReduceOps.SUM, ld(1, dtypes.float32, ST((M, N))), (1,))))

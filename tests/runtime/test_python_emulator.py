@@ -12,8 +12,8 @@ from tilecraft.codegen.linearize import linearize_uops
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.device import Buffer, CompileError, CompiledRunner, Device
 from tilecraft.dtype import DType, dtypes
-from tilecraft.engine import fuzz
-from tilecraft.engine.corpus import ST, alu, cast, corpus, kernel, known_bug, ld, red, store
+from tilecraft.testing import fuzz
+from tilecraft.testing.corpus import ST, alu, cast, corpus, kernel, known_bug, ld, red, store
 from tilecraft.helpers import Context
 from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Program
@@ -188,7 +188,7 @@ def test_casts_match_cpu(rng):
     ast = kernel(*outs)
     arr = x.astype(src.np) if src.np is not None else x
     if src == dtypes.bfloat16:
-      from tilecraft.engine.corpus import bf16
+      from tilecraft.testing.corpus import bf16
       arr = bf16(x)
     got = fuzz.run_ast(ast, {len(dts): arr}, [], "PYTHON")
     want = fuzz.run_ast(ast, {len(dts): arr}, [], "CPU")

@@ -106,7 +106,7 @@ def _check_bounds(st: "Launch", mem: Memory, addr: np.ndarray, active: Optional[
 
 class Launch:
   """The state of one kernel launch: lane ids, values, the lane mask, loop state."""
-  def __init__(self, prog: "Executable", global_size: list[int], local_size: list[int], global_ids: bool):
+  def __init__(self, prog: "Executable", global_size: list[int], local_size: list[int]):
     self.prog = prog
     self.gs, self.ls = global_size, local_size
     self.n_groups, self.group_size = int(np.prod(global_size)), int(np.prod(local_size))
@@ -116,11 +116,10 @@ class Launch:
     def unravel(flat: np.ndarray, dims: list[int]) -> list[np.ndarray]:
       out = []
       for d in dims:
-        out.append((flat % d).astype(np.int32))
+        out.append(flat % d)
         flat = flat // d
       return out
     self.gid, self.lid = unravel(self.group, global_size), unravel(lane % self.group_size, local_size)
-    self.global_ids = global_ids
     self.vals: list[Any] = [None] * len(prog.ins)
     self.mask: Optional[np.ndarray] = None
     self.masks: list[Optional[np.ndarray]] = []
@@ -193,12 +192,14 @@ def _h_const(ins: Ins, i: int, prog: Executable) -> Step:
 
 @handler(UOps.SPECIAL)
 def _h_special(ins: Ins, i: int, prog: Executable) -> Step:
-  _, _, dim, kind = ins.arg
+  name, _, dim, kind = ins.arg
+  t = np_value_dtype(ins.dtype)
   def step(st: Launch) -> None:
-    if dim >= len(st.gs): raise EmulatorError(f"{ins.arg[0]} reads launch dim {dim}, the launch has {len(st.gs)}")
-    if kind == "local": st.vals[i] = st.lid[dim]
-    elif kind == "group" or st.global_ids is False: st.vals[i] = st.gid[dim]
-    else: st.vals[i] = st.gid[dim] * np.int32(st.ls[dim]) + st.lid[dim]
+    if dim >= len(st.gs): raise EmulatorError(f"{prog.name}: {name} reads launch dim {dim}, the launch has {len(st.gs)}")
+    if kind == "local": v = st.lid[dim]
+    elif kind == "group": v = st.gid[dim]
+    else: v = st.gid[dim] * st.ls[dim] + st.lid[dim]  # a global id (NOLOCALS)
+    st.vals[i] = v.astype(t, copy=False)
   return step
 
 # ---- control flow ----------------------------------------------------------------------------------------
@@ -493,13 +494,12 @@ def launch(prog: Executable, mems: list[np.ndarray], vals: tuple[int, ...], glob
   if len(mems) != len(prog.globals): raise EmulatorError(f"{prog.name} takes {len(prog.globals)} buffers, got {len(mems)}")
   if len(vals) != len(prog.vars): raise EmulatorError(f"{prog.name} takes {len(prog.vars)} symbolic values, got {len(vals)}")
   gs = [int(x) for x in (global_size or [1])]
-  global_ids = local_size is None
-  ls = [int(x) for x in (local_size or [1] * len(gs))]
+  ls = [int(x) for x in (local_size or [1] * len(gs))]  # no local size (NOLOCALS): one thread per workgroup
   n = max(len(gs), len(ls), 1)
   gs, ls = gs + [1] * (n - len(gs)), ls + [1] * (n - len(ls))
   if any(x < 0 for x in gs + ls): raise EmulatorError(f"{prog.name}: negative launch size {gs} x {ls}")
   if limits is not None: _check_limits(prog, gs, ls, limits)
-  st = Launch(prog, gs, ls, global_ids)
+  st = Launch(prog, gs, ls)
   for (idx, i), mem in zip(prog.globals, mems):
     dt = prog.ins[i].dtype
     base = dt.base if isinstance(dt, PtrDType) else dt

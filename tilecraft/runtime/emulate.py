@@ -280,17 +280,15 @@ def _h_acc(ins: Ins, i: int, prog: Executable) -> Step:
   def step(st: Launch) -> None: st.vals[i] = st.vals[init]
   return step
 
-def _merge(st: Launch, new: Any, old: Any) -> Any:
+def _merge(st: Launch, new: Any, old: Any, width: int) -> Any:
   """new where the lane is active, else old."""
   if st.mask is None: return new
-  m = st.mask
-  if np.ndim(new) > 1 or np.ndim(old) > 1 or (np.ndim(new) == 1 and np.shape(new)[0] != st.L): m = m[:, None]
-  return np.where(m, new, old)
+  return np.where(st.mask[:, None] if width > 1 else st.mask, new, old)
 
 @handler(UOps.PHI)
 def _h_phi(ins: Ins, i: int, prog: Executable) -> Step:
-  acc, new = ins.src[0], ins.src[1]
-  def step(st: Launch) -> None: st.vals[i] = st.vals[acc] = _merge(st, st.vals[new], st.vals[acc])
+  acc, new, width = ins.src[0], ins.src[1], ins.dtype.count
+  def step(st: Launch) -> None: st.vals[i] = st.vals[acc] = _merge(st, st.vals[new], st.vals[acc], width)
   return step
 
 @handler(UOps.ACCREAD)
@@ -435,17 +433,25 @@ ALU: dict[Any, Callable[..., Any]] = {
 def _h_alu(ins: Ins, i: int, prog: Executable) -> Step:
   if ins.arg not in ALU: raise EmulatorError(f"the PYTHON device has no ALU op {ins.arg}")
   fn, dt, srcs = ALU[ins.arg], ins.dtype, ins.src
-  out = np_value_dtype(dt)
+  out = np.dtype(np_value_dtype(dt))
   w = dt.count if ins.arg not in (BinaryOps.CMPLT, BinaryOps.CMPNE) else max(prog.ins[s].dtype.count for s in srcs)
-  widen = [w > 1 and prog.ins[s].dtype.count == 1 for s in srcs]
+  widen = [w > 1 and prog.ins[s].dtype.count == 1 for s in srcs]  # a scalar operand of a vector op: every lane of the vector
   bf16 = dt.scalar() == dtypes.bfloat16
-  # the type the op computes in: the result's, except comparisons (their operands') and WHERE's condition
+  # the type the op computes in: the result's, except comparisons (their operands')
   op_dt = prog.ins[srcs[-1]].dtype if ins.arg in (BinaryOps.CMPLT, BinaryOps.CMPNE) else dt
+  def fix(r: Any) -> Any:
+    if r.dtype != out: r = r.astype(out)
+    return round_bf16(r) if bf16 else r
+  if not any(widen) and not bf16 and len(srcs) == 2:  # the common case, without the generic argument handling
+    a, b = srcs
+    def step2(st: Launch) -> None:
+      v = st.vals
+      r = fn(v[a], v[b], op_dt)
+      v[i] = r if r.dtype == out else r.astype(out)
+    return step2
   def step(st: Launch) -> None:
     args = [np.asarray(st.vals[s])[..., None] if wd else st.vals[s] for s, wd in zip(srcs, widen)]
-    r = np.asarray(fn(*args, op_dt))
-    if r.dtype != out: r = r.astype(out)
-    st.vals[i] = round_bf16(r) if bf16 else r
+    st.vals[i] = fix(np.asarray(fn(*args, op_dt)))
   return step
 
 @handler(UOps.CAST)
@@ -464,7 +470,7 @@ def _h_bitcast(ins: Ins, i: int, prog: Executable) -> Step:
   s, dt, sdt = ins.src[0], ins.dtype, prog.ins[ins.src[0]].dtype
   if dt.scalar().itemsize != sdt.scalar().itemsize: raise EmulatorError(f"bitcast between {sdt!r} and {dt!r} of different sizes")
   def step(st: Launch) -> None:
-    x = np.ascontiguousarray(st.vals[s])
+    x = np.array(st.vals[s])  # a contiguous copy (0-d stays 0-d)
     if sdt.scalar() == dtypes.bfloat16: x = bf16_bits_from_f32(x)
     y = x.view(np_memory_dtype(dt))
     st.vals[i] = f32_from_bf16_bits(y) if dt.scalar() == dtypes.bfloat16 else y

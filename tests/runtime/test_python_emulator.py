@@ -62,9 +62,11 @@ def test_emulate_picks_the_target_per_lookup():
   with Context(EMULATE="CUDA"):
     r = Device["PYTHON"].renderer
     assert r.target == "CUDA" and r is Device["PYTHON"].renderer  # one renderer per target: caches see a stable object
-    assert r.shared_max == r.base.shared_max and r.local_max == r.base.local_max
-  with Context(EMULATE="AMD"): assert Device["PYTHON"].renderer.target == "AMD"
-  with Context(EMULATE="METAL"): assert Device["PYTHON"].renderer.target == "METAL"
+    from tilecraft.renderer.cuda import CUDARenderer
+    assert isinstance(r.base, CUDARenderer) and (r.shared_max, r.local_max, r.max_threads) == (49152, (1024, 1024, 64), 1024)
+    assert r.vector_dtypes == r.base.vector_dtypes and r.tensor_cores == r.base.tensor_cores
+  with Context(EMULATE="AMD"): assert type(Device["PYTHON"].renderer.base).__name__ == "HIPRenderer" and Device["PYTHON"].renderer.shared_max == 65536
+  with Context(EMULATE="METAL"): assert type(Device["PYTHON"].renderer.base).__name__ == "MetalRenderer"
   assert Device["PYTHON"].renderer is base
   with Context(EMULATE="VAX"), pytest.raises(ValueError, match="EMULATE='VAX'.*CUDA, METAL, AMD"): Device["PYTHON"].renderer
 

@@ -50,26 +50,18 @@ class _GenericGPU(Renderer):
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, BinaryOps.MAX})
 
 def _target_renderer(target: str) -> Renderer:
-  """The renderer whose capabilities EMULATE=target takes."""
+  """The renderer whose capabilities EMULATE=target takes (the real CUDA / HIP / Metal renderers)."""
   if target == "": return _GenericGPU()
-  from tilecraft.renderer import cstyle
-  name = {"CUDA": "CUDARenderer", "METAL": "MetalRenderer", "AMD": "HIPRenderer"}.get(target)
-  if name is None: raise ValueError(f"EMULATE={target!r}: the PYTHON device emulates {', '.join(EMULATED_TARGETS)} (or nothing: a generic GPU)")
-  if (cls := getattr(cstyle, name, None)) is not None: return cls()
-  return _FallbackTarget(target)
-
-class _FallbackTarget(Renderer):
-  """Capabilities of a target whose renderer is not in cstyle yet (temporary: replaced by the real
-  renderer classes as soon as they exist)."""
-  _TABLE = {"CUDA": dict(global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 64), shared_max=49152, max_threads=1024,
-                         vector_dtypes=frozenset({dtypes.float32, dtypes.float16})),
-            "METAL": dict(global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 1024), shared_max=32768, max_threads=1024,
-                          vector_dtypes=frozenset({dtypes.float32, dtypes.float16, dtypes.int32})),
-            "AMD": dict(global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 1024), shared_max=65536, max_threads=1024,
-                        vector_dtypes=frozenset({dtypes.float32, dtypes.float16}))}
-  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
-  def __init__(self, target: str):
-    for k, v in self._TABLE[target].items(): setattr(self, k, v)
+  if target == "CUDA":
+    from tilecraft.renderer.cuda import CUDARenderer
+    return CUDARenderer()
+  if target == "METAL":
+    from tilecraft.renderer.metal import MetalRenderer
+    return MetalRenderer()
+  if target == "AMD":
+    from tilecraft.renderer.hip import HIPRenderer
+    return HIPRenderer()
+  raise ValueError(f"EMULATE={target!r}: the PYTHON device emulates {', '.join(EMULATED_TARGETS)} (or nothing: a generic GPU)")
 
 class PythonRenderer(Renderer):
   """Renders UOps as the emulator's listing; capabilities come from the emulated target."""

@@ -7,8 +7,10 @@ Source: `PythonRenderer.render` writes the UOps as a listing, one instruction pe
     %7 = ALU dtypes.float.vec(4) (%5, %6) BinaryOps.ADD
 
 (`%i = OP dtype (sources) arg`), which is readable (DEBUG=4 shows it), is what the compile cache
-keys on, and is parsed back exactly (`parse_listing`, a whitelist evaluator, never `eval`) by the
-compiler, which checks that every instruction has a handler; the runtime executes the parse.
+keys on, and parses back exactly (`parse_listing`, a whitelist evaluator, never `eval`). The
+renderer hands the instructions it wrote straight to the compiler and runtime (no parse on the
+hot path); a listing from anywhere else is parsed. Compiling checks that every instruction has a
+handler in the emulator.
 
 Targets: `EMULATE=CUDA|METAL|AMD` gives the renderer that target's capabilities (launch limits,
 shared memory, threads per workgroup, vector types, tensor cores); unset is a generic GPU. The

@@ -292,7 +292,6 @@ def test_symbolic_variables():
 # ---- the differential fuzzer on every emulated target ----------------------------------------------------
 
 TARGETS = ("", "CUDA", "METAL", "AMD")
-N_PER_KERNEL = 7
 MIN_PAIRS = 2000
 MAX_SERIAL = 8192  # loop iterations per thread in the unoptimized kernel the emulator runs in python
 
@@ -314,11 +313,14 @@ def _fuzz_entries() -> list[str]:
   times on one thread: seconds per run here; the CPU and OPENCL fuzz cover it)."""
   return [n for n, e in ENTRIES.items() if _serial_iterations(fuzz.get_program(e.ast, [], "PYTHON")) <= MAX_SERIAL]
 
-def _seed(target: str) -> int: return TARGETS.index(target)
 
 @pytest.mark.fuzz
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t or "generic")
 def test_fuzz_corpus_on_emulator(target: str, monkeypatch):
+  """>= 2,000 (kernel, opt sequence) pairs over the four targets; the seeds and counts are the ones the
+  CUDA/HIP compile checks (tests/renderer/test_gpu_compile.py) compile the same kernels with."""
+  from tilecraft.testing.gpu_compile import EMULATOR_FUZZ
+  seed, n = EMULATOR_FUZZ[target]
   total, ops = fuzz.FuzzReport(), set()
   sample = fuzz.sample_opt_sequences
   def recording(*a, **kw):
@@ -331,7 +333,7 @@ def test_fuzz_corpus_on_emulator(target: str, monkeypatch):
   with Context(EMULATE=target, TC=1 if UOps.WMMA in HANDLERS else 2):
     for name in _fuzz_entries():
       if known_bug(name, "PYTHON", "fuzz"): continue
-      rep = fuzz.fuzz_entry(ENTRIES[name], N_PER_KERNEL, "PYTHON", seed=_seed(target))
+      rep = fuzz.fuzz_entry(ENTRIES[name], n, "PYTHON", seed=seed)
       assert rep.ok, f"{name} on PYTHON EMULATE={target}: {rep.summary()}"
       total = total.merge(rep)
     # the corpus's matmuls are float32: only targets with a float32 tensor core (Metal) take TC opts

@@ -256,7 +256,7 @@ class Kernel:
       check(self._tc_thread_ok(axis), "LOCAL: axis is a tensor-core thread axis")
       # the tensor core's lanes stay the innermost local axes (linear thread id % threads = lane)
       lanes = len(self.tensor_core_opts.lane_bits) if self.tensor_core is not None else 0
-      self._check_threads(amt, at=self.local_dims - lanes)
+      self._check_threads(amt)
       self.shift_to(axis, amt, insert_before=self.first_reduce - lanes)
       self.local_dims += 1
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
@@ -299,20 +299,11 @@ class Kernel:
     self.simplify_ones()
     if self.group_for_reduces: self._check_shared(1)  # later opts (LOCAL, UPCAST, PADTO) grow the staging buffer too
 
-  def _check_threads(self, amt: int, at: Optional[int] = None) -> None:
-    """A new thread dim of `amt` (inserted at position `at` of the local+group dims, default last) keeps
-    the workgroup within the target's limits, also once the dims are folded into 3 launch dims."""
-    dims = list(self.full_shape[self.global_dims:self.first_reduce + self.group_for_reduces])
-    threads = prod(dims) * amt
+  def _check_threads(self, amt: int) -> None:
+    threads = prod(self.full_shape[self.global_dims:self.first_reduce + self.group_for_reduces]) * amt
     check(isinstance(threads, int) and threads <= self.opts.max_threads,
           f"a workgroup of {threads} threads is over the target's limit of {self.opts.max_threads}")
-    if self.opts.local_max:
-      check(amt <= max(self.opts.local_max), f"{amt} threads in one dim is over the target's local_max {self.opts.local_max}")
-      dims.insert(len(dims) if at is None else at, amt)
-      n = len(self.opts.local_max)
-      folded = ([prod(dims[:len(dims) - n + 1])] + dims[len(dims) - n + 1:])[::-1] if len(dims) > n else dims[::-1]
-      check(all(d <= m for d, m in zip(folded, self.opts.local_max)),
-            f"a workgroup of {dims[::-1]} threads folds into launch dims {folded}, over the target's local_max {self.opts.local_max}")
+    if self.opts.local_max: check(amt <= max(self.opts.local_max), f"{amt} threads in one dim is over the target's local_max {self.opts.local_max}")
 
   def _tc_thread_ok(self, axis: int) -> bool:
     """False for the axes a tensor core laid out (its lanes and its register/K bits)."""

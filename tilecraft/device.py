@@ -287,6 +287,14 @@ def _open_cpu() -> Compiled:
     return CRenderer()
   return Compiled("CPU", CPUAllocator(), renderer, CPUCompiler(), CPUProgram)
 
+def _open_llvm() -> Compiled:
+  from tilecraft.runtime.cpu import CPUAllocator
+  from tilecraft.runtime.llvm import LLVMCompiler, LLVMProgram
+  def renderer() -> Renderer:
+    from tilecraft.renderer.llvmir import LLVMRenderer
+    return LLVMRenderer()
+  return Compiled("LLVM", CPUAllocator(), renderer, LLVMCompiler(), LLVMProgram)
+
 def _open_opencl() -> Compiled:
   from tilecraft.runtime.opencl import CLAllocator, CLCompiler, CLProgram, _context, cl_renderer
   _context()  # fail here, with the reason, when there is no OpenCL device
@@ -312,7 +320,7 @@ def _open_python() -> Compiled:
 
 # A device is added by one line here: name -> function that opens it (may raise DeviceUnavailable).
 _device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu, "OPENCL": _open_opencl, "CUDA": _open_cuda, "HIP": _open_hip,
-                                                        "METAL": _open_metal, "PYTHON": _open_python}
+                                                        "METAL": _open_metal, "PYTHON": _open_python, "LLVM": _open_llvm}
 
 class _Device:
   """The device registry (API): `Device["CPU"]` opens (once) and returns a device, `Device.DEFAULT`

@@ -18,7 +18,7 @@ from tilecraft.shape.symbolic import Variable, sym_eval
 from tilecraft.shape.view import View
 
 ENTRIES = corpus()
-DEVICES = ("CPU", "OPENCL")
+DEVICES = ("CPU", "OPENCL", "LLVM")
 
 @pytest.fixture(scope="module")
 def iso():
@@ -205,10 +205,11 @@ def test_fuzz_is_reproducible():
 
 N_PER_KERNEL = 30   # x the corpus: >= 2,000 distinct (kernel, opt sequence) pairs on CPU (checked below)
 N_PER_KERNEL_GPU = 10
-MIN_PAIRS = 2000
+N_PER_KERNEL_LLVM = 15  # >= 1,000 pairs on LLVM (the JIT compiles in ~30 ms)
+MIN_PAIRS = {"CPU": 2000, "LLVM": 1000}
 
 def _params(n_cpu: int, n_gpu: int) -> list:
-  return [pytest.param(name, d, n_cpu if d == "CPU" else n_gpu, id=f"{d}-{name}",
+  return [pytest.param(name, d, n_cpu if d == "CPU" else N_PER_KERNEL_LLVM if d == "LLVM" else n_gpu, id=f"{d}-{name}",
                        marks=[pytest.mark.xfail(strict=True, reason=r)] if (r := known_bug(name, d, "fuzz")) else [])
           for d in DEVICES for name in ENTRIES]
 
@@ -218,15 +219,16 @@ def test_fuzz_corpus_entry(name: str, device: str, n: int, iso: IsolatedRunner):
   rep = fuzz_entry(ENTRIES[name], n, device, seed=0, isolated=iso)
   assert rep.ok, f"{name} on {device}: {rep.summary()}"
 
-def test_fuzz_default_tier_covers_2000_pairs():
+@pytest.mark.parametrize("device,n", [("CPU", N_PER_KERNEL), ("LLVM", N_PER_KERNEL_LLVM)])
+def test_fuzz_default_tier_covers_enough_pairs(device: str, n: int):
   """The per-entry runs above sample their opt sequences from generators seeded by (0, entry name),
-  so their pair counts are known without compiling: together they must reach MIN_PAIRS on CPU."""
+  so their pair counts are known without compiling: together they must reach MIN_PAIRS[device]."""
   total = 0
   for e in ENTRIES.values():
-    if known_bug(e.name, "CPU", "fuzz"): continue  # expected to fail: its pairs don't count
-    seqs, _, _ = sample_opt_sequences(e, fuzz._seeded(0, e.name, "opts"), N_PER_KERNEL, "CPU")
+    if known_bug(e.name, device, "fuzz"): continue  # expected to fail: its pairs don't count
+    seqs, _, _ = sample_opt_sequences(e, fuzz._seeded(0, e.name, "opts"), n, device)
     total += len(seqs)
-  assert total >= MIN_PAIRS, f"only {total} distinct (kernel, opts) pairs; raise N_PER_KERNEL"
+  assert total >= MIN_PAIRS[device], f"only {total} distinct (kernel, opts) pairs on {device}; raise its N_PER_KERNEL"
 
 @pytest.mark.slow
 @pytest.mark.fuzz

@@ -1,0 +1,398 @@
+"""LLVM IR for the LLVM device, from the same linearized UOps the C renderer prints.
+
+Semantics follow the C path (tilecraft.runtime.cpu: gcc -O3 -ffp-contract=fast -fwrapv
+-fno-math-errno, no -ffast-math): float adds and multiplies carry only the `contract` flag (so
+a*b+c may become an FMA, as gcc does), integer arithmetic wraps (no nsw/nuw), division and modulo
+are the C ones (the lowerer already turns them into floor semantics with x//0 == 0), gated loads
+branch around the load exactly like C's `g ? buf[i] : alt`, and float->int casts go through the
+same 32/64-bit conversions gcc uses (frozen, so an out-of-range value is a value, not poison).
+
+Vectors are LLVM vector types (<8 x float>); exp2 on a float32 vector is the same software
+polynomial the C renderer uses (scalar exp2/log2/sin/sqrt are the llvm intrinsics, i.e. libm).
+
+Loops are phi-counted; accumulators live in allocas that the optimizer promotes to registers.
+The kernel takes two trailing i32 arguments (chunk, chunks): the outermost "parallel" loop runs
+only its chunk-th share of the range, so the runtime can run a kernel on every core by calling it
+once per chunk from a thread pool. `@tc_parallel` (1 or 0) tells the runtime whether to.
+"""
+from __future__ import annotations
+import math, struct
+from typing import Any, Optional
+import numpy as np
+from tilecraft.codegen.uops import UOp, UOps
+from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes
+from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
+from tilecraft.renderer import Renderer
+from tilecraft.renderer.cstyle import _host_vector_width
+
+_SCALAR = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16", dtypes.int32: "i32",
+           dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half", dtypes.bfloat16: "i16",
+           dtypes.float32: "float", dtypes.float64: "double"}
+_MATH = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}
+_FLAGS = " contract"  # the only fast-math freedom gcc is given (-ffp-contract=fast)
+
+def ltype(dt: DType) -> str:
+  """The LLVM register type of a dtype (bool is i1; bfloat16 is its i16 bits)."""
+  if isinstance(dt, ImageDType): raise NotImplementedError("LLVM has no image types")
+  if isinstance(dt, PtrDType): return "ptr"
+  if dt == dtypes.void: return "void"
+  s = _SCALAR[dt.scalar()]
+  return f"<{dt.count} x {s}>" if dt.count > 1 else s
+
+def mtype(dt: DType) -> str:
+  """The type a dtype has in memory: bool is a byte there."""
+  return ltype(dt).replace("i1", "i8") if dt.scalar() == dtypes.bool else ltype(dt)
+
+def _is_f(dt: DType) -> bool: return dt.scalar() in (dtypes.float16, dtypes.float32, dtypes.float64)
+def _is_bf16(dt: DType) -> bool: return dt.scalar() == dtypes.bfloat16
+
+def lconst(x: Any, dt: DType) -> str:
+  """A scalar constant as an LLVM literal (floats in hex: exact, NaN and inf included)."""
+  dt = dt.scalar()
+  if dt == dtypes.bool: return "true" if x else "false"
+  if dt == dtypes.bfloat16: return str(int(np.asarray(bf16_bits_from_f32(np.float32(x))).view(np.int16)))
+  if dt == dtypes.float16: return f"0xH{int(np.float16(x).view(np.uint16)):04X}"
+  if dt in (dtypes.float32, dtypes.float64):
+    v = float(np.float32(x)) if dt == dtypes.float32 else float(x)
+    return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
+  bits = dt.itemsize * 8
+  v = int(x) & ((1 << bits) - 1)
+  return str(v - (1 << bits) if v >= 1 << (bits - 1) else v)
+
+def _vector_exp2(n: int) -> list[str]:
+  """exp2 on <n x float> without library calls, the C renderer's algorithm: 2^x = 2^k * 2^f with
+  k = floor(x + 1/2), |f| <= 1/2, 2^f by its Taylor series to degree 7, and 2^k built in the
+  exponent bits of two factors (exact into subnormals and up to inf). NaN stays NaN."""
+  vt, it = f"<{n} x float>", f"<{n} x i32>"
+  def splat(t: str, c: str) -> str: return "<" + ", ".join([f"{t} {c}"] * n) + ">"
+  f = lambda c: splat("float", lconst(c, dtypes.float32))  # noqa: E731
+  i = lambda c: splat("i32", str(c))  # noqa: E731
+  coef = [math.log(2) ** k / math.factorial(k) for k in range(8)]
+  lines = [f"define internal {vt} @tc_exp2_v{n}({vt} %x) alwaysinline nounwind {{",
+           f"  %lo = fcmp olt {vt} %x, {f(-150.0)}", f"  %x1 = select <{n} x i1> %lo, {vt} {f(-150.0)}, {vt} %x",
+           f"  %hi = fcmp ogt {vt} %x1, {f(129.0)}", f"  %xc = select <{n} x i1> %hi, {vt} {f(129.0)}, {vt} %x1",
+           f"  %y = fadd{_FLAGS} {vt} %xc, {f(0.5)}", f"  %t0 = fptosi {vt} %y to {it}", f"  %t = freeze {it} %t0",
+           f"  %tf = sitofp {it} %t to {vt}", f"  %over = fcmp ogt {vt} %tf, %y", f"  %dec = zext <{n} x i1> %over to {it}",
+           f"  %k = sub {it} %t, %dec", f"  %kf = sitofp {it} %k to {vt}", f"  %fr = fsub{_FLAGS} {vt} %xc, %kf",
+           f"  %p7 = fmul{_FLAGS} {vt} {f(coef[7])}, %fr"]
+  prev = "%p7"
+  for k in range(6, -1, -1):
+    lines.append(f"  %a{k} = fadd{_FLAGS} {vt} {prev}, {f(coef[k])}")
+    prev = f"%a{k}"
+    if k: lines.append(f"  %m{k} = fmul{_FLAGS} {vt} %a{k}, %fr"); prev = f"%m{k}"
+  lines += [f"  %k2 = ashr {it} %k, {i(1)}", f"  %k1 = sub {it} %k, %k2",
+            f"  %e1 = add {it} %k1, {i(127)}", f"  %b1 = shl {it} %e1, {i(23)}", f"  %s1 = bitcast {it} %b1 to {vt}",
+            f"  %e2 = add {it} %k2, {i(127)}", f"  %b2 = shl {it} %e2, {i(23)}", f"  %s2 = bitcast {it} %b2 to {vt}",
+            f"  %r1 = fmul{_FLAGS} {vt} {prev}, %s1", f"  %r = fmul{_FLAGS} {vt} %r1, %s2",
+            f"  %nan = fcmp uno {vt} %x, %x", f"  %out = select <{n} x i1> %nan, {vt} %x, {vt} %r", f"  ret {vt} %out", "}"]
+  return lines
+
+class LLVMRenderer(Renderer):
+  """LLVM IR for CPUs: no workgroups or local memory; vector lanes are LLVM vectors; the outermost
+  global loop is split across cores by the runtime (see the module docstring)."""
+  device = "LLVM"
+  suffix = "ll"
+  has_local = False
+  has_shared = False
+  global_max = None
+  local_max = None
+  supports_float4 = True
+  # the same vector shapes the C renderer asks the lowerer for, so both run the same algorithms
+  vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, BinaryOps.MAX})
+  @property
+  def vector_width(self) -> int:
+    """float32 lanes per SIMD register on this host (the JIT targets the host CPU)."""
+    return _host_vector_width()
+  def render(self, name: str, uops: list) -> str: return _Writer(name, uops).render()
+
+class _Writer:
+  """One walk over the linearized UOps, printing SSA instructions into basic blocks."""
+  def __init__(self, name: str, uops: list[UOp]):
+    self.name, self.uops = name, uops
+    self.r: dict[UOp, str] = {}
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.decls: set[str] = set()
+    self.helpers: dict[str, list[str]] = {}
+    self.n = 0
+    self.block = "entry"
+    self.loops: dict[UOp, tuple[str, str, str]] = {}  # RANGE -> (counter, head label, exit label)
+    self.ifs: list[str] = []
+    self.parallel = False
+
+  # ---- emission helpers -------------------------------------------------------------------------
+  def tmp(self, prefix: str = "v") -> str:
+    self.n += 1
+    return f"%{prefix}{self.n}"
+  def emit(self, line: str) -> None: self.lines.append("  " + line)
+  def val(self, expr: str, prefix: str = "v") -> str:
+    n = self.tmp(prefix)
+    self.emit(f"{n} = {expr}")
+    return n
+  def label(self, name: str) -> None:
+    self.lines.append(f"{name}:")
+    self.block = name
+  def new_label(self, kind: str) -> str:
+    self.n += 1
+    return f"{kind}{self.n}"
+
+  def typed(self, u: UOp) -> str: return f"{ltype(u.dtype)} {self.r[u]}"
+
+  def splat(self, x: str, scalar_t: str, n: int) -> str:
+    one = self.val(f"insertelement <{n} x {scalar_t}> poison, {scalar_t} {x}, i32 0")
+    return self.val(f"shufflevector <{n} x {scalar_t}> {one}, <{n} x {scalar_t}> poison, <{n} x i32> zeroinitializer")
+
+  # ---- the walk -----------------------------------------------------------------------------------
+  def render(self) -> str:
+    args: list[tuple[int, Any, str]] = []  # (kind, sort key, "type %name")
+    for u in self.uops:
+      op, dt, src = u.op, u.dtype, u.src
+      if op is UOps.DEFINE_GLOBAL:
+        self.r[u] = f"%data{u.arg}"
+        args.append((0, u.arg, f"ptr noalias {self.r[u]}"))
+      elif op is UOps.DEFINE_VAR:
+        self.r[u] = f'%"var.{u.arg.expr}"'
+        args.append((1, u.arg.expr, f"i64 {self.r[u]}"))
+      elif op is UOps.CONST: self.r[u] = lconst(u.arg, dt)
+      elif op is UOps.RANGE: self.range(u)
+      elif op is UOps.ENDRANGE: self.endrange(u)
+      elif op is UOps.IF:
+        then, end = self.new_label("if"), self.new_label("endif")
+        self.emit(f"br i1 {self.r[src[0]]}, label %{then}, label %{end}")
+        self.label(then)
+        self.ifs.append(end)
+      elif op is UOps.ENDIF:
+        end = self.ifs.pop()
+        self.emit(f"br label %{end}")
+        self.label(end)
+      elif op is UOps.DEFINE_ACC:
+        p = self.tmp("acc")
+        self.allocas.append(f"  {p} = alloca {ltype(dt)}, align {dt.scalar().itemsize}")
+        self.r[u] = p
+        self.emit(f"store {self.typed(src[0])}, ptr {p}")
+      elif op is UOps.PHI:
+        self.emit(f"store {self.typed(src[1])}, ptr {self.r[src[0]]}")
+        self.r[u] = self.r[src[1]]
+      elif op is UOps.ACCREAD: self.r[u] = self.val(f"load {ltype(dt)}, ptr {self.r[src[0]]}")
+      elif op is UOps.LOAD: self.load(u)
+      elif op is UOps.STORE: self.store(u)
+      elif op is UOps.ALU: self.r[u] = self.alu(u)
+      elif op is UOps.CAST: self.r[u] = self.cast(self.r[src[0]], src[0].dtype, dt)
+      elif op is UOps.BITCAST:
+        if ltype(src[0].dtype) == ltype(dt): self.r[u] = self.r[src[0]]
+        else: self.r[u] = self.val(f"bitcast {self.typed(src[0])} to {ltype(dt)}")
+      elif op is UOps.VECTORIZE: self.r[u] = self.vectorize(u)
+      elif op is UOps.GEP: self.r[u] = self.val(f"extractelement {self.typed(src[0])}, i32 {u.arg}")
+      elif op is UOps.SINK: pass
+      elif op in (UOps.SPECIAL, UOps.DEFINE_LOCAL, UOps.BARRIER, UOps.WMMA):
+        raise NotImplementedError(f"the LLVM renderer targets CPUs: it has no {op.name}")
+      else: raise NotImplementedError(f"LLVMRenderer can't render {op}")
+    if self.loops or self.ifs: raise RuntimeError("LLVMRenderer: unbalanced RANGE/ENDRANGE or IF/ENDIF in the uops")
+    # the signature: buffers by index, then symbolic values by name (the order CompiledRunner passes), then the chunk
+    params = [a[2] for a in sorted(args, key=lambda a: (a[0], a[1]))] + ["i32 %chunk", "i32 %chunks"]
+    out = [f"; tilecraft kernel {self.name}", f"@tc_parallel = constant i32 {int(self.parallel)}"]
+    out += sorted(self.decls)
+    for h in self.helpers.values(): out += h
+    out += [f'define void @"{self.name}"({", ".join(params)}) nounwind {{', "entry:"] + self.allocas + self.lines + ["  ret void", "}"]
+    return "\n".join(out) + "\n"
+
+  # ---- control flow -------------------------------------------------------------------------------
+  def range(self, u: UOp) -> None:
+    it = ltype(u.dtype)
+    start, end = self.r[u.src[0]], self.r[u.src[1]]
+    if u.arg[0] == "parallel" and not self.parallel:
+      # this chunk's share [start + total*chunk/chunks, start + total*(chunk+1)/chunks) in 64 bits
+      self.parallel = True
+      s64, e64 = (self.cast(x, u.dtype, dtypes.int64) for x in (start, end))
+      total = self.val(f"sub i64 {e64}, {s64}")
+      c, cs = self.val("sext i32 %chunk to i64"), self.val("sext i32 %chunks to i64")
+      c1 = self.val(f"add i64 {c}, 1")
+      lo, hi = self.val(f"mul i64 {total}, {c}"), self.val(f"mul i64 {total}, {c1}")
+      lo, hi = self.val(f"sdiv i64 {lo}, {cs}"), self.val(f"sdiv i64 {hi}, {cs}")
+      lo, hi = self.val(f"add i64 {s64}, {lo}"), self.val(f"add i64 {s64}, {hi}")
+      start, end = self.cast(lo, dtypes.int64, u.dtype), self.cast(hi, dtypes.int64, u.dtype)
+    pre = self.block
+    head, body, latch, exit_ = (self.new_label(k) for k in ("loop", "body", "latch", "exit"))
+    ctr = self.tmp("ridx" if u.arg[0] == "reduce" else "gidx")
+    self.emit(f"br label %{head}")
+    self.label(head)
+    self.emit(f"{ctr} = phi {it} [{start}, %{pre}], [{ctr}.next, %{latch}]")
+    cond = self.val(f"icmp slt {it} {ctr}, {end}")
+    self.emit(f"br i1 {cond}, label %{body}, label %{exit_}")
+    self.label(body)
+    self.r[u] = ctr
+    self.loops[u] = (ctr, head, latch, exit_)  # type: ignore[assignment]
+
+  def endrange(self, u: UOp) -> None:
+    rng = u.src[0]
+    ctr, head, latch, exit_ = self.loops.pop(rng)  # type: ignore[misc]
+    it = ltype(rng.dtype)
+    self.emit(f"br label %{latch}")
+    self.label(latch)
+    self.emit(f"{ctr}.next = add {it} {ctr}, 1")
+    self.emit(f"br label %{head}")
+    self.label(exit_)
+
+  # ---- memory -------------------------------------------------------------------------------------
+  def address(self, buf: UOp, idx: UOp) -> str:
+    base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
+    return self.val(f"getelementptr inbounds {mtype(base.scalar())}, ptr {self.r[buf]}, {self.typed(idx)}", "p")
+
+  def plain_load(self, u: UOp) -> str:
+    dt, align = u.dtype, max(u.dtype.scalar().itemsize, 1)
+    p = self.address(u.src[0], u.src[1])
+    v = self.val(f"load {mtype(dt)}, ptr {p}, align {align}")
+    if dt.scalar() == dtypes.bool: v = self.val(f"icmp ne {mtype(dt)} {v}, {'zeroinitializer' if dt.count > 1 else '0'}")
+    return v
+
+  def load(self, u: UOp) -> None:
+    src = u.src
+    if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool:
+      if src[2].dtype.count > 1: raise NotImplementedError("LLVMRenderer: a load gated per lane")
+      # like C's g ? buf[i] : alt, the load only happens when the gate is true (i may be out of bounds otherwise)
+      pre, then, join = self.block, self.new_label("ld"), self.new_label("ldjoin")
+      self.emit(f"br i1 {self.r[src[2]]}, label %{then}, label %{join}")
+      self.label(then)
+      v = self.plain_load(u)
+      self.emit(f"br label %{join}")
+      self.label(join)
+      self.r[u] = self.val(f"phi {ltype(u.dtype)} [{v}, %{then}], [{self.r[src[3]]}, %{pre}]")
+    else: self.r[u] = self.plain_load(u)
+
+  def store(self, u: UOp) -> None:
+    buf, idx, v = u.src[0], u.src[1], u.src[2]
+    join = None
+    if len(u.src) > 3:
+      then, join = self.new_label("st"), self.new_label("stjoin")
+      self.emit(f"br i1 {self.r[u.src[3]]}, label %{then}, label %{join}")
+      self.label(then)
+    val, dt = self.r[v], v.dtype
+    if dt.scalar() == dtypes.bool: val = self.val(f"zext {ltype(dt)} {val} to {mtype(dt)}")
+    p = self.address(buf, idx)
+    self.emit(f"store {mtype(dt)} {val}, ptr {p}, align {max(dt.scalar().itemsize, 1)}")
+    if join is not None:
+      self.emit(f"br label %{join}")
+      self.label(join)
+
+  # ---- values -------------------------------------------------------------------------------------
+  def vectorize(self, u: UOp) -> str:
+    n, st = u.dtype.count, ltype(u.dtype.scalar())
+    if all(s.op is UOps.CONST for s in u.src): return "<" + ", ".join(f"{st} {self.r[s]}" for s in u.src) + ">"
+    if all(s is u.src[0] for s in u.src): return self.splat(self.r[u.src[0]], st, n)
+    acc = "poison"
+    for i, s in enumerate(u.src): acc = self.val(f"insertelement <{n} x {st}> {acc}, {st} {self.r[s]}, i32 {i}")
+    return acc
+
+  def math(self, op: Any, x: str, dt: DType) -> str:
+    t = ltype(dt)
+    if op is UnaryOps.EXP2 and dt.count > 1 and dt.scalar() == dtypes.float32:
+      self.helpers.setdefault(f"exp2_{dt.count}", _vector_exp2(dt.count))
+      return self.val(f"call {t} @tc_exp2_v{dt.count}({t} {x})")
+    if dt.scalar() == dtypes.float16:  # like C: computed in float, rounded back to half
+      f = ltype(dtypes.float32.vec(dt.count))
+      xf = self.val(f"fpext {t} {x} to {f}")
+      return self.val(f"fptrunc {f} {self.math(op, xf, dtypes.float32.vec(dt.count))} to {t}")
+    suffix = ("v" + str(dt.count) if dt.count > 1 else "") + {dtypes.float32: "f32", dtypes.float64: "f64"}[dt.scalar()]
+    fn = f"llvm.{_MATH[op]}.{suffix}"
+    self.decls.add(f"declare {t} @{fn}({t})")
+    return self.val(f"call {t} @{fn}({t} {x})")
+
+  def alu(self, u: UOp) -> str:
+    op, dt, src = u.arg, u.dtype, u.src
+    a = [self.r[s] for s in src]
+    sdt = src[0].dtype
+    t, st = ltype(dt), ltype(sdt)
+    is_bool, fl, signed = sdt.scalar() == dtypes.bool, _is_f(sdt), not dtypes.is_unsigned(sdt)
+    if _is_bf16(sdt) or (_is_bf16(dt) and op not in (BinaryOps.CMPLT, BinaryOps.CMPNE)):
+      raise NotImplementedError("LLVMRenderer: bfloat16 arithmetic (the lowerer computes it in float32)")
+    if op is UnaryOps.NEG:
+      if is_bool: return self.val(f"xor {t} {a[0]}, {self.ones(dt)}")
+      return self.val(f"fneg{_FLAGS} {t} {a[0]}" if fl else f"sub {t} {self.zero(dt)}, {a[0]}")
+    if op is UnaryOps.RECIP:
+      if not fl: raise NotImplementedError(f"LLVMRenderer: RECIP of {dt}")
+      return self.val(f"fdiv{_FLAGS} {t} {self.splat_const(1.0, dt)}, {a[0]}")
+    if op in _MATH:
+      if not fl: raise NotImplementedError(f"LLVMRenderer: {op} of {dt}")
+      return self.math(op, a[0], dt)
+    if op is TernaryOps.WHERE: return self.val(f"select {self.typed(src[0])}, {self.typed(src[1])}, {self.typed(src[2])}")
+    if op is TernaryOps.MULACC:
+      if not fl: return self.val(f"add {t} {self.val(f'mul {t} {a[0]}, {a[1]}')}, {a[2]}")
+      return self.val(f"fadd{_FLAGS} {t} {self.val(f'fmul{_FLAGS} {t} {a[0]}, {a[1]}')}, {a[2]}")
+    if op is BinaryOps.MAX:
+      if is_bool: return self.val(f"or {t} {a[0]}, {a[1]}")
+      if fl:  # numpy's maximum: NaN in a propagates (C: (a != a) || a > b ? a : b)
+        nan = self.val(f"fcmp uno {st} {a[0]}, {a[0]}")
+        gt = self.val(f"fcmp ogt {st} {a[0]}, {a[1]}")
+        c = self.val(f"or {ltype(dtypes.bool.vec(dt.count))} {nan}, {gt}")
+      else: c = self.val(f"icmp {'sgt' if signed else 'ugt'} {st} {a[0]}, {a[1]}")
+      return self.val(f"select {ltype(dtypes.bool.vec(dt.count))} {c}, {t} {a[0]}, {t} {a[1]}")
+    if op is BinaryOps.CMPLT:
+      if fl: return self.val(f"fcmp olt {st} {a[0]}, {a[1]}")
+      return self.val(f"icmp {'ult' if is_bool or not signed else 'slt'} {st} {a[0]}, {a[1]}")
+    if op is BinaryOps.CMPNE: return self.val(f"fcmp une {st} {a[0]}, {a[1]}" if fl else f"icmp ne {st} {a[0]}, {a[1]}")
+    if fl:
+      fop = {BinaryOps.ADD: "fadd", BinaryOps.SUB: "fsub", BinaryOps.MUL: "fmul"}.get(op)
+      if fop is None: raise NotImplementedError(f"LLVMRenderer: {op} on {dt}")
+      return self.val(f"{fop}{_FLAGS} {t} {a[0]}, {a[1]}")
+    if is_bool:  # C computes bools in int and converts back: + is |, * is &, - is ^
+      iop = {BinaryOps.ADD: "or", BinaryOps.MUL: "and", BinaryOps.SUB: "xor", BinaryOps.XOR: "xor", BinaryOps.OR: "or", BinaryOps.AND: "and"}.get(op)
+      if iop is None: raise NotImplementedError(f"LLVMRenderer: {op} on bool")
+      return self.val(f"{iop} {t} {a[0]}, {a[1]}")
+    iop = {BinaryOps.ADD: "add", BinaryOps.SUB: "sub", BinaryOps.MUL: "mul", BinaryOps.XOR: "xor", BinaryOps.OR: "or", BinaryOps.AND: "and",
+           BinaryOps.SHL: "shl", BinaryOps.IDIV: "sdiv" if signed else "udiv", BinaryOps.MOD: "srem" if signed else "urem",
+           BinaryOps.SHR: "ashr" if signed else "lshr"}.get(op)
+    if iop is None: raise NotImplementedError(f"LLVMRenderer: {op} on {dt}")
+    return self.val(f"{iop} {t} {a[0]}, {a[1]}")
+
+  def zero(self, dt: DType) -> str: return "zeroinitializer" if dt.count > 1 else ("0.0" if _is_f(dt) else "false" if dt == dtypes.bool else "0")
+  def ones(self, dt: DType) -> str: return self.splat_const(True, dt)
+  def splat_const(self, x: Any, dt: DType) -> str:
+    c = lconst(x, dt)
+    return c if dt.count == 1 else "<" + ", ".join([f"{ltype(dt.scalar())} {c}"] * dt.count) + ">"
+
+  def cast(self, x: str, src: DType, dst: DType) -> str:
+    """C's conversion of x from src to dst (elementwise for vectors)."""
+    if src.count != dst.count: raise NotImplementedError(f"LLVMRenderer: cast {src} -> {dst} changes the lane count")
+    n = dst.count
+    vec = (lambda d: d.vec(n)) if n > 1 else (lambda d: d)  # noqa: E731
+    s, d = src.scalar(), dst.scalar()
+    if s == d: return x
+    ts, td = ltype(src), ltype(dst)
+    if s == dtypes.bfloat16:  # the bits are the high half of a float32
+      w = self.val(f"zext {ts} {x} to {ltype(vec(dtypes.uint32))}")
+      w = self.val(f"shl {ltype(vec(dtypes.uint32))} {w}, {self.splat_const(16, vec(dtypes.uint32))}")
+      return self.cast(self.val(f"bitcast {ltype(vec(dtypes.uint32))} {w} to {ltype(vec(dtypes.float32))}"), vec(dtypes.float32), dst)
+    if d == dtypes.bfloat16:
+      if n > 1: raise NotImplementedError("LLVMRenderer: vector casts to bfloat16")
+      f = self.cast(x, src, dtypes.float32)
+      u = self.val(f"bitcast float {f} to i32")
+      mag = self.val(f"and i32 {u}, 2147483647")
+      nan = self.val(f"icmp ugt i32 {mag}, 2139095040")
+      qnan = self.val(f"or i32 {self.val(f'lshr i32 {u}, 16')}, 64")
+      odd = self.val(f"and i32 {self.val(f'lshr i32 {u}, 16')}, 1")
+      biased = self.val(f"add i32 {u}, 32767")
+      rounded = self.val(f"lshr i32 {self.val(f'add i32 {biased}, {odd}')}, 16")
+      return self.val(f"trunc i32 {self.val(f'select i1 {nan}, i32 {qnan}, i32 {rounded}')} to i16")
+    if d == dtypes.bool:
+      if _is_f(src): return self.val(f"fcmp une {ts} {x}, {self.zero(src)}")
+      return self.val(f"icmp ne {ts} {x}, {self.zero(src)}")
+    if _is_f(src) and _is_f(dst):
+      return self.val(f"{'fpext' if d.itemsize > s.itemsize else 'fptrunc'} {ts} {x} to {td}")
+    if _is_f(src):
+      # gcc converts through a 32-bit signed conversion for narrower ints and through 64 bits for uint32
+      if s == dtypes.float16: x, src, ts = self.cast(x, src, vec(dtypes.float32)), vec(dtypes.float32), ltype(vec(dtypes.float32))
+      if d == dtypes.uint64: mid = vec(dtypes.uint64)
+      elif d in (dtypes.int64, dtypes.uint32): mid = vec(dtypes.int64)
+      else: mid = vec(dtypes.int32)
+      conv = "fptoui" if mid.scalar() == dtypes.uint64 else "fptosi"
+      v = self.val(f"freeze {ltype(mid)} {self.val(f'{conv} {ts} {x} to {ltype(mid)}')}")
+      return self.cast(v, mid, dst) if mid.scalar() != d else v
+    if _is_f(dst):
+      signed = not dtypes.is_unsigned(src) and s != dtypes.bool
+      return self.val(f"{'sitofp' if signed else 'uitofp'} {ts} {x} to {td}")
+    # int -> int: truncate, or extend by the source's signedness (bool is 0/1)
+    if s.itemsize == d.itemsize and s != dtypes.bool: return x
+    if d.itemsize < s.itemsize: return self.val(f"trunc {ts} {x} to {td}")
+    ext = "zext" if dtypes.is_unsigned(src) or s == dtypes.bool else "sext"
+    return self.val(f"{ext} {ts} {x} to {td}")

@@ -10,8 +10,8 @@ import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Device
 from tilecraft.dtype import DType, dtypes
-from tilecraft.engine.corpus import ST, alu, bf16, cast, const, kernel, ld, np_floordiv, np_mod, red, store
-from tilecraft.engine.fuzz import get_program, run_ast
+from tilecraft.testing.corpus import ST, alu, bf16, cast, const, kernel, ld, np_floordiv, np_mod, red, store
+from tilecraft.testing.fuzz import get_program, run_ast
 from tilecraft.ops import BinaryOps, LazyOp, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.symbolic import Variable
 

@@ -7,6 +7,7 @@
   tune       BEAM search over the bench suite's kernels (fills the search cache)
   calibrate  measure the machine's peak FLOPS and memory bandwidth again
   roofline   redraw a roofline plot from `bench --json` results
+  replay     process replay: record rendered kernels, diff their source against another revision
 """
 from __future__ import annotations
 import argparse, importlib, sys
@@ -20,6 +21,7 @@ COMMANDS: dict[str, str] = {
   "tune": "BEAM-search the bench suite's kernels with a progress bar, filling the search cache",
   "calibrate": "measure the machine's peak FLOPS and memory bandwidth (cached for bench)",
   "roofline": "draw a roofline PNG from `tilecraft bench --json` results",
+  "replay": "process replay: record the kernels a run renders; diff their regenerated source against a git revision",
 }
 
 def build_parser() -> argparse.ArgumentParser:

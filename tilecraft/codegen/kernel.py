@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
-from tilecraft.helpers import TC, TC_OPT, dedup, prod, round_up
+from tilecraft.helpers import TC, TC_OPT, dedup, getenv, prod, round_up
 from tilecraft.ops import (UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
 from tilecraft.renderer import Program, Renderer
@@ -424,6 +424,9 @@ class Kernel:
     assert self.uops is not None
     name = name_override or self.name
     src = self.opts.render(name, self.uops)
+    if getenv("RUN_PROCESS_REPLAY", 0):  # record for `tilecraft replay diff` (tilecraft.testing.replay)
+      from tilecraft.testing.replay import record
+      record(self, name, src)
     from tilecraft.codegen.lowerer import launch_dims
     from tilecraft.codegen.linearize import estimate_flops
     gs, ls = launch_dims(self)

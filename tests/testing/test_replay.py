@@ -1,0 +1,93 @@
+"""Process replay (tilecraft.testing.replay, `tilecraft replay`): to_program records what it renders
+under RUN_PROCESS_REPLAY=1, and `replay diff --against REV` reports exactly the kernels whose
+source differs between REV and the working tree. REV here is the working tree's own code with one
+rewrite rule removed, committed in a temporary git worktree."""
+from __future__ import annotations
+import contextlib, io, os, shutil, subprocess
+import pytest
+from tilecraft.__main__ import main
+from tilecraft.codegen import lowerer, rewrite
+from tilecraft.codegen.kernel import Kernel, Opt, OptOps
+from tilecraft.device import Device
+from tilecraft.testing import replay
+from tilecraft.testing.corpus import corpus
+
+def _git_checkout() -> bool:
+  if shutil.which("git") is None: return False
+  r = subprocess.run(["git", "-C", replay.code_tree(), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+  return r.returncode == 0 and os.path.samefile(r.stdout.strip(), replay.code_tree())
+
+pytestmark = pytest.mark.skipif(not _git_checkout(), reason="needs git and a git checkout of tilecraft")
+
+# Appended to codegen/rewrite.py in REV, and run here on a copy of the module to know what must change:
+# the folding of scalar ALUs over constants is gone.
+DROP_RULE = '''
+assert sum(f is _fold_alu for _, f in constant_folding.rules) == 1, "the replay test expects one _fold_alu rule"
+constant_folding = PatternMatcher([r for r in constant_folding.rules if r[1] is not _fold_alu])
+symbolic_rules = constant_folding + algebraic
+'''
+
+NAMES = ["ew_7", "ew_permute_7x25x49", "matmul_16x16x16", "matmul_7x25x49", "pad_2d_5x7", "conv_1x4x8x8_w3x3x3_s1_p1", "sum_axis1_5x7x9",
+         "idiv_mod_const_int32", "shrink_flip_stride_pad_8x12", "arith_float", "pad_reduce_exp2_5x7", "sym_ew_nx7"]
+OPTS = {"matmul_16x16x16": [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4)], "pad_2d_5x7": [Opt(OptOps.UPCAST, 0, 0)]}
+
+def _render_all() -> dict[str, str]:
+  ren, out = Device["CPU"].renderer, {}
+  for name in NAMES:
+    k = Kernel(corpus()[name].ast, opts=ren)
+    if name in OPTS:
+      for o in OPTS[name]: k.apply_opt(o)
+    else: k = k.hand_coded_optimizations()
+    out[name] = k.to_program(name_override=f"replay_{name}").src
+  return out
+
+def test_replay_diff_reports_exactly_the_changed_kernels(tmp_path, monkeypatch):
+  db = str(tmp_path / "replay.db")
+  monkeypatch.setenv("REPLAY_DB", db)
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "1")
+  srcs = _render_all()
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "0")
+  rows = replay.recorded(db)
+  assert sorted(r["name"] for r in rows) == sorted(f"replay_{n}" for n in NAMES)
+  assert all(r["src"] == srcs[r["name"][len("replay_"):]] for r in rows) and all("CRenderer" in r["renderer"] for r in rows)
+  # what must change: render again here with the rule dropped from a copy of the rewrite module
+  ns = dict(vars(rewrite))
+  exec(DROP_RULE, ns)
+  with monkeypatch.context() as m:
+    m.setattr(lowerer, "symbolic_rules", ns["symbolic_rules"])
+    dropped = _render_all()
+  expected = {f"replay_{n}" for n in NAMES if dropped[n] != srcs[n]}
+  assert 0 < len(expected) < len(NAMES), f"the rule should change some kernels but not all: {sorted(expected)}"
+  # REV: the working tree's code with the rule dropped, committed in a temporary worktree
+  tree = replay.code_tree()
+  with replay.worktree(tree, "HEAD") as wt:
+    shutil.rmtree(os.path.join(wt, "tilecraft"))
+    shutil.copytree(os.path.join(tree, "tilecraft"), os.path.join(wt, "tilecraft"), ignore=shutil.ignore_patterns("__pycache__"))
+    with open(os.path.join(wt, "tilecraft", "codegen", "rewrite.py"), "a") as f: f.write(DROP_RULE)
+    git = ["git", "-C", wt, "-c", "user.name=replay-test", "-c", "user.email=replay-test@localhost", "-c", "commit.gpgsign=false"]
+    subprocess.run(git + ["add", "-A", "tilecraft"], check=True, capture_output=True)
+    subprocess.run(git + ["commit", "-q", "--no-verify", "-m", "replay test: drop one rewrite rule"], check=True, capture_output=True)
+    rev = subprocess.run(["git", "-C", wt, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out): assert main(["replay", "diff", "--against", rev, "--db", db]) == 0
+  text = out.getvalue()
+  reported = {line.split(": ", 1)[1].split(" on CPU")[0] for line in text.splitlines() if line.startswith("+++ working tree: ")}
+  assert reported == expected, text
+  assert f"process replay: {len(expected)} of {len(NAMES)} recorded kernels changed against {rev}" in text
+  # each diff shows the difference: the rule's folded constants on the working-tree side
+  assert text.count("\n@@ ") >= len(expected)
+
+def test_recording_never_breaks_rendering(tmp_path, monkeypatch):
+  """A database that can't be written is one warning; the kernel still renders."""
+  blocker = tmp_path / "file"
+  blocker.write_text("x")
+  monkeypatch.setenv("REPLAY_DB", str(blocker / "sub" / "replay.db"))  # a directory under a file
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "1")
+  monkeypatch.setattr(replay, "_warned", False)
+  k = Kernel(corpus()["ew_7"].ast, opts=Device["CPU"].renderer)
+  with pytest.warns(RuntimeWarning, match="process replay: could not record"): p = k.to_program()
+  assert "void" in p.src
+
+def test_replay_cli_errors(tmp_path, capsys):
+  assert main(["replay", "diff", "--db", str(tmp_path / "none.db")]) == 2
+  assert "no replay database" in capsys.readouterr().err

@@ -1,0 +1,188 @@
+"""Process replay (DESIGN §11): record the kernels a run renders, then see exactly what a change to
+the code generator does to the code it generates.
+
+  RUN_PROCESS_REPLAY=1 <any run>     every Kernel.to_program records (AST, renderer, applied opts,
+                                     name, source) into REPLAY_DB (default: <cache dir>/process_replay.db)
+  tilecraft replay record            records the bench suite and the fuzz corpus with hand-coded opts
+  tilecraft replay diff --against REV
+                                     regenerates every recorded kernel with the code at REV (a
+                                     temporary git worktree) and with the working tree, and prints a
+                                     unified diff per kernel whose source differs, then the count
+
+Regeneration runs in one subprocess per tree with only that tree's code importable. The subprocess
+runs this very file as a script: it imports nothing of tilecraft at module level and regenerates
+through the public API only (Kernel(ast, opts=renderer), apply_opt, to_program(name_override)), so
+the code of any revision that has that API can regenerate the recorded kernels.
+"""
+from __future__ import annotations
+import contextlib, difflib, hashlib, json, os, pickle, shutil, sqlite3, subprocess, sys, tempfile, time, warnings
+from typing import Any, Iterator, Optional
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS kernels (key TEXT PRIMARY KEY, name TEXT, device TEXT, renderer TEXT, opts TEXT,
+  ast BLOB, renderer_obj BLOB, opts_obj BLOB, src TEXT, recorded REAL)"""
+
+def db_path() -> str:
+  """REPLAY_DB, else process_replay.db in tilecraft's cache dir."""
+  if (p := os.environ.get("REPLAY_DB")): return p
+  from tilecraft.helpers import cache_dir
+  return os.path.join(cache_dir(), "process_replay.db")
+
+def renderer_identity(ren: Any) -> str:
+  """The renderer's class and its settings, for people (the object itself is pickled for the replay)."""
+  attrs = {k: v for k, v in sorted(vars(ren).items()) if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple, type(None)))}
+  return f"{type(ren).__module__}.{type(ren).__qualname__}(device={getattr(ren, 'device', '?')}{''.join(f', {k}={v!r}' for k, v in attrs.items())})"
+
+_conns: dict[tuple[int, str], sqlite3.Connection] = {}
+_warned = False
+
+def _connect(path: str) -> sqlite3.Connection:
+  key = (os.getpid(), path)
+  if (c := _conns.get(key)) is None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    c = _conns[key] = sqlite3.connect(path, timeout=60)
+    c.execute(_SCHEMA)
+    c.commit()
+  return c
+
+def record(k: Any, name: str, src: str) -> None:
+  """Store one rendered kernel (called by Kernel.to_program under RUN_PROCESS_REPLAY=1). Recording
+  never breaks rendering: a failure is one warning, then recording is off for this process."""
+  global _warned
+  if _warned: return
+  try:
+    ren, opts = k.opts, tuple(k.applied_opts)
+    rid, opts_s = renderer_identity(ren), repr(list(opts))
+    key = hashlib.sha256("\0".join([k.ast.key.hex(), rid, opts_s, name]).encode()).hexdigest()
+    c = _connect(db_path())
+    c.execute("INSERT OR REPLACE INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?)",
+              (key, name, getattr(ren, "device", ""), rid, opts_s, pickle.dumps(k.ast), pickle.dumps(ren), pickle.dumps(opts), src, time.time()))
+    c.commit()
+  except Exception as e:  # noqa: BLE001
+    _warned = True
+    warnings.warn(f"process replay: could not record kernel {name} ({type(e).__name__}: {e}); recording is off", RuntimeWarning, stacklevel=3)
+
+def recorded(path: Optional[str] = None) -> list[dict[str, Any]]:
+  """The recorded kernels (name, device, renderer, opts, src), oldest first."""
+  c = sqlite3.connect(path or db_path(), timeout=60)
+  try: rows = c.execute("SELECT key, name, device, renderer, opts, src FROM kernels ORDER BY recorded, key").fetchall()
+  finally: c.close()
+  return [dict(zip(("key", "name", "device", "renderer", "opts", "src"), r)) for r in rows]
+
+# ---- regeneration (this part runs as a script, in the tree being regenerated) ---------------------
+
+def regenerate(path: str) -> dict[str, Any]:
+  """{key: {"src": ..., "error": ...}} for every recorded kernel, rendered by the tilecraft importable here."""
+  from tilecraft.codegen.kernel import Kernel
+  from tilecraft.device import Device
+  c = sqlite3.connect(path, timeout=60)
+  rows = c.execute("SELECT key, name, device, ast, renderer_obj, opts_obj FROM kernels").fetchall()
+  c.close()
+  out: dict[str, Any] = {}
+  for key, name, device, ast_b, ren_b, opts_b in rows:
+    try:
+      ast, opts = pickle.loads(ast_b), pickle.loads(opts_b)
+      try: ren = pickle.loads(ren_b)
+      except Exception: ren = Device[device].renderer  # noqa: BLE001 - a renderer class this tree doesn't have: the device's own
+      k = Kernel(ast, opts=ren)
+      for o in opts: k.apply_opt(o)
+      out[key] = {"src": k.to_program(name_override=name).src, "error": None}
+    except Exception as e:  # noqa: BLE001 - reported per kernel
+      out[key] = {"src": None, "error": f"{type(e).__name__}: {e}"}
+  return out
+
+def regenerate_in(tree: str, path: str, timeout: float = 900) -> dict[str, Any]:
+  """regenerate() in a subprocess that imports tilecraft from `tree` only."""
+  with tempfile.TemporaryDirectory(prefix="tilecraft-replay-") as tmp:
+    script, out = os.path.join(tmp, "replay_regenerate.py"), os.path.join(tmp, "out.json")
+    shutil.copyfile(os.path.abspath(__file__), script)
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree), RUN_PROCESS_REPLAY="0", PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([sys.executable, script, "regenerate", os.path.abspath(path), out], cwd=tree, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    if r.returncode != 0 or not os.path.exists(out):
+      raise RuntimeError(f"regenerating in {tree} failed (exit {r.returncode}):\n{(r.stderr or r.stdout)[-3000:]}")
+    with open(out) as f: return json.load(f)
+
+def code_tree() -> str:
+  """The source tree of the tilecraft running now (the 'working tree' of a replay diff)."""
+  import tilecraft
+  return os.path.dirname(os.path.dirname(os.path.abspath(tilecraft.__file__)))
+
+def _git(repo: str, *args: str) -> str:
+  r = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, timeout=120)
+  if r.returncode != 0: raise RuntimeError(f"git {' '.join(args)} failed: {r.stderr.strip()}")
+  return r.stdout.strip()
+
+@contextlib.contextmanager
+def worktree(repo: str, rev: str) -> Iterator[str]:
+  """A temporary detached git worktree of `repo` at `rev`, removed afterwards."""
+  commit = _git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}")
+  tmp = tempfile.mkdtemp(prefix="tilecraft-replay-wt-")
+  path = os.path.join(tmp, "tree")
+  _git(repo, "worktree", "add", "--detach", "--quiet", path, commit)
+  try: yield path
+  finally:
+    try: _git(repo, "worktree", "remove", "--force", path)
+    except RuntimeError: pass
+    shutil.rmtree(tmp, ignore_errors=True)
+    with contextlib.suppress(RuntimeError): _git(repo, "worktree", "prune")
+
+def diff(against: str, path: Optional[str] = None, tree: Optional[str] = None) -> dict[str, Any]:
+  """Regenerate the recorded kernels at `against` and in `tree` (default: code_tree()); the changes."""
+  path, tree = path or db_path(), tree or code_tree()
+  kernels = {k["key"]: k for k in recorded(path)}
+  with worktree(tree, against) as old_tree: old = regenerate_in(old_tree, path)
+  new = regenerate_in(tree, path)
+  changed, errors = [], []
+  for key, k in kernels.items():
+    a, b = old.get(key, {"src": None, "error": "missing"}), new.get(key, {"src": None, "error": "missing"})
+    if a["error"] or b["error"]: errors.append({**k, "old_error": a["error"], "new_error": b["error"]})  # not comparable
+    elif a["src"] != b["src"]: changed.append({**k, "old": a["src"], "new": b["src"]})
+  return {"against": against, "total": len(kernels), "changed": changed, "errors": errors}
+
+def format_diff(res: dict[str, Any], max_lines: int = 0) -> str:
+  """A unified diff per changed kernel (at most max_lines lines each when > 0), then the count."""
+  out = []
+  for c in res["changed"]:
+    head = f"{c['name']} on {c['device']} (opts {c['opts']})"
+    lines = list(difflib.unified_diff(c["old"].splitlines(), c["new"].splitlines(), f"{res['against']}: {head}", f"working tree: {head}", lineterm=""))
+    if max_lines and len(lines) > max_lines: lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more diff lines)"]
+    out += lines
+  groups: dict[tuple, list[str]] = {}
+  for e in res["errors"]: groups.setdefault((e["old_error"], e["new_error"]), []).append(f"{e['name']} on {e['device']}")
+  for (old_e, new_e), names in groups.items():
+    out.append(f"{len(names)} kernel(s) not comparable (at {res['against']}: {old_e or 'ok'}; working tree: {new_e or 'ok'}), "
+               f"e.g. {', '.join(names[:3])}")
+  out.append(f"process replay: {len(res['changed'])} of {res['total']} recorded kernels changed against {res['against']}"
+             + (f"; {len(res['errors'])} could not be regenerated on one side" if res["errors"] else ""))
+  return "\n".join(out)
+
+def record_suite(devices: list[str], quick: bool = False) -> int:
+  """Render (and so record, under RUN_PROCESS_REPLAY=1) the bench suite's and the fuzz corpus's kernels
+  with hand-coded opts on each device; nothing is compiled or run. The number of kernels rendered."""
+  import numpy as np
+  from tilecraft import Tensor
+  from tilecraft.cli.suite import suite
+  from tilecraft.codegen.kernel import Kernel
+  from tilecraft.device import Device
+  from tilecraft.ops import MetaOps
+  from tilecraft.testing.corpus import corpus
+  asts = []
+  for case in suite(quick):
+    arrays = case.make_inputs(np.random.default_rng(0))
+    asts += [si.ast for si in case.tilecraft_fn(*[Tensor(a) for a in arrays]).schedule() if si.ast.op is MetaOps.KERNEL]
+  asts += [e.ast for e in corpus().values()]
+  n = 0
+  for dev in devices:
+    ren = Device[dev].renderer
+    for ast in asts:
+      Kernel(ast, opts=ren).hand_coded_optimizations().to_program()
+      n += 1
+  return n
+
+if __name__ == "__main__":
+  if len(sys.argv) == 4 and sys.argv[1] == "regenerate":
+    res = regenerate(sys.argv[2])
+    with open(sys.argv[3], "w") as f: json.dump(res, f)
+    sys.exit(0)
+  print(__doc__)
+  sys.exit(2)

@@ -5,7 +5,7 @@ import atexit, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
-from tilecraft.helpers import BEAM, DEBUG, NOOPT, getenv
+from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
@@ -29,7 +29,7 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
   return k.copy().hand_coded_optimizations()
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
-  opts = (int(NOOPT), int(BEAM))
+  opts = (int(NOOPT), int(BEAM), int(TC), int(TC_OPT))  # the settings that choose the kernel's opts
   renderer = Device[device].renderer  # part of the keys: the PYTHON device's follows EMULATE
   if (r := _runners_by_ast.get((ast, device, renderer, opts))) is not None: return r
   key = (ast.key, device, renderer, opts)

@@ -541,3 +541,25 @@ def _check_limits(prog: Executable, gs: list[int], ls: list[int], lim: Any) -> N
   if int(np.prod(ls)) > lim.max_threads: raise EmulatorError(f"{where}: {int(np.prod(ls))} threads per workgroup, the target allows {lim.max_threads}")
   shared = sum(int(x.arg[1]) * (x.dtype.base if isinstance(x.dtype, PtrDType) else x.dtype).itemsize for _, x in prog.locals)
   if shared > lim.shared_max: raise EmulatorError(f"{where}: {shared} bytes of local memory, the target has {lim.shared_max}")
+
+# ---- tensor cores ---------------------------------------------------------------------------------------
+
+@handler(UOps.WMMA)
+def _h_wmma(ins: Ins, i: int, prog: Executable) -> Step:
+  """One warp-wide matrix instruction per warp (`threads` consecutive lanes): the fragments of all its
+  lanes are placed into A, B and C tiles by the vendor's layout (arg), D = A @ B + C is computed once,
+  and each lane gets its C registers back. All lanes of the warp must run it (no divergence)."""
+  from tilecraft.renderer.tensor_cores import tensor_core_of, wmma_warps
+  try: tc = tensor_core_of(ins.arg)
+  except (TypeError, ValueError) as e: raise EmulatorError(f"{prog.name}: WMMA at {i} has no valid tensor core in its arg {ins.arg!r} ({e})") from None
+  if len(ins.src) != 3: raise EmulatorError(f"{prog.name}: WMMA at {i} takes A, B and C fragments, got {len(ins.src)} sources")
+  widths = [prog.ins[j].dtype.count for j in ins.src]
+  out_t = np_value_dtype(ins.dtype)
+  def step(st: Launch) -> None:
+    if st.mask is not None and not bool(np.all(st.mask)): raise EmulatorError(f"{prog.name}: WMMA ({tc}) under divergent control flow")
+    _, ws = st.warp(tc.threads)
+    frags = [np.broadcast_to(st.vals[j], (st.L, w)).reshape(st.L // ws, ws, w) for j, w in zip(ins.src, widths)]
+    try: d = wmma_warps(tc, *frags)
+    except ValueError as e: raise EmulatorError(f"{prog.name}: {e}") from None
+    st.vals[i] = d.reshape(st.L, widths[2]).astype(out_t)
+  return step

@@ -22,7 +22,7 @@ import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes
-from tilecraft.helpers import prod
+from tilecraft.helpers import TC, prod
 from tilecraft.engine.isolation import Job, Pool
 from tilecraft.testing.corpus import CorpusEntry, corpus
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
@@ -162,7 +162,9 @@ def build_kernel(ast: LazyOp, opts: Sequence[Opt], device: str = "CPU") -> Kerne
 def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kernel: Optional[Kernel] = None) -> Program:
   """The rendered program of `ast` with `opts` (cached by AST key, opts, device and the device's
   current renderer: the PYTHON device's follows EMULATE)."""
-  key = (ast.key, tuple(opts), device, Device[device].renderer if kernel is None else kernel.opts)
+  # a TC opt builds the kernel the TC setting says (use 1, 2 or 3)
+  key = (ast.key, tuple(opts), device, Device[device].renderer if kernel is None else kernel.opts,
+         (kernel.use_tensor_cores if kernel is not None else int(TC)) if any(o.op is OptOps.TC for o in opts) else 0)
   if (p := _program_cache.get(key)) is not None:
     cache_stats.program_hits += 1
     return p

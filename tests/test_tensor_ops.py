@@ -262,6 +262,16 @@ def test_float_floor_div_mod(device: str, rng: np.random.Generator) -> None:
   sq = np.array([2.0, 2.0, 2.0, np.inf, np.inf, 0.0, 0.0, -np.inf, -np.inf], F32)
   check_many({"//": (lambda x, y: x // y, np.floor_divide), "%": (lambda x, y: x % y, np.mod)}, sp, sq, device=device)
 
+def test_float_floor_div_exact_quotients(device: str, rng: np.random.Generator) -> None:
+  """a // b and a % b when a is an exact multiple of b: x * (1/b) can land one ulp under the integer
+  quotient (49 * (1/49) < 1), which floor turned into an off-by-one (hundreds of 20,000 pairs wrong)."""
+  for dt in (np.float32, np.float64, np.float16):
+    b = (rng.integers(1, 50, 4000) * rng.choice([-1, 1], 4000)).astype(dt)
+    a = (rng.integers(-50, 50, 4000).astype(dt) * b).astype(dt)
+    q, m = (Tensor(a, device=device) // Tensor(b, device=device)).numpy(), (Tensor(a, device=device) % Tensor(b, device=device)).numpy()
+    assert np.array_equal(q, a // b), f"{dt.__name__} //: {int((q != a // b).sum())} wrong, e.g. {a[q != a // b][:3]} // {b[q != a // b][:3]}"
+    assert np.array_equal(m, np.mod(a, b)), f"{dt.__name__} %: {int((m != np.mod(a, b)).sum())} wrong"
+
 def test_pow(device: str, rng: np.random.Generator) -> None:
   a, b = randf(rng, 3, 4, lo=-3, hi=3), randf(rng, 4, lo=-2, hi=2)
   cases = {f"x**{e}": (lambda x, y, e=e: (x.abs() if isinstance(e, float) else x) ** e, lambda x, y, e=e: (np.abs(x) if isinstance(e, float) else x) ** e)

@@ -395,7 +395,7 @@ class Tensor:
     """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
-      q = (x / y).floor()
+      q = x._float_floor_quotient(y)
       # numpy: inf // finite is nan; finite // inf is -1 when the signs differ, else 0
       q = (x.isinf() & (y != 0)).where(math.nan, q)
       return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(x._const_like(-1.0), 0.0), q)
@@ -405,10 +405,19 @@ class Tensor:
     """numpy modulo: the result takes the divisor's sign; integer modulo by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
-      r = x - (x / y).floor() * y
+      r = x - x._float_floor_quotient(y) * y
       return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(y, x), r)
     if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
     return x._e(BinaryOps.MOD, y)
+  def _float_floor_quotient(self, y: "Tensor") -> "Tensor":
+    """floor(self / y) for floats, exact where q*y is representable. Division is x * (1/y), which can
+    land one ulp below an exact integer quotient (49 * (1/49) = 0.99999994), so the floor is checked
+    against the remainder and moved by one; nan remainders (y = 0, infinities) leave it unchanged."""
+    q = (self / y).floor()
+    r = self - q * y
+    pos = y > 0
+    up, down = pos.where(r >= y, r <= y), pos.where(r < 0, r > 0)
+    return up.where(q + 1, down.where(q - 1, q))
   def pow(self, y: Any, reverse: bool = False) -> "Tensor":
     """numpy power: integer tensors to integer powers stay integers; floats follow C pow's special cases."""
     if not reverse and isinstance(y, (int, float)) and not isinstance(y, (bool, np.generic)):

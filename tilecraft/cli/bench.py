@@ -23,7 +23,7 @@ its kernels). "vs numpy" is numpy time / e2e time, both end to end: above 1 tile
 
 JSON (--json PATH, '-' for stdout), schema "tilecraft-bench/2":
   {"schema": "tilecraft-bench/1", "created": ISO time, "device": "CPU", "ok": bool,
-   "host": {"cpu", "cores", "platform", "python", "numpy", "compiler"},
+   "host": {"cpu", "cores", "platform", "python", "numpy", "compiler", "target" (CPU: the -march and its ISA, e.g. "haswell (AVX2, 8 float lanes)"; else null)},
    "settings": {"quick", "runs", "warmup", "opts" ("hand-coded" | "NOOPT" | "BEAM=n"), "timing"},
    "peak": {"device", "gflops", "gbs", "flops_source", "bw_source", "probes", "measured_at", "quick"},
    "kernels": [{"name", "desc", "ok", "verified", "error" (str or null), "max_rel_error", "tol",
@@ -196,6 +196,12 @@ def compiler_name(device: str) -> str:
     return ver + (" + OpenMP" if getattr(comp, "openmp", None) is not False else "")
   return (getattr(comp, "cachekey", "") or type(comp).__name__)[:80]
 
+def target_name(device: str) -> Optional[str]:
+  """The ISA the device's compiler targets (CPU: `CPU_ARCH`), for the header; None where it has no such setting."""
+  from tilecraft.device import Device
+  target = getattr(Device[device].compiler, "target", None)
+  return None if target is None else str(target)
+
 def threads() -> str:
   """How many threads CPU kernels use, for the header."""
   n = os.environ.get("OMP_NUM_THREADS")
@@ -232,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
   prog.clear()
   ok = all(r["ok"] for r in records)
   host = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-          "numpy": np.__version__, "compiler": compiler_name(device), "load": load0}
+          "numpy": np.__version__, "compiler": compiler_name(device), "target": target_name(device), "load": load0}
   timing = ("tilecraft: sum of its kernels' times (CompiledRunner, wait=True); e2e: wall time of f(*inputs).realize(), result dropped; "
             "numpy: wall time of the call; interleaved, best of at least `runs` rounds "
             f"(fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing is spent, at most {MAX_RUNS}) after `warmup` rounds")
@@ -248,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
   if not json_stdout or not args.quiet:
     if not args.quiet:
       print(f"tilecraft bench on {device}: {host['cpu']}, {threads()}; {host['compiler']}; numpy {np.__version__}; opts: {opts_mode}", file=out)
+      if host["target"]: print(f"target ISA: {host['target']} (set with CPU_ARCH=<-march name>)", file=out)
       print(describe(peaks), file=out)
       print(f"interleaved, best of {runs}+ rounds (fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing, at most {MAX_RUNS}) "
             f"after {args.warmup} warm-up rounds. time = sum of tilecraft's kernel times (CompiledRunner); e2e = wall time of the user's "

@@ -29,7 +29,8 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
   return k.copy().hand_coded_optimizations()
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
-  opts = (int(NOOPT), int(BEAM), int(TC), int(TC_OPT))  # the settings that choose the kernel's opts
+  # the settings that choose the kernel's opts; the compiler's flags name the target (CPU_ARCH's -march), which changes them too
+  opts = (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(Device[device].compiler, "flags", ()))
   renderer = Device[device].renderer  # part of the keys: the PYTHON device's follows EMULATE
   if (r := _runners_by_ast.get((ast, device, renderer, opts))) is not None: return r
   key = (ast.key, device, renderer, opts)

@@ -3,7 +3,7 @@ target (C for CPUs here; OpenCL, CUDA, Metal, HIP by subclassing) overrides the 
 that differ: types, vector syntax, kernel signature, thread ids, barriers, math functions.
 """
 from __future__ import annotations
-import functools, math
+import math
 from collections import Counter
 from typing import Any, Optional
 import numpy as np
@@ -227,13 +227,6 @@ def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
           f"  return tc_sel_{vt}(x != x, x, r);",
           "}"]
 
-@functools.cache
-def _host_vector_width() -> int:
-  try:
-    with open("/proc/cpuinfo") as f: flags = next((l for l in f if l.startswith("flags")), "").split()
-  except OSError: return 4
-  return 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-
 class CRenderer(CStyleLanguage):
   """C for the CPU device: gcc/clang vector extensions for vector lanes, OpenMP on the outer loop."""
   device = "CPU"
@@ -254,8 +247,9 @@ class CRenderer(CStyleLanguage):
     return super().render_alu(op, srcs, dt, src_dt)
   @property
   def vector_width(self) -> int:
-    """float32 lanes per SIMD register on this host (the C compiler targets -march=native)."""
-    return _host_vector_width()
+    """float32 lanes per SIMD register of the ISA the C compiler targets (`CPU_ARCH`, default native)."""
+    from tilecraft.runtime.cpu import cpu_target
+    return cpu_target().vector_width
   def render_dtype(self, dt: DType) -> str:
     if isinstance(dt, ImageDType): raise NotImplementedError("the CPU has no image types")
     if dt.count > 1 and not isinstance(dt, PtrDType): return {dtypes.int64: "longlong", dtypes.int32: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)

@@ -2,7 +2,8 @@
 The renderer puts `#pragma omp parallel for` on the outermost (global) loop, so kernels use all
 cores through OpenMP; the thread count comes from the environment (OMP_NUM_THREADS)."""
 from __future__ import annotations
-import ctypes, functools, os, platform, shutil, subprocess, tempfile, time, warnings
+import ctypes, functools, os, platform, re, shutil, subprocess, tempfile, time, warnings
+from dataclasses import dataclass
 from typing import Any, Optional
 import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiler
@@ -44,9 +45,44 @@ def _accepts_flag(cc: str, flag: str) -> bool:
   try: return subprocess.run([cc, flag, "-x", "c", "-c", "-", "-o", os.devnull], input=b"int x;\n", capture_output=True, timeout=60).returncode == 0
   except (OSError, subprocess.SubprocessError): return False
 
+# ---- target ISA ----------------------------------------------------------------------------------
+# CPU_ARCH (env or Context; default native) is the compiler's -march: CPU_ARCH=haswell builds AVX2
+# kernels on an AVX-512 host, so the AVX2 code paths can be built, measured and tested anywhere.
+# The vector width the heuristics assume comes from what the compiler enables for that -march.
+
+@dataclass(frozen=True)
+class CPUTarget:
+  arch: str          # the -march value
+  isa: str           # the widest SIMD the compiler enables for it: "AVX-512", "AVX2", "AVX", "SSE", "NEON", "scalar"
+  vector_width: int  # float32 lanes of one SIMD register
+  def __str__(self) -> str: return f"{self.arch} ({self.isa}, {self.vector_width} float lanes)"
+
+def cpu_arch() -> str:
+  """The -march CPU kernels are built for: `CPU_ARCH` (env or Context), default native."""
+  arch = str(getenv("CPU_ARCH", "") or "native")
+  if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", arch): raise ValueError(f"CPU_ARCH={arch!r} is not a valid -march name")
+  return arch
+
+@functools.cache
+def _arch_target(cc: str, arch: str) -> CPUTarget:
+  try: r = subprocess.run([cc, f"-march={arch}", "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, timeout=60)
+  except (OSError, subprocess.SubprocessError) as e: raise ValueError(f"CPU_ARCH={arch!r}: could not run {cc}: {e}") from None
+  if r.returncode != 0:
+    err = next((l for l in r.stderr.splitlines() if "march" in l), r.stderr.strip()[:300])
+    raise ValueError(f"CPU_ARCH={arch!r}: {os.path.basename(cc)} does not accept -march={arch}: {err}")
+  macros = {l.split()[1] for l in r.stdout.splitlines() if l.startswith("#define ")}
+  for macro, isa, width in (("__AVX512F__", "AVX-512", 16), ("__AVX2__", "AVX2", 8), ("__AVX__", "AVX", 8), ("__ARM_NEON", "NEON", 4), ("__SSE2__", "SSE", 4)):
+    if macro in macros: return CPUTarget(arch, isa, width)
+  return CPUTarget(arch, "scalar", 4)
+
+def cpu_target(cc: Optional[str] = None) -> CPUTarget:
+  """The ISA the CPU device targets now (per `CPU_ARCH`), as the C compiler sees that -march."""
+  return _arch_target(cc or find_c_compiler(), cpu_arch())
+
 class CPUCompiler(Compiler):
-  """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin)."""
-  base_flags: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fwrapv")
+  """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin). The -march is
+  `CPU_ARCH` at compile time (part of `flags`, so of the binary cache key)."""
+  base_flags: tuple[str, ...] = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fwrapv")
   def __init__(self, cc: Optional[str] = None):
     self.cc = cc or find_c_compiler()
     # gcc 12 with -march=native on AVX512-FP16 hosts emits masked half stores (vmovsh {k}) that
@@ -55,12 +91,16 @@ class CPUCompiler(Compiler):
     self.openmp: Optional[bool] = None  # None: not known yet; assumed to work until a compile says otherwise
     super().__init__(f"cpu|{_compiler_identity(self.cc)}")
   @property
-  def flags(self) -> tuple[str, ...]: return self.base_flags + ("-fopenmp",)  # requested flags: part of the cache key
+  def target(self) -> CPUTarget: return cpu_target(self.cc)
+  @property
+  def flags(self) -> tuple[str, ...]: return self._flags(True)  # requested flags: part of the cache key
+  def _flags(self, openmp: bool) -> tuple[str, ...]: return (f"-march={cpu_arch()}",) + self.base_flags + (("-fopenmp",) if openmp else ())
   def _run(self, src: str, openmp: bool) -> tuple[Optional[bytes], str]:
     fd, out = tempfile.mkstemp(suffix=".so", prefix="tilecraft-")
     os.close(fd)
     try:
-      args = [self.cc, *self.base_flags, *(["-fopenmp"] if openmp else []), "-x", "c", "-", "-o", out, "-lm"]
+      self.target  # an unknown CPU_ARCH fails here, naming it, not as a compile error of the kernel
+      args = [self.cc, *self._flags(openmp), "-x", "c", "-", "-o", out, "-lm"]
       r = subprocess.run(args, input=src.encode(), capture_output=True)
       if r.returncode != 0: return None, r.stderr.decode(errors="replace")
       with open(out, "rb") as f: return f.read(), r.stderr.decode(errors="replace")

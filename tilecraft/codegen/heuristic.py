@@ -63,6 +63,77 @@ def _tensor_cores(k: Any) -> bool:
       return True
   return False
 
+# ---- CPU register tiles and cache blocking --------------------------------------------------------
+# The tile the BEAM search finds for matmul on CPUs: 8 output rows x 2 vectors of output columns,
+# 16 vector accumulators (half the zmm registers on AVX-512, all 16 ymm on AVX2, where the compiler
+# feeds the FMAs from memory). Each step of the reduce loads 2 vectors of B and broadcasts 8
+# scalars of A. Long reduces run in blocks (BLOCK) of CPU_REDUCE_BLOCK, with the output loops
+# swapped so the block of B (block x 2 vectors, L1-sized) is reused by every row tile before
+# moving on: this avoids re-reading B from L3 for every row tile, and the cache-set conflicts of
+# a power-of-two row pitch.
+TILE_ROWS, TILE_VECTORS = 8, 2
+
+def _input_strides(k: Any) -> list[tuple]:
+  return [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+
+def _cpu_matmul_tile(k: Any, vw: int) -> bool:
+  """CPU kernels with one SUM reduce of a product in which the output axis `n` (contiguous in the
+  output) and another output axis `m` are each broadcast by some input (matmul, batched matmul,
+  1x1 conv): the 8 x (2 vectors) register tile, then reduce blocking. True when the tile applied."""
+  from tilecraft.codegen.kernel import Opt, OptOps
+  if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.upcasted or k.first_reduce < 2: return False
+  src = k.reduceops[0].src[0]
+  if src.op is UnaryOps.CAST: src = src.src[0]
+  if src.op is not BinaryOps.MUL: return False
+  ins, out = _input_strides(k), k.sts[0].real_strides()
+  def reused(a: int) -> bool: return any(rs[a] == 0 for rs in ins) and any(rs[a] != 0 for rs in ins)
+  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and k.full_shape[a] % (vw * TILE_VECTORS) == 0), None)
+  if n is None: return False
+  m = next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and k.full_shape[a] % TILE_ROWS == 0 and
+            not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)  # the input broadcast along m must vary along n
+  if m is None: return False
+  if not _try(k, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector"): return False
+  _try(k, Opt(OptOps.UPCAST, m, TILE_ROWS), f"matmul register tile: {TILE_ROWS} output rows (axis {m}) share each vector load")
+  _try(k, Opt(OptOps.UPCAST, n, TILE_VECTORS), f"matmul register tile: {TILE_VECTORS} vectors of columns share each broadcast ({TILE_ROWS}x{TILE_VECTORS} accumulators)")
+  _cpu_block_reduce(k)
+  return True
+
+def _cpu_block_reduce(k: Any) -> None:
+  """Reduce blocking for a register-tiled kernel with a long serial reduce: BLOCK it, and make the
+  column tiles the outer (parallel) loop so a block of the column operand stays in cache while
+  every row tile uses it."""
+  from tilecraft.codegen.kernel import Opt, OptOps
+  block = getenv("CPU_REDUCE_BLOCK", 256)
+  red = [a for a in range(k.first_reduce, k.first_upcast)]
+  if len(red) != 1 or not isinstance(k.full_shape[red[0]], int) or k.full_shape[red[0]] <= block or k.full_shape[red[0]] % block: return
+  if k.global_dims < 2: return
+  if not _try(k, Opt(OptOps.BLOCK, 0, block), f"long reduce ({k.full_shape[red[0]]}): run it in blocks of {block}, each reused by all row tiles from cache"): return
+  # the column-tile axis: a global axis along which the row operand (broadcast along the vector axis) is broadcast too
+  ins, vec = _input_strides(k), k.first_upcast
+  rows_op = [rs for rs in ins if rs[vec] == 0]
+  cols = next((a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)), None)
+  if cols is not None and cols > 0 and k.full_shape[cols] >= 8:
+    _try(k, Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: a block of the column operand is reused by every row tile")
+
+def _cpu_third_reuse_fits(k: Any, vw: int) -> bool:
+  """A third reuse upcast (by 2) on CPUs, e.g. two output rows of a conv sharing each weight
+  broadcast, while the accumulators still fit: at most 8 vector accumulators so far (16 after)."""
+  upcast = prod(s for s, o in zip(k.full_shape[k.first_upcast:], k.output_shape[k.first_upcast:]) if s == o)
+  return isinstance(upcast, int) and upcast <= 8 * vw and k.first_upcast - k.first_reduce >= 1
+
+def _cpu_matvec(k: Any, vw: int) -> bool:
+  """CPU matrix-vector: each row's dot product runs on vector accumulators along the contiguous
+  reduce, and 8 rows share each load of the vector: one pass over the matrix, 8 independent
+  accumulator chains (enough to hide the FMA latency) and 8 streams for the prefetcher."""
+  from tilecraft.codegen.kernel import Opt, OptOps
+  if (mv := _is_matvec(k)) is None or k.upcasted: return False
+  red = k.full_shape[k.first_reduce]
+  if k.first_upcast - k.first_reduce != 1 or not isinstance(red, int) or red % vw or k.full_shape[0] % TILE_ROWS: return False
+  if not any(k.sts[i].real_strides()[k.first_reduce] == 1 and k.sts[i].real_strides()[0] != 0 for i in mv): return False  # rows must be contiguous
+  if not _try(k, Opt(OptOps.UNROLL, 0, vw), f"matvec: {vw}-lane vector accumulators along each contiguous row"): return False
+  _try(k, Opt(OptOps.UPCAST, 0, TILE_ROWS), f"matvec: {TILE_ROWS} rows share each load of the vector ({TILE_ROWS} independent accumulators)")
+  return True
+
 def hand_coded_optimizations(k: Any) -> Any:
   from tilecraft.codegen.kernel import Opt, OptOps
   required_optimizations(k)
@@ -97,19 +168,21 @@ def hand_coded_optimizations(k: Any) -> Any:
       break
 
   vw = _vector_width(k) if not gpu else 4
+  if not gpu and (_cpu_matmul_tile(k, vw) or _cpu_matvec(k, vw)): return k
   # CPU, or GPU with data reuse: upcast output axes that some input broadcasts (register tiles)
   upcasted_reuse = 0
-  while prod(k.full_shape[k.first_upcast:]) < (256 if not gpu else 32) and k.first_reduce > 0 and upcasted_reuse < 2:
+  while prod(k.full_shape[k.first_upcast:]) < (256 if not gpu else 32) and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3):
+    if upcasted_reuse == 2 and not _cpu_third_reuse_fits(k, vw): break
     best = None
     for axis in range(k.first_reduce - k.local_dims if gpu else k.first_reduce):
       size = k.full_shape[axis]
       reuse = [st.real_strides()[axis] == 0 for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
       if not any(reuse) or not k.reduceops: continue
       out_contig = k.sts[0].real_strides()[axis] == 1
-      amts = ([vw, 8, 4] if out_contig and not gpu else [4, 3]) if upcasted_reuse == 0 else ([8, 4] if not gpu else [4, 3])
+      amts = ([vw, 8, 4] if out_contig and not gpu else [4, 3]) if upcasted_reuse == 0 else ([8, 4] if not gpu else [4, 3]) if upcasted_reuse == 1 else [2]
       for amt in amts:
         if size % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= (256 if not gpu else 32):
-          score = (out_contig, amt, -axis)
+          score = (out_contig, amt, -axis) if upcasted_reuse < 2 else (size, -axis)  # the third: the longest axis left
           if best is None or score > best[0]: best = (score, axis, amt)
           break
     if best is None: break
@@ -124,7 +197,7 @@ def hand_coded_optimizations(k: Any) -> Any:
     rel = ax - k.first_reduce
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
     contiguous = any(st.real_strides()[ax] == 1 for st in ins)
-    if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= 256 and (k.upcasted == 0 or size <= 4):
+    if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= (256 if gpu or size > 4 else 512) and (k.upcasted == 0 or size <= 4):
       _try(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully")
     elif not contiguous and not gpu and k.first_reduce > 0 and k.sts[0].real_strides()[k.first_reduce - 1] == 1:
       pass  # column-style reduce: more output lanes per row visit beat unrolling the rows (below)
@@ -143,7 +216,9 @@ def hand_coded_optimizations(k: Any) -> Any:
     # a reduce walking rows of the output's axis (e.g. column sums): read many cache lines per row
     if k.reduceops and not gpu and axis < k.first_reduce and k.first_reduce < k.first_upcast:
       ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
-      if not any(st.real_strides()[k.first_upcast - 1] == 1 for st in ins):
+      # (not after a row reduce got vector accumulators along its contiguous rows: more rows would only spill them)
+      unrolled_contig = any(st.real_strides()[a] == 1 for st in ins for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] != k.output_shape[a])
+      if not any(st.real_strides()[k.first_upcast - 1] == 1 for st in ins) and not unrolled_contig:
         for amt in (16, 8, 4):
           if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 256:
             if _try(k, Opt(OptOps.UPCAST, axis, amt), f"strided reduce: {amt}x more output columns per row read"): break

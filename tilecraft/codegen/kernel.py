@@ -25,6 +25,7 @@ from tilecraft.shape.symbolic import Node, Variable, sint
 class OptOps(Enum):
   TC = auto(); UPCAST = auto(); UPCASTMID = auto(); UNROLL = auto(); LOCAL = auto()  # noqa: E702
   GROUP = auto(); GROUPTOP = auto(); NOLOCALS = auto(); PADTO = auto(); SWAP = auto()  # noqa: E702
+  BLOCK = auto()  # CPU reduce blocking: the reduce runs in blocks of amt, an outer loop accumulating in the output
   def __lt__(self, x: "OptOps") -> bool: return self.value < x.value
 
 class KernelOptError(Exception):
@@ -35,7 +36,7 @@ def check(cond: bool, msg: str) -> None:
 
 @dataclass(frozen=True, order=True)
 class Opt:
-  """One optimization (API). `amt=0` means the whole axis. UNROLL axes count from first_reduce;
+  """One optimization (API). `amt=0` means the whole axis. UNROLL and BLOCK axes count from first_reduce;
   GROUP/GROUPTOP from first_reduce + group_for_reduces; all others are absolute."""
   op: OptOps
   axis: Optional[int] = None
@@ -43,7 +44,7 @@ class Opt:
   def __repr__(self) -> str: return f"Opt(op={self.op}, axis={self.axis}, amt={self.amt})"
   def real_axis(self, k: "Kernel") -> int:
     if self.axis is None: return -1
-    if self.op is OptOps.UNROLL: return k.first_reduce + self.axis
+    if self.op in (OptOps.UNROLL, OptOps.BLOCK): return k.first_reduce + self.axis
     if self.op in (OptOps.GROUP, OptOps.GROUPTOP): return k.first_reduce + k.group_for_reduces + self.axis
     return self.axis
 
@@ -68,6 +69,9 @@ class Kernel:
       self.sts.append(ShapeTracker.from_shape(self._ast_sts[r].shape))
     self.local_dims, self.upcasted, self.group_for_reduces = 0, 0, 0
     self.dont_use_locals = False
+    # BLOCK applied: the first reduce axis counts blocks of the reduce; on a CPU its loop runs just
+    # inside the outermost output loop and each block adds to what the previous ones stored
+    self.reduce_block = False
     self.tensor_core: Any = None
     self.tensor_core_opts: Any = None
     self.use_tensor_cores: int = 0
@@ -270,8 +274,10 @@ class Kernel:
       self._check_threads(amt)
       self.shift_to(axis, amt, top=opt.op is OptOps.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
+    elif opt.op is OptOps.BLOCK: self._block(axis, amt)
     elif opt.op is OptOps.UNROLL:
       check(axis < self.first_upcast, f"UNROLL: axis {axis} is already upcast")
+      check(not (self.reduce_block and axis == self.first_reduce), "UNROLL: axis is the reduce's block axis (BLOCK)")
       check(self.first_reduce + self.group_for_reduces <= axis, f"UNROLL: axis {axis} is not a reduce axis")
       check(amt <= 32, f"UNROLL: amount {amt} is over 32")
       self.shift_to(axis, amt, insert_before=None)
@@ -298,6 +304,23 @@ class Kernel:
     else: raise KernelOptError(f"unknown opt {opt.op}")
     self.simplify_ones()
     if self.group_for_reduces: self._check_shared(1)  # later opts (LOCAL, UPCAST, PADTO) grow the staging buffer too
+
+  def _block(self, axis: int, amt: int) -> None:
+    """BLOCK: split the reduce axis into (size/amt blocks, amt) and make the blocks the first reduce
+    axis. The lowerer runs the block loop just inside the outermost output loop, so one block of
+    the operands is reused across all the inner output tiles while it is in cache; each output
+    element adds its partial sum to what the earlier blocks stored (so the store must be the reduce)."""
+    check(not self.opts.has_local, "BLOCK: reduce blocking is for targets whose output axes are loops (CPU), not thread ids")
+    check(not self.reduce_block, "BLOCK: the reduce is already blocked")
+    check(self.first_reduce + self.group_for_reduces <= axis < self.first_upcast, f"BLOCK: axis {axis} is not a (serial) reduce axis")
+    check(len(self.reduceops) == 1 and self.reduceops[0].op is ReduceOps.SUM, "BLOCK: needs exactly one SUM reduce")
+    check(len(self.ast.src) == 1 and self.ast.src[0].src[0] == self.reduceops[0],
+          "BLOCK: the kernel must store the reduce itself (partial sums are accumulated in the output between blocks)")
+    check(self.group_for_reduces == 0 and self.tensor_core is None, "BLOCK: not with grouped reduces or tensor cores")
+    size = self.full_shape[axis]
+    check(amt < size, f"BLOCK: a block of {amt} is the whole axis of {size}: nothing to block")
+    self.shift_to(axis, size // amt, top=True, insert_before=self.first_reduce)
+    self.reduce_block = True
 
   def _check_threads(self, amt: int) -> None:
     threads = prod(self.full_shape[self.global_dims:self.first_reduce + self.group_for_reduces]) * amt

@@ -60,6 +60,10 @@ class Lowerer:
     self.acc_count = 0
     self.memo: dict[Any, Any] = {}
     self.outer_range: Optional[UOp] = None  # innermost loop around the reduce (CPU global loops)
+    self.block_axis: Optional[int] = self.first_reduce if getattr(k, "reduce_block", False) else None
+    self.block_range: Optional[UOp] = None
+    # the accumulators start from the earlier blocks' sums, unless their vector lanes are reduce lanes
+    self.block_in_acc = self.vax is None or self.vax not in self.magenta
     self._make_index_vars()
 
   # ---- axes ---------------------------------------------------------------------------------------
@@ -102,18 +106,33 @@ class Lowerer:
           r = self._range(shape[i], parent, ("parallel" if parent is None and parallel else "global", i))
           self.varmap[v] = r
           parent = r
+          if self.block_axis is not None and self.block_range is None: parent = self._make_block_range(parent)
+      if self.block_axis is not None and self.block_range is None: parent = self._make_block_range(parent)
       self.outer_range = parent
     else:
       self._make_gpu_ids(var)
     parent = self.outer_range
     for i in self.red_axes:
+      if i == self.block_axis: continue
       v = var(f"ridx{i}", shape[i])
       self.idx_vars[i] = v
       if isinstance(v, Variable):
         r = self._range(shape[i], parent, ("reduce", i))
         self.varmap[v] = r
         parent = r
-    self.reduce_ranges = [self.varmap[v] for v in (self.idx_vars[i] for i in self.red_axes) if isinstance(v, Variable)]
+    self.reduce_ranges = [self.varmap[v] for v in (self.idx_vars[i] for i in self.red_axes if i != self.block_axis) if isinstance(v, Variable)]
+
+  def _make_block_range(self, parent: Optional[UOp]) -> UOp:
+    """BLOCK: the loop over blocks of the reduce, inside the outermost output loop and around the
+    other output loops; the accumulators live inside it (see lower_store)."""
+    a = self.block_axis
+    assert a is not None
+    v = Variable(f"ridx{a}", 0, _ceil(self.shape[a]) - 1)
+    self.idx_vars[a] = v
+    r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), self.sym_to_uop(self.shape[a], dtypes.int32)) + ((parent,) if parent is not None else ()),
+            ("reduce", a))
+    self.varmap[v] = self.block_range = r
+    return r
 
   def _range(self, size: sint, parent: Optional[UOp], arg: tuple) -> UOp:
     """A loop 0..size; its counter is 64-bit when the trip count doesn't fit in int32."""
@@ -266,6 +285,7 @@ class Lowerer:
       v = val[lane]
       idx, valid = self.index(mb.st, lane)
       kind, data = self.vec_form(idx, valid)
+      if self.block_range is not None and not self.block_in_acc: v = self._combine(ReduceOps.SUM, v, self._earlier_blocks(lane, v.dtype.count))
       if kind == "vector" and v.dtype.count > 1:
         out.append(self._store(buf, *data, v))
       elif kind == "scalar" and v.dtype.count == 1: out.append(self._store(buf, *data, v))
@@ -274,6 +294,23 @@ class Lowerer:
         per = data if kind == "gather" else [(data[0] + i, data[1]) for i in range(self.W)]
         for i, (ix, vl) in enumerate(per): out.append(self._store(buf, ix, vl, v.gep(i) if v.dtype.count > 1 else v))
     return out
+
+  def _earlier_blocks(self, lane: tuple[int, ...], width: int) -> UOp:
+    """BLOCK: what the earlier blocks stored for this output lane (0 in the first block). It starts
+    the accumulator, or, where the accumulator's vector lanes are reduce lanes, is added at the store."""
+    assert self.block_range is not None
+    mb: MemBuffer = self.ast.src[0].arg
+    buf = self.buf_uop(mb)
+    kind, data = self.vec_form(*self.index(mb.st, lane))
+    later = UOp.alu(BinaryOps.CMPNE, self.block_range, UOp.const(dtypes.int32, 0))
+    def load(idx: sint, valid: sint, dt: DType) -> UOp:
+      gate = later if valid == 1 else UOp.alu(BinaryOps.AND, self.sym_bool(valid), later)
+      return UOp(UOps.LOAD, dt, (buf, self.sym_to_uop(idx, dtypes.int32), gate, UOp.const(dt, 0)))
+    if kind == "scalar": prev = load(*data, mb.dtype)
+    elif kind == "vector": prev = load(*data, mb.dtype.vec(self.W))
+    else: prev = UOp(UOps.VECTORIZE, mb.dtype.vec(self.W), tuple(load(ix, vl, mb.dtype) for ix, vl in data))
+    if prev.dtype.count < width: prev = UOp(UOps.VECTORIZE, prev.dtype.vec(width), (prev,) * width)
+    return prev
 
   def _store(self, buf: UOp, idx: sint, valid: sint, v: UOp) -> UOp:
     if buf.op is UOps.DEFINE_GLOBAL and self.group:  # after a grouped reduce, only the group's first thread writes
@@ -379,12 +416,13 @@ class Lowerer:
       total = group[0]
       for v in group[1:]: total = self._combine(op.op, total, v)
       if not ranges:
-        res[lane] = total
+        res[lane] = self._combine(op.op, total, self._earlier_blocks(lane, total.dtype.count)) if self.block_range is not None and self.block_in_acc else total
         continue
       dt = total.dtype
       self.acc_count += 1
       parent = ranges[0].src[2:]  # the loop around the reduce loops, if any
-      acc = UOp(UOps.DEFINE_ACC, dt, (UOp.const(dt, init),) + parent, self.acc_count)
+      start = self._earlier_blocks(lane, dt.count) if self.block_range is not None and self.block_in_acc else UOp.const(dt, init)
+      acc = UOp(UOps.DEFINE_ACC, dt, (start,) + parent, self.acc_count)
       # the accumulator's value inside the loop changes every iteration: read it there (the ranges
       # in src keep the read, and everything computed from it, inside the loop)
       acc_in = UOp(UOps.ACCREAD, dt, (acc,) + tuple(ranges))

@@ -210,7 +210,7 @@ def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
   """exp2 on a whole vector without library calls (so it stays vectorized): 2^x = 2^n * 2^f with
   n = floor(x + 1/2), |f| <= 1/2, 2^f by its Taylor series to degree 7 (error below float32
   rounding), and 2^n built in the exponent bits of two factors. NaN stays NaN."""
-  if scalar != dtypes.float32: raise NotImplementedError("vector exp2 is float32 only")
+  if scalar != dtypes.float32: return _vector_lanewise(vt, "exp2", scalar)
   c = [math.log(2) ** k / math.factorial(k) for k in range(8)]
   poly = f"{c[7]!r}f"
   for k in range(6, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
@@ -227,6 +227,37 @@ def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
           f"  return tc_sel_{vt}(x != x, x, r);",
           "}"]
 
+def _vector_log2(vt: str, it: str, scalar: DType) -> list[str]:
+  """log2 on a whole vector without library calls: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+  log2(m) = 2/ln(2) * atanh(t), t = (m-1)/(m+1), |t| <= 0.172, by its odd series to t^9 (error
+  below float32 rounding). Subnormals are scaled up first; 0 -> -inf, x < 0 -> NaN, inf and NaN stay."""
+  if scalar != dtypes.float32: return _vector_lanewise(vt, "log2", scalar)
+  c = [2 / math.log(2) / k for k in (1, 3, 5, 7, 9)]
+  poly = f"{c[4]!r}f"
+  for k in range(3, -1, -1): poly = f"({poly}*t2+{c[k]!r}f)"
+  return [f"static inline {vt} tc_log2_{vt}({vt} x) {{",
+          f"  {vt} zero = ({vt}){{}};",
+          f"  {it} sub = x < 1.17549435e-38f;",
+          f"  {it} bits = ({it})tc_sel_{vt}(sub, x * 8388608.0f, x);",
+          f"  {it} e = ((bits >> 23) & 255) - 127 - (sub & 23);",
+          f"  {vt} m = ({vt})((bits & 8388607) | 1065353216);  /* mantissa in [1, 2) */",
+          f"  {it} big = m > 1.41421356f;",
+          f"  m = tc_sel_{vt}(big, m * 0.5f, m);",
+          f"  e = e + (big & 1);",
+          f"  {vt} t = (m - 1.0f) / (m + 1.0f), t2 = t * t;",
+          f"  {vt} r = __builtin_convertvector(e, {vt}) + t * {poly};",
+          f"  r = tc_sel_{vt}(x == 0.0f, zero - INFINITY, r);",
+          f"  r = tc_sel_{vt}(x < 0.0f, zero + NAN, r);",
+          f"  r = tc_sel_{vt}(x == INFINITY, x, r);",
+          f"  return tc_sel_{vt}(x != x, x, r);",
+          "}"]
+
+def _vector_lanewise(vt: str, fn: str, scalar: DType) -> list[str]:
+  """A math function on a non-float32 vector, lane by lane through the C library."""
+  lanes = int(vt[len(scalar.name):]) if vt.startswith(scalar.name) else 0
+  call = fn if scalar == dtypes.float64 else fn + "f"
+  return [f"static inline {vt} tc_{fn}_{vt}({vt} x) {{ {vt} r; for (int i = 0; i < {lanes}; i++) r[i] = {call}(x[i]); return r; }}"]
+
 class CRenderer(CStyleLanguage):
   """C for the CPU device: gcc/clang vector extensions for vector lanes, OpenMP on the outer loop."""
   device = "CPU"
@@ -241,7 +272,7 @@ class CRenderer(CStyleLanguage):
                 dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
                 dtypes.float32: "float", dtypes.float64: "double"}
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
-  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, BinaryOps.MAX})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX})
   def render_alu(self, op: Any, srcs: list[str], dt: DType, src_dt: DType) -> str:
     if op is BinaryOps.MAX and dt.count > 1: return f"tc_max_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]})"
     return super().render_alu(op, srcs, dt, src_dt)
@@ -255,14 +286,15 @@ class CRenderer(CStyleLanguage):
     if dt.count > 1 and not isinstance(dt, PtrDType): return {dtypes.int64: "longlong", dtypes.int32: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)
     return super().render_dtype(dt)
   def render_math(self, op: Any, x: str, dt: DType) -> str:
-    if dt.count > 1 and op is UnaryOps.EXP2: return f"tc_exp2_{self.render_dtype(dt)}({x})"
+    if dt.count > 1 and op in (UnaryOps.EXP2, UnaryOps.LOG2): return f"tc_{'exp2' if op is UnaryOps.EXP2 else 'log2'}_{self.render_dtype(dt)}({x})"
     return super().render_math(op, x, dt)
   def prelude(self, uops: list[UOp]) -> list[str]:
     lines = ["#include <math.h>"]
     vecs = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
     exp2s = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is UnaryOps.EXP2 and u.dtype.count > 1}
+    log2s = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is UnaryOps.LOG2 and u.dtype.count > 1}
     maxes = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is BinaryOps.MAX and u.dtype.count > 1}
-    masks = {d: dtypes.int32.vec(d.count) if d.scalar().itemsize == 4 else dtypes.int64.vec(d.count) for d in exp2s | maxes}
+    masks = {d: dtypes.int32.vec(d.count) if d.scalar().itemsize == 4 else dtypes.int64.vec(d.count) for d in exp2s | log2s | maxes}
     vecs |= set(masks.values())
     for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count)):
       base = self.type_names[v.scalar()]
@@ -276,6 +308,7 @@ class CRenderer(CStyleLanguage):
         keep_a = f"(({it})(a != a) | ({it})(a > b))" if dtypes.is_float(d) else f"({it})(a > b)"
         lines.append(f"static inline {vt} tc_max_{vt}({vt} a, {vt} b) {{ return tc_sel_{vt}({keep_a}, a, b); }}  /* NaN-propagating */")
     for d in sorted(exp2s, key=lambda d: d.count): lines += _vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
+    for d in sorted(log2s, key=lambda d: d.count): lines += _vector_log2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     if any(u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src) for u in uops if u.op is UOps.CAST):
       lines += ["static inline float bf16_to_f32(unsigned short x) { union { unsigned int u; float f; } c = {.u = (unsigned int)x << 16}; return c.f; }",
                 "static inline unsigned short f32_to_bf16(float f) { union { float f; unsigned int u; } c = {.f = f};",

@@ -328,14 +328,15 @@ def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], ast: LazyOp, 
 
 # ---- random opts ---------------------------------------------------------------------------------
 
-FUZZ_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS)
-_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5])
+FUZZ_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS, OptOps.BLOCK)
+_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5, 1])
 # amounts include non-divisors and amounts over the opts' limits (16 for UPCAST, 32 for UNROLL)
 AMOUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64)
 
 def _kernel_state(k: Kernel) -> tuple:
   """What an opt may change; used to check copy() independence and refusal atomicity."""
-  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, tuple(k.applied_opts))
+  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, tuple(k.applied_opts),
+          getattr(k, "reduce_block", False))
 
 class OptSequence(list):
   """A list of valid Opts found by random_opts, with the number of refused candidates and, when a

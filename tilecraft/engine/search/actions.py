@@ -15,6 +15,7 @@ def _make_actions() -> list[Opt]:
   acts += [Opt(OptOps.GROUPTOP, ax, amt) for ax in range(3) for amt in (8, 16, 32, 64, 128, 256)]
   acts += [Opt(OptOps.PADTO, ax, amt) for ax in range(7) for amt in (16, 32)]
   acts += [Opt(OptOps.SWAP, ax, other) for ax in range(5) for other in range(ax + 1, 6)]
+  acts += [Opt(OptOps.BLOCK, ax, amt) for ax in range(2) for amt in (64, 128, 256, 512)]  # CPU reduce blocking
   acts += [Opt(OptOps.NOLOCALS)]
   acts += [Opt(OptOps.TC, ax, tc_opt) for ax in range(3) for tc_opt in (0, 1, 2)]  # only offered where the renderer has tensor cores
   return acts

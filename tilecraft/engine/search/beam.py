@@ -35,7 +35,7 @@ from tilecraft.helpers import DEBUG, getenv, prod
 from tilecraft.ops import BufferOps, MemBuffer
 from tilecraft.shape.symbolic import Variable
 
-SEARCH_VERSION = 2  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
+SEARCH_VERSION = 3  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
 # "segfault" makes the timing worker kill itself with SIGSEGV, "hang" makes it sleep past the

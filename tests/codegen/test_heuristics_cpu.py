@@ -1,0 +1,107 @@
+"""The CPU rules of hand_coded_optimizations, on both vector widths (CPU_ARCH native / haswell):
+which opts fire on which shapes, and that the kernels they give compute the right thing. Also
+BLOCK (reduce blocking), the opt the matmul rule uses for long reduces."""
+import importlib.util
+from pathlib import Path
+import numpy as np
+import pytest
+from tilecraft import Context, Tensor
+from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.device import Buffer, CompiledRunner, Device
+from tilecraft.dtype import dtypes
+from tilecraft.renderer.cstyle import OpenCLRenderer
+
+_spec = importlib.util.spec_from_file_location("_tc_bench_common", Path(__file__).resolve().parents[2] / "bench" / "common.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)  # type: ignore[union-attr]
+
+U, R, B, S = OptOps.UPCAST, OptOps.UNROLL, OptOps.BLOCK, OptOps.SWAP
+ARCHS = {"haswell": 8, "skylake-avx512": 16}  # -march -> float lanes
+
+def hand(ast):
+  k = Kernel(ast, Device["CPU"].renderer)
+  k.hand_coded_optimizations()
+  return k
+
+def opts(k): return [(o.op, o.axis, o.amt) for o in k.applied_opts]
+
+def run(k, inputs, out_size):
+  out = Buffer("CPU", out_size, dtypes.float32).allocate()
+  CompiledRunner(k.to_program())([out] + [Buffer("CPU", a.size, dtypes.float32).copyin(a) for a in inputs])
+  return out.numpy()
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_matmul_tile_and_blocking(arch, rng):
+  vw = ARCHS[arch]
+  with Context(CPU_ARCH=arch):
+    assert opts(hand(bench.matmul_ast(64, 64, 64))) == [(U, 1, vw), (U, 0, 8), (U, 1, 2)]  # short reduce: no blocking
+    k = hand(bench.matmul_ast(64, 256, 512))
+    assert opts(k) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (B, 0, 256), (S, 0, 1)], opts(k)
+    assert any("blocks of 256" in r for r in k.applied_opts_reasons)
+    a, b = rng.random((64, 512), dtype=np.float32), rng.random((512, 256), dtype=np.float32)
+    np.testing.assert_allclose(run(k, [a, b], 64 * 256).reshape(64, 256), a @ b, rtol=1e-4)
+    # odd sizes the tile doesn't divide fall back to the general rules
+    assert (B, 0, 256) not in opts(hand(bench.matmul_ast(25, 20, 16)))
+
+def test_matmul_tile_through_tensor(rng):
+  a, b = rng.random((96, 300), dtype=np.float32), rng.random((300, 64), dtype=np.float32)
+  for arch in ARCHS:
+    with Context(CPU_ARCH=arch): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_matvec_streams_rows_with_8_accumulators(arch, rng):
+  vw = ARCHS[arch]
+  A, x = rng.random((64, 256), dtype=np.float32), rng.random(256, dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    si = (Tensor(A) @ Tensor(x)).schedule()[-1]
+    k = hand(si.ast)
+    assert opts(k) == [(R, 0, vw), (U, 0, 8)], opts(k)
+    assert all("matvec" in r for r in k.applied_opts_reasons)
+    np.testing.assert_allclose((Tensor(A) @ Tensor(x)).numpy(), A @ x, rtol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_conv_third_reuse_upcast_and_full_kx_unroll(arch, rng):
+  ast = bench.conv3x3_ast(8, 16, 8, 8)  # axes: cout, y, x, cin, ky, kx
+  with Context(CPU_ARCH=arch):
+    k = hand(ast)
+    o = opts(k)
+    assert (U, 1, 2) in o and o[-1] == (R, 2, 0), o  # two output rows share each weight; kx unrolled
+    img, w = rng.random((8, 8, 8), dtype=np.float32), rng.random((16, 8, 3, 3), dtype=np.float32)
+    np.testing.assert_allclose(run(k, [img, w], 16 * 64).reshape(16, 8, 8), bench.numpy_conv3x3(img, w), rtol=1e-4)
+
+# ---- BLOCK ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seq", [[(B, 0, 16)], [(U, 1, 4), (B, 0, 8), (S, 0, 1)], [(R, 0, 4), (B, 0, 4)], [(B, 0, 8), (R, 1, 4)],
+                                 [(B, 0, 16), (R, 1, 0)], [(U, 1, 8), (B, 0, 32), (R, 1, 8)], [(B, 0, 8), (OptOps.PADTO, 0, 3)]])
+def test_block_matches_numpy(seq, rng):
+  M, N, K = 12, 24, 64
+  a, b = rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32)
+  k = Kernel(bench.matmul_ast(M, N, K), Device["CPU"].renderer)
+  for o in seq: k.apply_opt(Opt(*o))
+  assert k.reduce_block
+  np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4)
+
+def test_block_on_conv_cin(rng):
+  k = Kernel(bench.conv3x3_ast(16, 8, 6, 6), Device["CPU"].renderer)
+  for o in [(U, 2, 2), (B, 0, 4), (R, 2, 0)]: k.apply_opt(Opt(*o))
+  img, w = rng.random((16, 6, 6), dtype=np.float32), rng.random((8, 16, 3, 3), dtype=np.float32)
+  np.testing.assert_allclose(run(k, [img, w], 8 * 36).reshape(8, 6, 6), bench.numpy_conv3x3(img, w), rtol=1e-4)
+
+def test_block_refusals():
+  ast = bench.matmul_ast(16, 16, 64)
+  def refused(seq, match, ren=None):
+    k = Kernel(ast, ren or Device["CPU"].renderer)
+    for o in seq[:-1]: k.apply_opt(Opt(*o))
+    with pytest.raises(KernelOptError, match=match): k.apply_opt(Opt(*seq[-1]))
+  refused([(B, 0, 64)], "whole axis")
+  refused([(B, 0, 0)], "whole axis")
+  refused([(B, 0, 6)], "does not divide")
+  refused([(B, 0, 8), (B, 1, 2)], "already blocked")
+  refused([(B, 0, 8), (R, 0, 2)], "block axis")
+  refused([(B, 0, 8)], "CPU", OpenCLRenderer())
+  # elementwise ops after the reduce: the output can't hold partial sums
+  t = (Tensor.empty(16, 64) @ Tensor.empty(64, 16)).relu()
+  k = Kernel(t.schedule()[-1].ast, Device["CPU"].renderer)
+  with pytest.raises(KernelOptError, match="store the reduce itself"): k.apply_opt(Opt(B, 0, 8))
+  k = Kernel(Tensor.empty(16, 64).max(1).schedule()[-1].ast, Device["CPU"].renderer)
+  with pytest.raises(KernelOptError, match="SUM"): k.apply_opt(Opt(B, 0, 8))

@@ -1,0 +1,57 @@
+"""The C renderer's vector transcendentals (exp2, log2 without library calls, so kernels with them
+stay vectorized), on both vector widths: special values exactly, the rest within float32 rounding."""
+import shutil, subprocess
+import numpy as np
+import pytest
+from tilecraft import Context, Tensor
+from tilecraft.codegen.kernel import Kernel
+from tilecraft.device import Device
+
+ARCHS = ("native", "haswell")
+SPECIAL = np.array([0, -0.0, -1, np.inf, -np.inf, np.nan, 1e-45, 1e-40, 1.17e-38, 3.4e38, 1, 2, 0.5, 1.41421356, 1.4142137, -150, -149.5, -126.5,
+                    127.9, 128, 129, 200, -200], dtype=np.float32)
+
+def _inputs(rng):
+  return np.concatenate([SPECIAL, rng.standard_normal(2000).astype(np.float32) * 60, np.exp(np.clip(rng.standard_normal(2000) * 30, -87, 88)).astype(np.float32)])
+
+def _check(got, want):
+  with np.errstate(over="ignore"): want32 = want.astype(np.float32)
+  assert np.array_equal(np.isnan(got), np.isnan(want32))
+  inf = np.isinf(want32)
+  assert np.array_equal(got[inf], want32[inf])
+  fin = np.isfinite(want32) & (np.abs(want32) > 1e-37)
+  np.testing.assert_allclose(got[fin], want[fin], rtol=3e-7, atol=0)
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fn", ["exp2", "log2"])
+def test_vector_math_float32(arch, fn, rng):
+  x = _inputs(rng)
+  x = x[: len(x) // 16 * 16]
+  with Context(CPU_ARCH=arch):
+    si = getattr(Tensor(x), fn)().schedule()[-1]
+    k = Kernel(si.ast, Device["CPU"].renderer).hand_coded_optimizations()
+    src = k.to_program().src
+    assert f"tc_{fn}_float{Device['CPU'].renderer.vector_width}" in src  # the vector form is used
+    got = getattr(Tensor(x), fn)().numpy()
+  with np.errstate(all="ignore"): want = getattr(np, fn)(x.astype(np.float64))
+  _check(got, want)
+
+@pytest.mark.parametrize("fn", ["exp2", "log2"])
+def test_vector_math_float64_lanewise(fn, rng):
+  x = np.abs(rng.standard_normal(64)) * 10
+  got = getattr(Tensor(x), fn)().numpy()
+  np.testing.assert_allclose(got, getattr(np, fn)(x), rtol=1e-12)
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_softmax_sigmoid_log_kernels_call_no_libm(arch, tmp_path):
+  with Context(CPU_ARCH=arch):
+    x = Tensor.empty(64, 256)
+    # per-element exp2/log2 are vector code; a log2 per row after a reduce (log_softmax) may stay a call
+    for t, per_element in ((x.softmax(1), ("exp2f",)), (x.sigmoid(), ("exp2f",)), (x.log(), ("log2f",)), (x.gelu(), ("exp2f",)),
+                           (x.log_softmax(1), ("exp2f",))):
+      for si in t.schedule():
+        k = Kernel(si.ast, Device["CPU"].renderer).hand_coded_optimizations()
+        (tmp_path / "k.so").write_bytes(Device["CPU"].compiler.compile(k.to_program().src))
+        asm = subprocess.run(["objdump", "-d", str(tmp_path / "k.so")], capture_output=True, text=True).stdout
+        assert not any(f"{fn}@plt" in asm for fn in per_element), k.name

@@ -34,6 +34,24 @@ class MemBuffer:
   dtype: DType
   st: ShapeTracker
 
+class _Index:
+  """The value of an index constant: each element is its own flat index in the constant's
+  ShapeTracker (arange, and the counters behind rand): an index expression, no reduce, no memory."""
+  __slots__ = ()
+  _it: Optional["_Index"] = None
+  def __new__(cls) -> "_Index":
+    if cls._it is None: cls._it = object.__new__(cls)
+    return cls._it
+  def __repr__(self) -> str: return "INDEX"
+  def __reduce__(self) -> tuple: return (_Index, ())
+
+INDEX = _Index()
+
+def is_index_const(x: Any) -> bool:
+  """A CONST LazyOp (or its ConstBuffer) whose value is the element's index."""
+  cb = x.arg if isinstance(x, LazyOp) else x
+  return isinstance(cb, ConstBuffer) and cb.val is INDEX
+
 def _const_key(val: Any) -> Any:
   """What makes two constants the same: type and value, with -0.0 != 0.0 and every NaN alike."""
   if isinstance(val, float): return (float, repr(val))
@@ -41,8 +59,9 @@ def _const_key(val: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class ConstBuffer:
-  """A constant broadcast over `st` (masked where the view is invalid); val may be a Variable."""
-  val: Union[int, float, bool, Variable]
+  """A constant broadcast over `st` (masked where the view is invalid); val may be a Variable, or
+  INDEX: then each element's value is its flat index through `st` (cast to dtype), 0 where masked."""
+  val: Union[int, float, bool, Variable, _Index]
   dtype: DType
   st: ShapeTracker
   def __eq__(self, other: object) -> bool:

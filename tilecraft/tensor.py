@@ -270,17 +270,16 @@ class Tensor:
     return Tensor(LazyBuffer.from_buffer(Buffer(dev, int(prod(shape)), dt), shape, dt, dev))
   @staticmethod
   def arange(start: Scalar, stop: Optional[Scalar] = None, step: Scalar = 1, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
-    """Computed by a kernel: a running count collapsed to closed form by the code generator."""
+    """An index expression (ops.INDEX): the values are computed from each element's index wherever they are used."""
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
     if not all(math.isfinite(x) for x in (start, stop, step)): raise ValueError(f"arange: start, stop and step must be finite, got {start}, {stop}, {step}")
     n = max(0, math.ceil((stop - start) / step))
     dt = _tensor_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
     if n == 0: return Tensor.zeros(0, dtype=dt, device=device)
-    # count[i] = number of j in [0, n) with i + j >= n - 1, i.e. i + 1
-    ones = Tensor.full((1,), 1, dtypes.int32, device).expand(n).pad(((n - 1, 0),))
-    window = ones._windows(n)  # (n, n): window[i, j] = padded[i + j]
-    idx = window.sum(1) - 1
+    dev = _canon_device(device)
+    idt = dtypes.int64 if n > 2**31 - 1 else dtypes.int32
+    idx = Tensor(hash_consed(("INDEX", n, idt, dev, ()), lambda: LazyBuffer.index(n, idt, dev)))
     return (idx.cast(dt) * step + start).cast(dt)
   def _windows(self, n: int) -> "Tensor":
     """(L-n+1, n) sliding windows of a 1-D tensor of length L, as a view (no copy)."""

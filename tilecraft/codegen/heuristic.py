@@ -210,7 +210,10 @@ def hand_coded_optimizations(k: Any) -> Any:
   if not any(k.full_shape[a] == k.output_shape[a] for a in range(k.first_upcast, k.shape_len)) and k.first_reduce > 0:
     unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce]
     axis = unit[-1] if unit else k.first_reduce - 1
-    for amt in ([vw, 4] if not gpu else [4]):
+    # lanes of a dtype the target has no vectors for are scalar copies: a full vector width of them
+    # only multiplies the code (and its generation time)
+    simd = all(b.dtype.scalar() in getattr(ren, "vector_dtypes", ()) for b in k.bufs)
+    for amt in ([vw, 4] if not gpu and simd else [4]):
       if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0:
         if _try(k, Opt(OptOps.UPCAST, axis, amt), f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"): break
     # a reduce walking rows of the output's axis (e.g. column sums): read many cache lines per row

@@ -16,7 +16,7 @@ from enum import Enum, auto
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
 from tilecraft.helpers import TC, TC_OPT, dedup, getenv, prod, round_up
-from tilecraft.ops import (UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
+from tilecraft.ops import (INDEX, UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
 from tilecraft.renderer import Program, Renderer
 from tilecraft.shape.shapetracker import ShapeTracker
@@ -372,7 +372,7 @@ class Kernel:
     if len(self.reduceops) != 1 or self.reduceops[0].op is not ReduceOps.SUM: return False
     src = self.reduceops[0].src[0]
     while src.op is UnaryOps.CAST: src = src.src[0]
-    return src.op is BufferOps.CONST
+    return src.op is BufferOps.CONST and src.arg.val is not INDEX
 
   def apply_tensor_cores(self, use_tensor_cores: int = 1, extra_opts: Optional[list[Opt]] = None, axis: int = 0, tc_opt: Optional[int] = None,
                          reason: str = "") -> bool:

@@ -14,7 +14,7 @@ from tilecraft.codegen.rewrite import graph_rewrite, symbolic_rules
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, dtypes
 from tilecraft.helpers import prod
-from tilecraft.ops import BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.ops import INDEX, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import And, Div, Lt, Mod, Node, Prod, Sum, Variable, sint, sym_and, sym_lt
 
@@ -358,6 +358,7 @@ class Lowerer:
 
   def lower_const(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
     cb: ConstBuffer = op.arg
+    if cb.val is INDEX: return self._lower_index(cb, inner)
     if isinstance(cb.val, Variable): c = self._sym(cb.val, dtypes.int64).cast(cb.dtype)
     else: c = UOp.const(cb.dtype, cb.val)
     res = {}
@@ -366,6 +367,19 @@ class Lowerer:
       kind, data = self.vec_form(0, valid)
       if kind == "scalar": res[lane] = c if data[1] == 1 else self._where(self.sym_bool(data[1]), c, cb.dtype)
       else: res[lane] = UOp(UOps.VECTORIZE, cb.dtype.vec(self.W), tuple(c if vl == 1 else self._where(self.sym_bool(vl), c, cb.dtype) for _, vl in data))
+    return res
+
+  def _lower_index(self, cb: ConstBuffer, inner: bool) -> dict[tuple, UOp]:
+    """An index constant: each element's flat index through its view, as cb.dtype (0 where masked)."""
+    res = {}
+    for lane in self.lanes(inner):
+      kind, data = self.vec_form(*self.index(cb.st, lane))
+      per = [data] if kind == "scalar" else [(data[0] + i, data[1]) for i in range(self.W)] if kind == "vector" else data
+      vals = []
+      for ix, vl in per:
+        v = UOp.const(cb.dtype, 0) if vl == 0 else self.sym_to_uop(ix, dtypes.int32).cast(cb.dtype)
+        vals.append(v if vl in (0, 1) else self._where(self.sym_bool(vl), v, cb.dtype))
+      res[lane] = vals[0] if kind == "scalar" else UOp(UOps.VECTORIZE, cb.dtype.vec(self.W), tuple(vals))
     return res
 
   def _where(self, cond: UOp, c: UOp, dtype: DType) -> UOp: return UOp.alu(TernaryOps.WHERE, cond, c, UOp.const(dtype, 0))
@@ -539,7 +553,7 @@ class Lowerer:
     if op.op is not ReduceOps.SUM: return None
     src, casts = op.src[0], []
     while src.op is UnaryOps.CAST: casts.append(src.arg); src = src.src[0]
-    if src.op is not BufferOps.CONST or isinstance(src.arg.val, Variable): return None
+    if src.op is not BufferOps.CONST or isinstance(src.arg.val, Variable) or src.arg.val is INDEX: return None
     if any(a in self.magenta or a == self.vax for a in op.arg if self.shape[a] != 1): return None
     loop_vars = {self.idx_vars[a]: a for a in op.arg if isinstance(self.idx_vars[a], Variable) and a in self.red_axes}
     if not loop_vars: return None

@@ -62,6 +62,11 @@ class LazyBuffer:
     base = LazyBuffer(device, ShapeTracker.from_shape(()), dtype, BufferOps.CONST, val)
     return base._view(base.st.reshape((1,) * len(shape)).expand(shape)) if shape else base
   @staticmethod
+  def index(n: int, dtype: DType, device: str) -> "LazyBuffer":
+    """0, 1, ..., n-1 as an index constant (ops.INDEX): views of it fold into each kernel's index math."""
+    from tilecraft.ops import INDEX
+    return LazyBuffer(device, ShapeTracker.from_shape((n,)), dtype, BufferOps.CONST, INDEX)
+  @staticmethod
   def op_of(op: Op, srcs: tuple["LazyBuffer", ...], arg: Any = None, dtype: Optional[DType] = None) -> "LazyBuffer":
     out_dtype = dtype or (dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
     return LazyBuffer(srcs[0].device, ShapeTracker.from_shape(srcs[0].shape), out_dtype, op, arg, srcs)

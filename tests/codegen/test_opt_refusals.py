@@ -146,6 +146,11 @@ REFUSALS = [
   ("swap-axis-eq-amt", lambda: matmul(16, 16, 16), GPU, [], Opt(SW, 1, 1), r"SWAP.*axis < amt"),
   ("swap-amt-out-of-range", lambda: matmul(16, 16, 16), GPU, [], Opt(SW, 0, 7), r"SWAP"),
   ("swap-amt-none", lambda: matmul(16, 16, 16), GPU, [], Opt(SW, 0, None), r"SWAP"),
+  # BLOCK (CPU reduce blocking; more in tests/codegen/test_heuristics_cpu.py)
+  ("block-on-gpu", lambda: matmul(16, 16, 64), GPU, [], Opt(OptOps.BLOCK, 0, 16), r"BLOCK.*CPU"),
+  ("block-whole-axis", lambda: matmul(16, 16, 64), CPU, [], Opt(OptOps.BLOCK, 0, 64), r"BLOCK.*whole axis"),
+  ("block-twice", lambda: matmul(16, 16, 64), CPU, [Opt(OptOps.BLOCK, 0, 16)], Opt(OptOps.BLOCK, 1, 4), r"BLOCK.*already blocked"),
+  ("block-not-reduce", lambda: matmul(16, 16, 64), CPU, [Opt(R, 0, 4)], Opt(OptOps.BLOCK, 1, 2), r"BLOCK.*not a \(serial\) reduce axis"),
   # TC
   ("tc-no-tensor-cores-gpu", lambda: matmul(16, 16, 16), GPU, [], Opt(OptOps.TC, 0, 0), r"TC.*tensor cores"),
   ("tc-no-tensor-cores-cpu", lambda: matmul(16, 16, 16), CPU, [], Opt(OptOps.TC, 0, 0), r"TC.*tensor cores"),

@@ -213,15 +213,18 @@ def hand_coded_optimizations(k: Any) -> Any:
     # lanes of a dtype the target has no vectors for are scalar copies: a full vector width of them
     # only multiplies the code (and its generation time)
     simd = all(b.dtype.scalar() in getattr(ren, "vector_dtypes", ()) for b in k.bufs)
-    for amt in ([vw, 4] if not gpu and simd else [4]):
+    # a row reduce whose vector lanes are already the unrolled reduce: 4 rows give 4 independent
+    # accumulator chains, plenty for a memory-bound loop; more rows only add horizontal sums
+    ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+    vec_reduce = not gpu and any(st.real_strides()[a] == 1 for st in ins for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] != k.output_shape[a])
+    for amt in ([vw, 4] if not gpu and simd and not vec_reduce else [4]):
       if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0:
-        if _try(k, Opt(OptOps.UPCAST, axis, amt), f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"): break
+        why = f"{amt} rows share the reduce loop (independent vector accumulators)" if vec_reduce else f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"
+        if _try(k, Opt(OptOps.UPCAST, axis, amt), why): break
     # a reduce walking rows of the output's axis (e.g. column sums): read many cache lines per row
     if k.reduceops and not gpu and axis < k.first_reduce and k.first_reduce < k.first_upcast:
-      ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
       # (not after a row reduce got vector accumulators along its contiguous rows: more rows would only spill them)
-      unrolled_contig = any(st.real_strides()[a] == 1 for st in ins for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] != k.output_shape[a])
-      if not any(st.real_strides()[k.first_upcast - 1] == 1 for st in ins) and not unrolled_contig:
+      if not any(st.real_strides()[k.first_upcast - 1] == 1 for st in ins) and not vec_reduce:
         for amt in (16, 8, 4):
           if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 256:
             if _try(k, Opt(OptOps.UPCAST, axis, amt), f"strided reduce: {amt}x more output columns per row read"): break

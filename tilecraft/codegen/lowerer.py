@@ -258,11 +258,19 @@ class Lowerer:
     if _direct_unit_term(idx, v):
       base = idx - v
       if not in_valid: return "vector", (base, valid)
-      return "gather", [(base + i, _subst(valid, v, i)) for i in range(self.W)]
-    per = [(_subst(idx, v, i), _subst(valid, v, i)) for i in range(self.W)]
+      return "gather", [(base + i, self._at_lane(valid, i)) for i in range(self.W)]
+    per = [(self._at_lane(idx, i), self._at_lane(valid, i)) for i in range(self.W)]
     # unit stride: lane i reads base + i for every lane (checked lane by lane, exactly)
     if not in_valid and all(_is_zero(ix - (per[0][0] + i)) for i, (ix, _) in enumerate(per)): return "vector", (per[0][0], valid)
     return "gather", per
+
+  def _at_lane(self, x: sint, i: int) -> sint:
+    """x with the vector lane variable set to i, memoized per conjunct (lanes and loads share most of a mask)."""
+    if not isinstance(x, Node) or self.vlane not in x.vars(): return x
+    key = ("lane", x, i)
+    if (r := self.memo.get(key)) is None:
+      r = self.memo[key] = sym_and(*[self._at_lane(n, i) for n in x.nodes]) if isinstance(x, And) else _subst(x, self.vlane, i)
+    return r
 
   # ---- AST ops ------------------------------------------------------------------------------------
   def lower(self) -> UOp:

@@ -335,8 +335,8 @@ AMOUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64)
 
 def _kernel_state(k: Kernel) -> tuple:
   """What an opt may change; used to check copy() independence and refusal atomicity."""
-  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, tuple(k.applied_opts),
-          getattr(k, "reduce_block", False))
+  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, getattr(k, "reduce_block", False),
+          tuple(k.applied_opts))  # applied_opts last: enumerate_opts keys states on the rest
 
 class OptSequence(list):
   """A list of valid Opts found by random_opts, with the number of refused candidates and, when a

@@ -3,7 +3,7 @@ target (C for CPUs here; OpenCL, CUDA, Metal, HIP by subclassing) overrides the 
 that differ: types, vector syntax, kernel signature, thread ids, barriers, math functions.
 """
 from __future__ import annotations
-import math
+import functools, math
 from collections import Counter
 from typing import Any, Optional
 import numpy as np

@@ -11,7 +11,7 @@ of --reps of each. Ratios:
                same number of bytes                               (>= target)
   softmax      tilecraft time / time of a numpy copy of the input into the output (<= target)
 
-Run: python bench/bench_cpu_targets.py [--archs native,haswell] [--reps 7] [--quick]
+Run: python bench/bench_cpu_targets.py [--archs native,haswell] [--reps 7] [--quick] [--cpu-time]
 The machine may be shared: timings are noisy, so compare ratios within a column.
 """
 from __future__ import annotations
@@ -57,11 +57,13 @@ def worker(quick: bool, reps: int) -> None:
   import numpy as np
   from tilecraft.device import Device
   from tilecraft.engine.realize import get_runner
+  # --cpu-time: one thread each side, timed in CPU time (robust to being descheduled on a busy machine)
+  clock = time.thread_time if os.environ.get("BENCH_CPU_TIME") else time.perf_counter
   def best(fn, n):
     fn()
     t = float("inf")
     for _ in range(n):
-      t0 = time.perf_counter(); r = fn(); t = min(t, r if isinstance(r, float) else time.perf_counter() - t0)
+      t0 = clock(); fn(); t = min(t, clock() - t0)
     return t
   for name, make, ref, kind, nbytes, target in _rows(quick):
     out = make()
@@ -76,7 +78,8 @@ def worker(quick: bool, reps: int) -> None:
     want = np.asarray(ref())
     got = out.numpy().reshape(want.shape)
     ok = bool(np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))))
-    def tc(): return sum(r(list(si.bufs), si.var_vals) for r, si in runners)
+    def tc() -> None:
+      for r, si in runners: r(list(si.bufs), si.var_vals)
     if kind == "flops": ref_fn = ref
     else:
       src = np.ones(nbytes // 4, dtype=np.float32)
@@ -99,6 +102,7 @@ def main() -> None:
   ap.add_argument("--archs", default="native,haswell")
   ap.add_argument("--reps", type=int, default=7)
   ap.add_argument("--quick", action="store_true")
+  ap.add_argument("--cpu-time", action="store_true", help="one thread for tilecraft and numpy, timed in CPU time (for a busy machine)")
   ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.worker: return worker(args.quick, args.reps)
@@ -107,12 +111,14 @@ def main() -> None:
   for arch in args.archs.split(","):
     env = {**os.environ, "CPU_ARCH": arch, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     if arch != "native": env.update(OPENBLAS_CORETYPE="Haswell", NPY_DISABLE_CPU_FEATURES=AVX512_FEATURES)
+    if args.cpu_time: env.update(BENCH_CPU_TIME="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0: sys.exit(f"worker for CPU_ARCH={arch} failed:\n{out.stderr[-3000:]}")
     cols[arch] = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
   archs = list(cols)
-  print("issue 14 CPU targets; tilecraft hand-coded opts vs numpy, side by side per column (best of interleaved runs)")
+  print("issue 14 CPU targets; tilecraft hand-coded opts vs numpy, side by side per column (best of interleaved runs" +
+        (", one thread each, CPU time)" if args.cpu_time else ", wall time, all cores)"))
   for a in archs: print(f"  {a}: {cols[a][0]['target_isa'] if cols[a] else '?'}")
   print(f"\n{'row':28s} {'target':>8s}  " + "  ".join(f"{a + ' tc/ref ms':>22s} {'ratio':>6s}" for a in archs))
   for i, row in enumerate(cols[archs[0]]):

@@ -22,6 +22,9 @@ class ReduceOps(Enum): SUM = auto(); MAX = auto(); WMMA = auto()  # noqa: E702
 class BufferOps(Enum): LOAD = auto(); CONST = auto(); STORE = auto()  # noqa: E702
 class MetaOps(Enum): KERNEL = auto(); COPY = auto(); EMPTY = auto(); CONTIGUOUS = auto(); ASSIGN = auto(); EXT = auto(); VIEW = auto()  # noqa: E702
 Op = Union[UnaryOps, BinaryOps, TernaryOps, ReduceOps, BufferOps, MetaOps]
+# members are singletons compared by identity: hash them by identity too (Enum's name hash is a
+# Python-level call, and op enums are hashed in every UOp and pattern lookup of code generation)
+for _e in (UnaryOps, BinaryOps, TernaryOps, ReduceOps, BufferOps, MetaOps): _e.__hash__ = object.__hash__  # type: ignore[method-assign]
 
 # ops with f(0) != 0: zero padding pushed through them changes the result
 UNSAFE_PAD_OPS = {UnaryOps.RECIP, UnaryOps.LOG2, UnaryOps.EXP2, BinaryOps.IDIV}

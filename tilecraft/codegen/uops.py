@@ -23,6 +23,7 @@ class UOps(Enum):
   PHI = auto(); ACCREAD = auto()  # noqa: E702  # PHI: in-loop accumulator update; ACCREAD: its value after the loop
   SINK = auto()
 
+UOps.__hash__ = object.__hash__  # type: ignore[method-assign]  # identity hash, as for the op enums (ops.py)
 END_FOR = {UOps.RANGE: UOps.ENDRANGE, UOps.IF: UOps.ENDIF}
 Alu = Any  # UnaryOps | BinaryOps | TernaryOps
 

@@ -14,6 +14,10 @@ from tilecraft.renderer import Renderer
 
 _NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
 
+_C_BINARY = {BinaryOps.ADD: "+", BinaryOps.SUB: "-", BinaryOps.MUL: "*", BinaryOps.IDIV: "/", BinaryOps.MOD: "%",
+             BinaryOps.CMPLT: "<", BinaryOps.CMPNE: "!=", BinaryOps.XOR: "^", BinaryOps.OR: "|", BinaryOps.AND: "&",
+             BinaryOps.SHL: "<<", BinaryOps.SHR: ">>"}
+
 class CStyleLanguage(Renderer):
   kernel_prefix: str = ""
   buffer_prefix: str = ""
@@ -62,9 +66,7 @@ class CStyleLanguage(Renderer):
       return f"(({a[0]})>({a[1]})?({a[0]}):({a[1]}))"
     if op is TernaryOps.WHERE: return f"({a[0]}?{a[1]}:{a[2]})"
     if op is TernaryOps.MULACC: return f"(({a[0]}*{a[1]})+{a[2]})"
-    sym = {BinaryOps.ADD: "+", BinaryOps.SUB: "-", BinaryOps.MUL: "*", BinaryOps.IDIV: "/", BinaryOps.MOD: "%",
-           BinaryOps.CMPLT: "<", BinaryOps.CMPNE: "!=", BinaryOps.XOR: "^", BinaryOps.OR: "|", BinaryOps.AND: "&",
-           BinaryOps.SHL: "<<", BinaryOps.SHR: ">>"}[op]
+    sym = _C_BINARY[op]
     if dt.scalar() == dtypes.bool and op in (BinaryOps.AND, BinaryOps.OR): sym *= 2
     return f"({a[0]}{sym}{a[1]})"
 

@@ -16,13 +16,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # ---- compiler ------------------------------------------------------------------------------------
 
+_which = functools.cache(shutil.which)  # PATH lookups: the renderer asks for the target (so the compiler) per kernel
+
 def find_c_compiler() -> str:
   """`CPU_COMPILER=clang|gcc` if that compiler exists, else `$CC`, else gcc (or cc)."""
   if (choice := getenv("CPU_COMPILER", "")):
-    if (path := shutil.which(choice)): return path
+    if (path := _which(choice)): return path
     warnings.warn(f"CPU_COMPILER={choice} not found, falling back to {os.environ.get('CC') or 'gcc'}")
   for cc in (os.environ.get("CC"), "gcc", "cc"):
-    if cc and (path := shutil.which(cc)): return path
+    if cc and (path := _which(cc)): return path
   raise RuntimeError("no C compiler found: install gcc or set CC")
 
 @functools.cache

@@ -17,23 +17,23 @@ sint = Union[int, "Node"]
 def _unpickle_node(cls: type, state: dict) -> "Node":
   n = object.__new__(cls)
   for k, v in state.items(): object.__setattr__(n, k, v)
-  n._hash, n._render = hash(n.key), None
+  n._hash, n._render, n._vars = hash(n.key), None, None
   return n
 
 class Node:
   """A symbolic integer expression. Compare structurally with ==; use `lt`/`<` to build comparisons."""
-  __slots__ = ("key", "_hash", "vmin", "vmax", "_render", "__weakref__")
+  __slots__ = ("key", "_hash", "vmin", "vmax", "_render", "_vars", "__weakref__")
   key: tuple
   vmin: int
   vmax: int
   def _init(self, key: tuple, vmin: int, vmax: int) -> None:
-    self.key, self._hash, self.vmin, self.vmax, self._render = key, hash(key), vmin, vmax, None
+    self.key, self._hash, self.vmin, self.vmax, self._render, self._vars = key, hash(key), vmin, vmax, None, None
   def __hash__(self) -> int: return self._hash
   def __eq__(self, other: object) -> bool:
     return self is other or (type(other) is type(self) and self._hash == other._hash and self.key == other.key)  # type: ignore
   def __reduce__(self) -> tuple:
     # the cached hash is per process (string hashes are salted): unpickling recomputes it
-    slots = [s for c in type(self).__mro__ for s in getattr(c, "__slots__", ()) if s not in ("_hash", "_render", "__weakref__")]
+    slots = [s for c in type(self).__mro__ for s in getattr(c, "__slots__", ()) if s not in ("_hash", "_render", "_vars", "__weakref__")]
     return _unpickle_node, (type(self), {s: getattr(self, s) for s in slots if hasattr(self, s)})
   def __ne__(self, other: object) -> bool: return not self.__eq__(other)
   def __bool__(self) -> bool:
@@ -64,14 +64,11 @@ class Node:
     return self._render
   def _render_impl(self) -> str: raise NotImplementedError
   def children(self) -> tuple[Node, ...]: return ()
-  def vars(self) -> set["Variable"]:
-    out: set[Variable] = set()
-    stack: list[Node] = [self]
-    while stack:
-      n = stack.pop()
-      if isinstance(n, Variable): out.add(n)
-      else: stack.extend(n.children())
-    return out
+  def vars(self) -> frozenset["Variable"]:
+    """The Variables in the expression (cached: nodes are immutable)."""
+    if self._vars is None:
+      self._vars = frozenset((self,)) if isinstance(self, Variable) else frozenset().union(*[c.vars() for c in self.children()])
+    return self._vars
   def substitute(self, sub: dict[Node, sint]) -> sint:
     """Replace Variables (or any sub-expression) and re-simplify."""
     return _substitute(self, sub, {})

@@ -22,12 +22,17 @@ ALL_TCS = [(v, tc) for v, tcs in TENSOR_CORES.items() for tc in tcs]
 
 # ---- the layouts, against the formulas in the vendors' documentation -------------------------------
 
-def _cuda_doc(lane: int, i: int, operand: str) -> tuple[int, int]:
-  """PTX ISA, mma.m16n8k16 .f16/.bf16 fragments: (row, col) of element i held by `lane`."""
+def _ptx_doc(lane: int, i: int, operand: str) -> tuple[int, int]:
+  """PTX ISA, mma.m16n8k16 .f16/.bf16 fragments: (row, col) of element i of PTX's operand held by `lane`."""
   group, tig = lane >> 2, lane % 4
   if operand == "a": return group + (8 if i in (2, 3, 6, 7) else 0), tig * 2 + (i & 1) + (8 if i >= 4 else 0)
   if operand == "b": return tig * 2 + (i & 1) + (8 if i >= 2 else 0), group
   return group + (8 if i >= 2 else 0), tig * 2 + (i & 1)
+
+def _cuda_doc(lane: int, i: int, operand: str) -> tuple[int, int]:
+  """dims (8,16,16): our C^T = B^T A^T is PTX's D = A B, so our A is PTX's B transposed, and so on."""
+  row, col = _ptx_doc(lane, i, {"a": "b", "b": "a", "c": "c"}[operand])
+  return col, row
 
 def _amd_doc(lane: int, i: int, operand: str) -> tuple[int, int]:
   """RDNA3 WMMA wave32: A row lane%16 / B column lane%16, element i = K index i; D[2i + lane//16][lane%16]."""
@@ -257,7 +262,7 @@ def test_optimized_ast_has_wmma(rng):
   # a half reduce on CUDA runs on the half->float core and is cast back to half once
   k = Kernel(ast, opts=fake(OpenCLRenderer, "CUDA"))
   k.apply_tensor_cores(1)
-  assert str(k.tensor_core) == "WMMA_16_8_16_half_float" and isinstance(k.get_optimized_ast().src[0].src[0], LazyOp)
+  assert str(k.tensor_core) == "WMMA_8_16_16_half_float" and isinstance(k.get_optimized_ast().src[0].src[0], LazyOp)
 
 # ---- search and fuzzer ----------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ def test_show_explains_the_tc_opt_and_shows_wmma():
   r = subprocess.run([sys.executable, "-m", "tilecraft", "show", "(a@b)", "--shapes", "a=64x64:half,b=64x64:half", "--device", "PYTHON", "-v"],
                      cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))), env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr
-  assert "TC" in r.stdout and "tensor cores:" in r.stdout and "WMMA_16_8_16_half_float" in r.stdout, r.stdout[-3000:]
+  assert "TC" in r.stdout and "tensor cores:" in r.stdout and "WMMA_8_16_16_half_float" in r.stdout, r.stdout[-3000:]
   assert "WMMA" in r.stdout.split("--- uops", 1)[1]
 
 @pytest.mark.parametrize("use", [1, 2, 3])

@@ -99,16 +99,17 @@ class CUDARenderer(GPUCStyleLanguage):
     out = []
     for arg in dict.fromkeys(u.arg for u in wmmas):
       name, dims, din, dout, vendor = arg[0], tuple(arg[1]), arg[2], arg[3], arg[5]
-      if vendor != "CUDA" or dims != (16, 8, 16) or dout != dtypes.float32 or din not in (_H, dtypes.bfloat16):
+      if vendor != "CUDA" or dims != (8, 16, 16) or dout != dtypes.float32 or din not in (_H, dtypes.bfloat16):
         raise NotImplementedError(f"CUDA has no tensor core {name}")
       # each .b32 register holds two 16-bit elements, the lower-numbered one in the low half
       bits = (lambda x: f"(unsigned int)tc_f2h({x})") if din == _H else (lambda x: f"(unsigned int)({x})")
       pk = lambda v, j: f"{bits(f'{v}.v[{2 * j}]')} | ({bits(f'{v}.v[{2 * j + 1}]')} << 16)"  # noqa: E731
-      ta, tb, tc = self.render_dtype(din.vec(8)), self.render_dtype(din.vec(4)), self.render_dtype(dout.vec(4))
+      # our C^T = B^T A^T is PTX's D = A B: PTX's A registers come from our B, PTX's B from our A
+      ta, tb, tc = self.render_dtype(din.vec(4)), self.render_dtype(din.vec(8)), self.render_dtype(dout.vec(4))
       ty = "f16" if din == _H else "bf16"
       out += [f"{self.helper_prefix}{tc} tc_{name}({ta} a, {tb} b, {tc} c) {{",
-              "  unsigned int " + ", ".join(f"a{j} = {pk('a', j)}" for j in range(4)) + ";",
-              "  unsigned int " + ", ".join(f"b{j} = {pk('b', j)}" for j in range(2)) + ";",
+              "  unsigned int " + ", ".join(f"a{j} = {pk('b', j)}" for j in range(4)) + ";",
+              "  unsigned int " + ", ".join(f"b{j} = {pk('a', j)}" for j in range(2)) + ";",
               f'  asm("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"',
               '      : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));',
               "  return c;", "}"]

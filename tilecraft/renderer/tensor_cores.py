@@ -10,8 +10,10 @@ copies of the same values (RDNA3 wave32 A and B).
 
 Sources:
 - CUDA: PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (.f16/.bf16 A and B,
-  .f32 C/D), groupID = laneid >> 2, threadID_in_group = laneid % 4. PTX's A (m x k, row-major) is
-  our A with N = PTX m = 16; PTX's B (k x n) is our B with M = PTX n = 8.
+  .f32 C/D), groupID = laneid >> 2, threadID_in_group = laneid % 4. dims are (8, 16, 16) as DESIGN
+  §5.2 writes them, so the instruction computes the transpose: C^T = B^T A^T, i.e. PTX's A (m x k)
+  is our B transposed (M = PTX m = 16), PTX's B (k x n) is our A transposed (N = PTX n = 8), and
+  PTX's D (m x n) is our C transposed.
 - AMD: RDNA3 ISA, WMMA (v_wmma_f32_16x16x16_f16 / v_wmma_f16_16x16x16_f16, wave32): lane l holds
   row l % 16 of A and column l % 16 of B, register i = K index i; lanes 16-31 repeat lanes 0-15.
   C/D: lane l, register v is D[2v + l // 16][l % 16] (for 16-bit D, in the low half of each VGPR).
@@ -70,11 +72,12 @@ def check_layout(dims: tuple[int, int, int], threads: int, lay: TensorCoreLayout
 from tilecraft.renderer import TensorCore  # noqa: E402
 
 # ---- the data ------------------------------------------------------------------------------------
-# CUDA sm_80+ mma.sync.aligned.m16n8k16.row.col: A a0..a7 (4 x .f16x2), B b0..b3 (2 x .f16x2), C c0..c3
+# CUDA sm_80+ mma.sync.aligned.m16n8k16.row.col: PTX B b0..b3 (2 x .f16x2) is our A, PTX A a0..a7
+# (4 x .f16x2) our B, PTX D d0..d3 our C (each transposed, see the docstring)
 CUDA_MMA_16816 = TensorCoreLayout("CUDA",
-  a=Fragment(lanes=("k1", "k2", "n0", "n1", "n2"), regs=("k0", "n3", "k3")),
-  b=Fragment(lanes=("k1", "k2", "m0", "m1", "m2"), regs=("k0", "k3")),
-  c=Fragment(lanes=("m1", "m2", "n0", "n1", "n2"), regs=("m0", "n3")))
+  a=Fragment(lanes=("k1", "k2", "n0", "n1", "n2"), regs=("k0", "k3")),
+  b=Fragment(lanes=("k1", "k2", "m0", "m1", "m2"), regs=("k0", "m3", "k3")),
+  c=Fragment(lanes=("n1", "n2", "m0", "m1", "m2"), regs=("n0", "m3")))
 # AMD RDNA3 wave32 v_wmma_*_16x16x16_f16: A/B 16 halves per lane, C 8 values per lane
 AMD_WMMA_161616 = TensorCoreLayout("AMD",
   a=Fragment(lanes=("n0", "n1", "n2", "n3", None), regs=("k0", "k1", "k2", "k3")),
@@ -84,7 +87,7 @@ AMD_WMMA_161616 = TensorCoreLayout("AMD",
 def _metal(row: str, col: str) -> Fragment: return Fragment(lanes=(f"{col}1", f"{row}0", f"{row}1", f"{col}2", f"{row}2"), regs=(f"{col}0",))
 METAL_SIMDGROUP_888 = TensorCoreLayout("METAL", a=_metal("n", "k"), b=_metal("k", "m"), c=_metal("n", "m"))
 
-CUDA_TENSOR_CORES = [TensorCore((16, 8, 16), di, dtypes.float32, 32, CUDA_MMA_16816) for di in (dtypes.float16, dtypes.bfloat16)]
+CUDA_TENSOR_CORES = [TensorCore((8, 16, 16), di, dtypes.float32, 32, CUDA_MMA_16816) for di in (dtypes.float16, dtypes.bfloat16)]
 AMD_TENSOR_CORES = [TensorCore((16, 16, 16), dtypes.float16, do, 32, AMD_WMMA_161616) for do in (dtypes.float32, dtypes.float16)]
 METAL_TENSOR_CORES = [TensorCore((8, 8, 8), di, do, 32, METAL_SIMDGROUP_888)
                       for di, do in ((dtypes.float32, dtypes.float32), (dtypes.float16, dtypes.float32), (dtypes.float16, dtypes.float16))]

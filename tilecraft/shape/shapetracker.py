@@ -125,7 +125,7 @@ class ShapeTracker:
   def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].contiguous
   def __len__(self) -> int: return len(self.views)
 
-  def vars(self) -> set[Variable]: return set().union(*[v.vars() for v in self.views])
+  def vars(self) -> set[Variable]: return set() if self.concrete else set().union(*[v.vars() for v in self.views])
   def unbind(self) -> tuple["ShapeTracker", dict[Variable, int]]:
     """Replace bound Variables by unbound ones (kernels are compiled for any value)."""
     var_vals: dict[Variable, int] = {}

@@ -95,10 +95,3 @@ def open_device(name: Optional[str]) -> str:
   try: getattr(Device[dev].compiler, "target", None)  # a bad target setting (CPU_ARCH) is named here, not mid-run
   except ValueError as e: raise CLIError(str(e)) from None
   return dev
-
-def search_available() -> Optional[str]:
-  """None when BEAM search can run, else the reason it can't."""
-  try: import tilecraft.engine.search as _search  # noqa: F401
-  except ImportError as e: return f"BEAM search is not available in this build (tilecraft.engine.search: {e})"
-  if not hasattr(_search, "beam_search"): return "BEAM search is not available in this build (tilecraft.engine.search has no beam_search)"
-  return None

@@ -38,8 +38,10 @@ from __future__ import annotations
 import argparse, datetime, gc, json, os, platform, sys, time, traceback, zlib
 from typing import Any, Optional
 import numpy as np
-from tilecraft.cli import CLIError, Progress, fmt_opts, fmt_time, format_table, open_device, search_available
+from tilecraft.cli import CLIError, Progress, fmt_opts, fmt_time, format_table, open_device
+from tilecraft.cli.calibrate import best_times
 from tilecraft.cli.suite import BenchCase, select, suite
+from tilecraft.engine.verify import compare, max_abs_error
 
 SCHEMA = "tilecraft-bench/2"
 
@@ -57,28 +59,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   ap.add_argument("--quiet", action="store_true", help="no progress or notes on stderr; just the table (or JSON)")
 
 MIN_TIME_S, MAX_RUNS = 0.25, 200  # fast kernels run more than --runs times, until MIN_TIME_S is spent (at most MAX_RUNS)
-
-def _best(fns: list[Any], runs: int, warmup: int, min_time: float = MIN_TIME_S) -> tuple[list[float], int]:
-  """([minimum seconds of each fn], rounds made), timing `fns` interleaved: each round runs every fn
-  once. `runs` rounds after `warmup`, more while under `min_time` per fn (up to MAX_RUNS). A fn
-  returns its own seconds (a float), or anything else to be wall-timed here."""
-  for _ in range(warmup):
-    for fn in fns: fn()
-  best, n, t_start = [float("inf")] * len(fns), 0, time.perf_counter()
-  while n < runs or (n < MAX_RUNS and time.perf_counter() - t_start < min_time * len(fns)):
-    for i, fn in enumerate(fns):
-      t0 = time.perf_counter()
-      r = fn()
-      best[i] = min(best[i], r if isinstance(r, float) else time.perf_counter() - t0)
-    n += 1
-  return best, n
-
-def _rel_error(out: np.ndarray, ref: np.ndarray) -> float:
-  if out.shape != ref.shape: raise AssertionError(f"output shape {out.shape} != numpy's {ref.shape}")
-  if not np.isfinite(out).all(): return float("inf")
-  scale = float(np.abs(ref).max()) if ref.size else 0.0
-  err = float(np.abs(out.astype(np.float64) - ref).max()) if ref.size else 0.0
-  return err / scale if scale > 0 else err
 
 def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0, note: Any = None, min_time: float = MIN_TIME_S) -> dict[str, Any]:
   """Realize, verify and time one case; a record for the JSON (see the module docstring)."""
@@ -124,7 +104,7 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
       def e2e() -> None:  # noqa: F811 - the same call, through the BEAM-searched kernels
         with Context(BEAM=beam): case.tilecraft_fn(*ts).realize()
     fns = [once, e2e] + ([numpy_once] if numpy_error is None else [])
-    times, n = _best(fns, runs, warmup, min_time)
+    times, n = best_times(fns, runs, warmup, min_time, MAX_RUNS)
     rec["time_s"], rec["e2e_time_s"], rec["runs"], rec["e2e_runs"] = times[0], times[1], n, n
     if numpy_error is None: rec["numpy_time_s"], rec["numpy_runs"], timed_numpy = times[2], n, True
     sched = []
@@ -140,16 +120,21 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
     got = out.numpy()  # the output buffer as the last timed run left it
     with Context(BEAM=beam) if beam else Context(): got_e2e = case.tilecraft_fn(*ts).numpy()  # through the user's path (pooled memory)
     with np.errstate(all="ignore"): ref = np.asarray(case.numpy_fn(*[a.astype(np.float64) for a in arrays]))
-    err = max(_rel_error(got, ref), _rel_error(got_e2e, ref))
-    rec["max_rel_error"] = err
-    rec["verified"] = err <= case.tol
-    if not rec["verified"]: rec["error"] = f"wrong result: max |out - numpy| / max |numpy| = {err:.3g} > {case.tol:g}"
+    for o in (got, got_e2e):
+      if o.shape != ref.shape: raise AssertionError(f"output shape {o.shape} != numpy's {ref.shape}")
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    rec["max_rel_error"] = err = max(max_abs_error(got, ref), max_abs_error(got_e2e, ref)) / (scale or 1.0)
+    # elementwise |out - numpy| <= tol * max |numpy|, i.e. max |out - numpy| / max |numpy| <= tol
+    mismatch = compare(got, ref, out.dtype, rtol=0.0, atol=case.tol, scale=scale or 1.0) or \
+               compare(got_e2e, ref, out.dtype, rtol=0.0, atol=case.tol, scale=scale or 1.0)
+    rec["verified"] = mismatch is None
+    if mismatch is not None: rec["error"] = f"wrong result: max |out - numpy| / max |numpy| = {err:.3g} > {case.tol:g} ({mismatch})"
   except Exception as e:  # noqa: BLE001 - one broken kernel is reported, the suite goes on
     rec["error"] = f"{type(e).__name__}: {e}"
     rec["traceback"] = traceback.format_exc(limit=6)
   if numpy_error is None and not timed_numpy:  # tilecraft failed before the interleaved timing
     note(f"{case.key}: timing numpy")
-    (rec["numpy_time_s"],), rec["numpy_runs"] = _best([numpy_once], runs, warmup, min_time)
+    (rec["numpy_time_s"],), rec["numpy_runs"] = best_times([numpy_once], runs, warmup, min_time, MAX_RUNS)
   rec["error"] = rec["error"] or numpy_error
   t, e2e_t, np_t = rec["time_s"], rec["e2e_time_s"], rec["numpy_time_s"]
   if t and rec["flops"] is not None:
@@ -219,9 +204,6 @@ def run(args: argparse.Namespace) -> int:
   json_stdout = args.json == "-"
   prog = Progress(enabled=not args.quiet)
   beam = args.beam
-  if beam and (why := search_available()):
-    prog.message(f"note: {why}; --beam {beam} is ignored, kernels use the hand-coded opts")
-    beam = 0
   opts_mode = "NOOPT" if NOOPT else f"BEAM={beam}" if beam else "hand-coded"
   load0 = load_average()
   peaks = get_peaks(device, args.quick, args.recalibrate, progress=prog.note)

@@ -112,17 +112,20 @@ def _save(key: str, peaks: Peaks) -> None:
     except OSError: pass
     raise
 
-def _best(fn: Callable[[], Optional[float]], runs: int, warmup: int = 1, min_time: float = 0.3, max_runs: int = 200) -> float:
-  """Minimum seconds over at least `runs` calls after `warmup`, more (up to max_runs) while under
-  `min_time` seconds; fn returns seconds, or None to be wall-timed."""
-  for _ in range(warmup): fn()
-  best, n, start = float("inf"), 0, time.perf_counter()
-  while n < runs or (n < max_runs and time.perf_counter() - start < min_time):
-    t0 = time.perf_counter()
-    r = fn()
-    best = min(best, r if r is not None else time.perf_counter() - t0)
+def best_times(fns: list[Callable[[], Any]], runs: int, warmup: int = 1, min_time: float = 0.3, max_runs: int = 200) -> tuple[list[float], int]:
+  """([minimum seconds of each fn], rounds made), timing `fns` interleaved so drift in machine load hits
+  all alike: each round runs every fn once; `runs` rounds after `warmup`, more (up to max_runs) while
+  under `min_time` per fn. A fn returns its own seconds (a float), or anything else to be wall-timed."""
+  for _ in range(warmup):
+    for fn in fns: fn()
+  best, n, start = [float("inf")] * len(fns), 0, time.perf_counter()
+  while n < runs or (n < max_runs and time.perf_counter() - start < min_time * len(fns)):
+    for i, fn in enumerate(fns):
+      t0 = time.perf_counter()
+      r = fn()
+      best[i] = min(best[i], r if isinstance(r, float) else time.perf_counter() - t0)
     n += 1
-  return best
+  return best, n
 
 def _tilecraft_probe(out: Any, runs: int) -> tuple[float, float, float]:
   """(seconds, flops, bytes) of the best run of the kernels that compute Tensor `out`."""
@@ -133,7 +136,7 @@ def _tilecraft_probe(out: Any, runs: int) -> tuple[float, float, float]:
   out.realize()
   runners = [get_runner(si.ast, si.bufs[0].device, list(si.bufs)) for si in sched]
   def once() -> float: return sum(r(list(si.bufs), si.var_vals, wait=True) or 0.0 for r, si in zip(runners, sched))
-  t = _best(once, runs)
+  t = best_times([once], runs)[0][0]
   flops = sum(float(sym_eval(r.p.op_estimate, si.var_vals)) for r, si in zip(runners, sched))
   nbytes = sum(float(sym_eval(r.p.mem_estimate, si.var_vals)) for r, si in zip(runners, sched))
   return t, flops, nbytes
@@ -173,7 +176,7 @@ def measure(device: str, quick: bool = False, progress: Optional[Callable[[str],
       m = 512 if quick else 2048
       note(f"calibrating: numpy sgemm {m}")
       a, b = rng.random((m, m), dtype=np.float32), rng.random((m, m), dtype=np.float32)
-      t = _best(lambda: (a @ b, None)[1], runs)
+      t = best_times([lambda: (a @ b, None)[1]], runs)[0][0]
       probes[f"sgemm {m} (numpy)"] = {"gflops": 2 * m ** 3 / t / 1e9, "seconds": t}
       del a, b
     # -- memory --
@@ -192,7 +195,7 @@ def measure(device: str, quick: bool = False, progress: Optional[Callable[[str],
     if device == "CPU":
       note(f"calibrating: copy {nbytes >> 20} MiB (numpy)")
       dst = np.empty_like(src)
-      t = _best(lambda: np.copyto(dst, src), runs)
+      t = best_times([lambda: np.copyto(dst, src)], runs)[0][0]
       probes["copy (numpy)"] = {"gbs": 2 * src.nbytes / t / 1e9, "seconds": t}
       del dst
   fsrc = max((k for k in probes if "gflops" in probes[k]), key=lambda k: probes[k]["gflops"])

@@ -4,7 +4,7 @@ For each corpus kernel, random valid opt sequences must give the same output as 
 kernel and as numpy. Failures are printed with the minimal failing opt list. Failures of
 corpus entries listed as known bugs (tilecraft.testing.corpus.KNOWN_BUGS) are reported as
 expected and don't fail the run unless --strict.
-Exit codes: 0 all passed, 1 a failure, 2 the fuzzer is not available in this build."""
+Exit codes: 0 all passed, 1 a failure, 2 bad arguments or an unusable device."""
 from __future__ import annotations
 import argparse, json, sys, time
 from typing import Any
@@ -26,15 +26,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def _check_of(f: Any) -> str: return "fuzz" if f.opts else "noopt"
 
 def run(args: argparse.Namespace) -> int:
-  """Run `tilecraft fuzz`; 1 on an unexpected failure, 2 without the fuzzer."""
-  try:
-    from tilecraft.testing import fuzz as fz
-    from tilecraft.testing.corpus import corpus
-  except ImportError as err:
-    print(f"tilecraft fuzz: the differential fuzzer is not available in this build (tilecraft.testing.fuzz: {err})", file=sys.stderr)
-    return 2
-  try: from tilecraft.testing.corpus import known_bug
-  except ImportError: known_bug = None  # type: ignore[assignment]
+  """Run `tilecraft fuzz`; 1 on an unexpected failure."""
+  from tilecraft.testing import fuzz as fz
+  from tilecraft.testing.corpus import corpus, known_bug
   device = open_device(args.device)
   if args.n < 0: raise CLIError("--n must be >= 0")
   entries = corpus(not args.big)
@@ -42,23 +36,18 @@ def run(args: argparse.Namespace) -> int:
     entries = {name: v for name, v in entries.items() if any(s in name for s in args.kernel)}
     if not entries: raise CLIError(f"no corpus kernel matches {args.kernel} (see tilecraft fuzz --list)")
   if args.list:
-    for name, entry in entries.items(): print(f"{name:40s} {' '.join(getattr(entry, 'tags', ()) or ())}")
+    for name, entry in entries.items(): print(f"{name:40s} {' '.join(entry.tags)}")
     return 0
   prog = Progress(enabled=not args.quiet, total=len(entries))
   t0 = time.perf_counter()
   reports: dict[str, Any] = {}
-  fuzz_entry, iso_cls = getattr(fz, "fuzz_entry", None), getattr(fz, "IsolatedRunner", None)
-  if fuzz_entry is not None:
-    iso = iso_cls(not args.big) if iso_cls is not None and not args.no_isolate else None
-    try:
-      for name, entry in entries.items():
-        prog.step(f"{name}: {args.n} opt sequences on {device}")
-        reports[name] = fuzz_entry(entry, args.n, device, args.seed, isolated=iso)
-    finally:
-      if iso is not None: iso.close()
-  else:  # an older fuzzer: only the corpus-wide entry point
-    prog.note(f"fuzzing {len(entries)} corpus kernels with {args.n} opt sequences each on {device}")
-    reports = fz.fuzz_corpus(device, args.n, args.seed, not args.big, list(entries), isolate=not args.no_isolate)
+  iso = fz.IsolatedRunner(not args.big) if not args.no_isolate else None
+  try:
+    for name, entry in entries.items():
+      prog.step(f"{name}: {args.n} opt sequences on {device}")
+      reports[name] = fz.fuzz_entry(entry, args.n, device, args.seed, isolated=iso)
+  finally:
+    if iso is not None: iso.close()
   prog.clear()
   total = fz.FuzzReport()
   unexpected: list[tuple[str, Any]] = []
@@ -66,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
   for name, r in reports.items():
     total = total.merge(r)
     for f in r.failures:
-      why = known_bug(name, device, _check_of(f)) if known_bug is not None else None
+      why = known_bug(name, device, _check_of(f))
       if why and not args.strict: expected.append((name, f, why))
       else: unexpected.append((name, f))
   print(f"fuzzed {len(reports)} corpus kernels on {device} (seed {args.seed}, {args.n} opt sequences each) in {time.perf_counter() - t0:.1f}s")
@@ -85,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             "kernels": {n: {"pairs": r.pairs, "runs": r.runs, "programs": r.programs, "refusals": r.refusals, "seconds": r.seconds,
                             "failures": [{"kind": f.kind, "opts": [str(o) for o in f.opts],
                                           "minimal_opts": None if f.minimal_opts is None else [str(o) for o in f.minimal_opts],
-                                          "message": f.message, "known_bug": known_bug(n, device, _check_of(f)) if known_bug is not None else None}
+                                          "message": f.message, "known_bug": known_bug(n, device, _check_of(f))}
                                          for f in r.failures]} for n, r in reports.items()}}
     with open(args.json, "w") as fh: json.dump(data, fh, indent=1, default=str)
   return 1 if unexpected else 0

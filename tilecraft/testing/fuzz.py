@@ -3,9 +3,11 @@
 For a kernel AST, random valid sequences of Opts must give the same output as the unoptimized
 kernel (and as a numpy reference). An Opt must either be refused with KernelOptError or give the
 same result: any other exception while applying, rendering, compiling or running is a failure.
-Every output buffer gets a guard zone after it (and every element the kernel must not write is
-checked too), filled with a sentinel that must survive the run; input buffers get poisoned guard
-zones (NaN / extreme values) so out-of-bounds reads show up as mismatches, and must not change.
+Every buffer gets guard zones before and after its data. Output buffers are filled with a sentinel
+that must survive everywhere the stores don't cover, and the kernel runs once per sentinel fill so an
+element it should write but skips is caught whatever its right value; input buffers get poisoned
+guard zones (NaN / extreme values) so out-of-bounds reads show up as mismatches, and must not change
+(see tilecraft.engine.verify).
 
   run_ast(ast, inputs, opts, device, var_vals, guard) -> outputs
   random_opts(kernel, rng, max_opts) -> OptSequence (a list of Opts, with .refusals and .error)
@@ -22,8 +24,9 @@ import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes
-from tilecraft.helpers import TC, prod
+from tilecraft.helpers import TC, Context, prod
 from tilecraft.engine.isolation import Job, Pool
+from tilecraft.engine.verify import SENTINELS, compare, filled, poison, raw_bytes, shift_ast, shift_st, tolerance  # noqa: F401
 from tilecraft.testing.corpus import CorpusEntry, corpus
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
 from tilecraft.renderer import Program
@@ -31,14 +34,20 @@ from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, sym_eval
 
 class GuardZoneError(RuntimeError):
-  """A kernel wrote where it must not: past the end of an output, into an element of an output its
-  stores don't cover, or into an input buffer."""
-  def __init__(self, buf_idx: int, positions: np.ndarray, size: int, what: str = "output"):
+  """A kernel touched what it must not (written past the end of an output, before its start, into an
+  element its stores don't cover, or into an input buffer), or left an element its stores cover
+  unwritten (what="unwritten")."""
+  def __init__(self, buf_idx: int, positions: np.ndarray, size: int, what: str = "output", front: int = 0):
     self.buf_idx, self.positions, self.size = buf_idx, positions, size
-    pos = positions[:8].tolist()
-    where = "past the end" if positions.min() >= size else "inside the buffer"
-    super().__init__(f"{what} buffer {buf_idx}: {len(positions)} element(s) that must stay untouched were written "
-                     f"({where}; first positions {pos}; the kernel's extent is {size} elements)")
+    pos = (positions[:8] - front).tolist()
+    if what == "unwritten":
+      msg = (f"output buffer {buf_idx}: {len(positions)} element(s) its stores cover were never written (they kept the "
+             f"sentinel fill; first positions {pos})")
+    else:
+      where = "past the end" if positions.min() >= size else "before the start" if positions.max() < front else "inside the buffer"
+      msg = (f"{what} buffer {buf_idx}: {len(positions)} element(s) that must stay untouched were written ({where}; first "
+             f"positions {pos}; the kernel's extent is {size - front} elements)")
+    super().__init__(msg)
   @staticmethod
   def from_message(msg: str) -> "GuardZoneError":
     e = GuardZoneError.__new__(GuardZoneError)
@@ -46,6 +55,8 @@ class GuardZoneError(RuntimeError):
     e.buf_idx, e.positions, e.size = -1, np.zeros(0, dtype=np.int64), 0
     return e
   def __reduce__(self) -> tuple: return (GuardZoneError.from_message, (str(self),))
+
+FRONT_GUARD = 64  # elements of guard zone before every buffer's data (see run_program)
 
 # ---- ShapeTracker evaluation in numpy ------------------------------------------------------------
 
@@ -97,27 +108,6 @@ def buffer_size(views: list[MemBuffer]) -> int:
   """Elements a buffer needs: the most any of its views touches (at the Variables' maxima)."""
   return max(mb.st.real_size() for mb in views)
 
-_SENTINEL_BYTE = 0xA5
-
-def _raw_bytes(arr: np.ndarray, dtype: DType) -> np.ndarray:
-  """Element-wise raw bytes (n, itemsize) of what Buffer.numpy() returned."""
-  if dtype.scalar() == dtypes.bfloat16: arr = np.asarray(bf16_bits_from_f32(arr))
-  return np.ascontiguousarray(arr).view(np.uint8).reshape(-1, dtype.itemsize)
-
-def _filled(dtype: DType, n: int, byte: int) -> np.ndarray:
-  """n elements whose bytes are all `byte`, as the array Buffer.copyin takes."""
-  raw = np.full(n * dtype.itemsize, byte, dtype=np.uint8)
-  if dtype.scalar() == dtypes.bfloat16: return raw.view(np.uint16)
-  assert dtype.np is not None, dtype
-  return raw.view(dtype.np)
-
-def _poison(dtype: DType, n: int) -> np.ndarray:
-  """Guard-zone values for inputs: NaN for floats, the most negative value for ints, True for bools."""
-  if dtype.scalar() == dtypes.bfloat16: return np.full(n, 0x7FC1, dtype=np.uint16)
-  if dtypes.is_float(dtype): return np.full(n, np.nan, dtype=dtype.np)
-  if dtype == dtypes.bool: return np.ones(n, dtype=np.bool_)
-  return np.full(n, dtypes.min(dtype), dtype=dtype.np)
-
 def _as_input_array(arr: np.ndarray, dtype: DType) -> np.ndarray:
   arr = np.ascontiguousarray(arr).reshape(-1)
   if dtype.scalar() == dtypes.bfloat16:
@@ -159,16 +149,27 @@ def build_kernel(ast: LazyOp, opts: Sequence[Opt], device: str = "CPU") -> Kerne
   for o in opts: k.apply_opt(o)
   return k
 
-def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kernel: Optional[Kernel] = None) -> Program:
-  """The rendered program of `ast` with `opts` (cached by AST key, opts, device and the device's
-  current renderer: the PYTHON device's follows EMULATE)."""
+def guarded(ast: LazyOp, front: int = FRONT_GUARD) -> LazyOp:
+  """The AST the fuzzer compiles: ast with every global buffer access `front` elements in, so a
+  front guard zone sits before each buffer's data (engine/verify.py)."""
+  return shift_ast(ast, front)
+
+def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kernel: Optional[Kernel] = None,
+                front: int = FRONT_GUARD) -> Program:
+  """The rendered program of `ast` with `opts`, addressing its buffers `front` elements in (see
+  run_program); cached by AST key, opts, device, front, the device's current renderer (the PYTHON
+  device's follows EMULATE) and the TC use. `kernel`: the same opts already applied to guarded(ast)
+  (rebuilt, with its TC use, when it was built from another AST)."""
   # a TC opt builds the kernel the TC setting says (use 1, 2 or 3)
-  key = (ast.key, tuple(opts), device, Device[device].renderer if kernel is None else kernel.opts,
-         (kernel.use_tensor_cores if kernel is not None else int(TC)) if any(o.op is OptOps.TC for o in opts) else 0)
+  tc_use = (kernel.use_tensor_cores if kernel is not None else int(TC)) if any(o.op is OptOps.TC for o in opts) else 0
+  key = (ast.key, tuple(opts), device, front, Device[device].renderer if kernel is None else kernel.opts, tc_use)
   if (p := _program_cache.get(key)) is not None:
     cache_stats.program_hits += 1
     return p
-  k = kernel if kernel is not None else build_kernel(ast, opts, device)
+  g = guarded(ast, front)
+  if kernel is not None and kernel.ast.key == g.key: k = kernel
+  else:
+    with Context(TC=tc_use) if tc_use else Context(): k = build_kernel(g, opts, device)
   p = k.to_program(name_override=stable_name(k))
   cache_stats.programs += 1
   _lru_put(_program_cache, key, p)
@@ -187,10 +188,15 @@ def get_runner(p: Program) -> CompiledRunner:
 # ---- running -------------------------------------------------------------------------------------
 
 def run_program(ast: LazyOp, p: Program, inputs: dict[int, np.ndarray], device: str = "CPU",
-                var_vals: Optional[dict] = None, guard: int = 64) -> list[np.ndarray]:
-  """Run a rendered program of `ast` on fresh buffers; return each output in its STORE's shape."""
+                var_vals: Optional[dict] = None, guard: int = 64, front: int = FRONT_GUARD) -> list[np.ndarray]:
+  """Run a rendered program of `ast` (built by get_program with the same `front`) on fresh buffers
+  laid out [front guard | data | back guard of `guard` elements]; return each output in its
+  STORE's shape. It runs once per sentinel fill of the outputs (engine/verify.py): an output element
+  the stores cover that holds different values after the two runs was never written. Raises
+  GuardZoneError on writes outside what the stores cover (guards included), on a changed input, or
+  on an unwritten element."""
   var_vals = dict(var_vals or {})
-  views = buffer_views(ast)
+  views = buffer_views(guarded(ast, front))
   n_out = len(ast.src)
   missing = [i for i in p.globals if i >= n_out and i not in inputs]
   if missing: raise ValueError(f"no input array for buffer(s) {missing}")
@@ -198,40 +204,48 @@ def run_program(ast: LazyOp, p: Program, inputs: dict[int, np.ndarray], device: 
   sizes: dict[int, int] = {}
   expected_inputs: dict[int, np.ndarray] = {}
   for i in p.globals:
-    mb = views[i][0]
-    need = buffer_size(views[i])
+    dt, need = views[i][0].dtype, buffer_size(views[i])  # need includes the front guard
     if i < n_out:
       sizes[i] = need
-      b = Buffer(device, need + guard, mb.dtype).allocate()
-      b.copyin(_filled(mb.dtype, need + guard, _SENTINEL_BYTE))
+      bufs[i] = Buffer(device, need + guard, dt).allocate()
     else:
-      arr = _as_input_array(inputs[i], mb.dtype)
-      if arr.size < need: raise ValueError(f"input {i} has {arr.size} elements, its views touch {need}")
-      full = np.concatenate([arr, _poison(mb.dtype, guard).astype(arr.dtype)]) if guard else arr
-      sizes[i] = arr.size
-      b = Buffer(device, full.size, mb.dtype).allocate()
-      b.copyin(full)
+      arr = _as_input_array(inputs[i], dt)
+      if arr.size < need - front: raise ValueError(f"input {i} has {arr.size} elements, its views touch {need - front}")
+      pz = poison(dt, max(front, guard)).astype(arr.dtype)
+      full = np.concatenate([pz[:front], arr, pz[:guard]])
+      sizes[i] = front + arr.size
+      bufs[i] = Buffer(device, full.size, dt).allocate().copyin(full)
       expected_inputs[i] = full
-    bufs[i] = b
   runner = get_runner(p)
-  runner([bufs[i] for i in p.globals], var_vals)
-  # inputs must be unchanged (compare bytes: NaN poison compares equal to itself there)
-  for i, want in expected_inputs.items():
-    got = bufs[i].numpy()
-    dt = views[i][0].dtype
-    raw_got = _raw_bytes(got, dt)
-    raw_want = want.view(np.uint8).reshape(-1, dt.itemsize)
-    if (bad := np.nonzero((raw_got != raw_want).any(axis=1))[0]).size: raise GuardZoneError(i, bad, sizes[i], what="input")
-  outs = []
+  written: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
   for i, st_op in enumerate(ast.src):
-    mb: MemBuffer = st_op.arg
+    idx, valid = st_indices(shift_st(st_op.arg.st, front), var_vals)
+    mask = np.zeros(bufs[i].size, dtype=np.bool_)
+    mask[idx[valid]] = True
+    written[i] = (idx, valid, mask)
+  runs: list[dict[int, np.ndarray]] = []
+  for fill in SENTINELS:
+    for i in range(n_out): bufs[i].copyin(filled(bufs[i].dtype, bufs[i].size, fill))
+    runner([bufs[i] for i in p.globals], var_vals)
+    # inputs must be unchanged (compare bytes: NaN poison compares equal to itself there)
+    for i, want in expected_inputs.items():
+      dt = bufs[i].dtype
+      raw_want = want.view(np.uint8).reshape(-1, dt.itemsize)
+      if (bad := np.nonzero((raw_bytes(bufs[i].numpy(), dt) != raw_want).any(axis=1))[0]).size:
+        raise GuardZoneError(i, bad, sizes[i], what="input", front=front)
+    raw_outs = {}
+    for i in range(n_out):
+      raw = raw_bytes(bufs[i].numpy(), bufs[i].dtype)
+      untouched = (raw == fill).all(axis=1)
+      if (bad := np.nonzero(~written[i][2] & ~untouched)[0]).size: raise GuardZoneError(i, bad, sizes[i], front=front)
+      raw_outs[i] = raw
+    runs.append(raw_outs)
+  outs = []
+  for i in range(n_out):
+    idx, valid, mask = written[i]
+    if (bad := np.nonzero(mask & (runs[0][i] != runs[1][i]).any(axis=1))[0]).size:
+      raise GuardZoneError(i, bad, sizes[i], what="unwritten", front=front)
     data = bufs[i].numpy()
-    idx, valid = st_indices(mb.st, var_vals)
-    written = np.zeros(data.size, dtype=np.bool_)
-    written[idx[valid]] = True
-    raw = _raw_bytes(data, mb.dtype)
-    untouched = (raw == _SENTINEL_BYTE).all(axis=1)
-    if (bad := np.nonzero(~written & ~untouched)[0]).size: raise GuardZoneError(i, bad, sizes[i])
     out = np.zeros(idx.shape, dtype=data.dtype)
     out[valid] = data[idx[valid]]
     outs.append(out)
@@ -293,31 +307,6 @@ class IsolatedRunner:
   def __exit__(self, *a: Any) -> None: self.close()
 
 # ---- comparing -----------------------------------------------------------------------------------
-
-def tolerance(dtype: DType) -> tuple[float, float]:
-  """(rtol, atol) for comparing outputs of `dtype`: exact for ints and bools."""
-  dt = dtype.scalar()
-  if not dtypes.is_float(dt): return 0.0, 0.0
-  return {dtypes.float64: (1e-9, 1e-9), dtypes.float32: (1e-4, 1e-4), dtypes.float16: (1e-2, 1e-2), dtypes.bfloat16: (2e-2, 2e-2)}[dt]
-
-def compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: Optional[float] = None, atol: Optional[float] = None) -> Optional[str]:
-  """None if got matches want (NaN == NaN, infinities exact), else a description of the mismatch."""
-  want = np.asarray(want)
-  if got.size != want.size: return f"size mismatch: got {got.shape}, want {want.shape}"
-  g, w = got.reshape(-1), want.reshape(-1)
-  drt, dat = tolerance(dtype)
-  rtol, atol = (drt if rtol is None else rtol), (dat if atol is None else atol)
-  if dtypes.is_float(dtype):
-    g64, w64 = g.astype(np.float64), w.astype(np.float64)
-    both_nan = np.isnan(g64) & np.isnan(w64)
-    with np.errstate(invalid="ignore"):
-      close = (g64 == w64) | (np.abs(g64 - w64) <= atol + rtol * np.abs(w64))
-    ok = both_nan | (close & np.isfinite(g64) & np.isfinite(w64)) | ((g64 == w64) & np.isinf(w64))
-  else: ok = g.astype(np.int64) == w.astype(np.int64) if g.dtype != np.bool_ else g == w.astype(np.bool_)
-  if ok.all(): return None
-  bad = np.nonzero(~ok)[0]
-  shown = ", ".join(f"[{j}] got {g[j]!r} want {w[j]!r}" for j in bad[:5])
-  return f"{len(bad)}/{g.size} elements differ ({dtype.name}, rtol={rtol}, atol={atol}): {shown}"
 
 def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], ast: LazyOp, rtol: Optional[float] = None,
                     atol: Optional[float] = None) -> Optional[str]:
@@ -507,7 +496,7 @@ class _Checker:
     """The first failure of opts (over every var_vals), or None; a refused opt list is None."""
     opts, e = list(opts), self.entry
     if self.isolated is None and kernel is None:
-      try: kernel = build_kernel(e.ast, opts, self.device)
+      try: kernel = build_kernel(guarded(e.ast), opts, self.device)
       except KernelOptError: return None
       except Exception as ex:  # noqa: BLE001
         return self._fail(opts, "exception", f"apply_opt raised {type(ex).__name__}: {ex}\n{traceback.format_exc(limit=8)}")
@@ -561,7 +550,7 @@ def sample_opt_sequences(entry: CorpusEntry, rng: np.random.Generator, n: int, d
                          kernel: Optional[Kernel] = None, max_lanes: Optional[int] = 256) -> tuple[list[OptSequence], int, list[FuzzFailure]]:
   """Up to n distinct non-empty valid opt sequences for entry (apply_opt only, nothing is compiled);
   also the number of refused candidates and the failures found while applying opts."""
-  k0 = kernel if kernel is not None else Kernel(entry.ast, opts=Device[device].renderer)
+  k0 = kernel if kernel is not None else Kernel(guarded(entry.ast), opts=Device[device].renderer)
   seqs: list[OptSequence] = []
   fails: list[FuzzFailure] = []
   seen: set[tuple[Opt, ...]] = set()
@@ -590,7 +579,7 @@ def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str =
   rep = FuzzReport()
   if inputs is None: inputs = entry.make_inputs(rng)
   checker = _Checker(entry, inputs, device, guard, isolated)
-  try: k0 = Kernel(entry.ast, opts=Device[device].renderer)
+  try: k0 = Kernel(guarded(entry.ast), opts=Device[device].renderer)
   except Exception as e:  # noqa: BLE001
     rep.failures.append(FuzzFailure(entry.name, [], "exception", f"Kernel() raised {type(e).__name__}: {e}"))
     rep.seconds = time.perf_counter() - st

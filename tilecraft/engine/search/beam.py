@@ -35,6 +35,7 @@ from tilecraft.helpers import DEBUG, getenv, prod
 from tilecraft.ops import BufferOps, MemBuffer
 from tilecraft.shape.symbolic import Variable
 
+VERIFY_FRONT = 64  # elements of guard zone before each buffer when verifying (see _Search.verify)
 SEARCH_VERSION = 3  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
@@ -105,8 +106,7 @@ def _codegen_identity() -> str:
   with it, so cached searches and timings are only reused by the same code generator."""
   global _codegen_id
   if _codegen_id is None:
-    import tilecraft
-    root = os.path.dirname(os.path.abspath(tilecraft.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tilecraft/
     h = hashlib.sha256()
     for sub in ("codegen", "renderer", "shape", "runtime", ""):
       d = os.path.join(root, sub)
@@ -313,7 +313,7 @@ class _Search:
       c.time = min(times) * c.factor
       # relative to the reference run alongside: a burst of load on the machine slows both alike
       if ref is not None and ref_times: c.time *= ref.time / (min(ref_times) * ref.factor)
-      c.status = "early" if len(payload) < self.runs else "ok"
+      c.status = "early" if len(times) < max(1, self.runs) else "ok"  # the worker stops short only past early_stop_s
       self.report.timed += 1
       self.new_timings.append((c.key, c.status, c.time))
       self.best_time = min(self.best_time, c.time)
@@ -460,6 +460,32 @@ class _Search:
     r.complete = not self.over_budget()
     return self.finish(hand, base, ref)
 
+  def verify(self, ref: Candidate, cands: list[Candidate]) -> Optional[tuple]:
+    """Check cands against the reference (the unoptimized kernel) on random data: ("ok", [(ok, max
+    error, note)] per candidate), else the failed job's (status, message). Twice: the binaries as
+    built, then the same kernels built with every buffer access VERIFY_FRONT elements in, so each
+    buffer has a guard zone before its data too and a read or write before index 0 shows up."""
+    if not self.ensure_built(ref): return ("error", "the reference didn't build")
+    def job(progs: list, front: int) -> Job:
+      return Job("verify", (self.device, progs[0], progs[1:], self.specs, self.n_out, self.outs_read, 1234, 64, front), max(120.0, 10 * self.timeout_s))
+    res = self.timer_run(job([ref.prog] + [c.prog for c in cands], 0))
+    if res is None or res[0] != "ok": return res
+    assert self.pool is not None
+    blobs = self._blobs()
+    ast_id, ren_id = list(blobs)
+    builds = self.pool.run([Job("build", (ast_id, ren_id, self.ast_hex, self.device, [opt_wire(o) for o in c.opts], self.name, self.vv, 0, True,
+                                          VERIFY_FRONT), self.build_timeout_s, blobs) for c in [ref] + cands], self.n_workers)
+    progs = [(self.name, b[1]["lib"], b[1]["gs"], b[1]["ls"], b[1]["vals"]) if b is not None and b[0] == "ok" else None for b in builds]
+    if progs[0] is None: return ("error", f"the reference didn't build with a front guard: {builds[0]}")
+    built = [i for i, p in enumerate(progs[1:]) if p is not None]
+    res2 = self.timer_run(job([progs[0]] + [progs[1 + i] for i in built], VERIFY_FRONT))
+    if res2 is None or res2[0] != "ok": return res2
+    out = [(False, math.inf, f"didn't build with a front guard: {builds[1 + i]}") for i in range(len(cands))]
+    for i, (ok2, err2, note2) in zip(built, res2[1]):
+      ok, err, note = res[1][i]
+      out[i] = (ok and ok2, max(err, err2), "; ".join(n for n in (note, note2 and f"with a front guard: {note2}") if n))
+    return ("ok", out)
+
   def finish(self, hand: Candidate, base: Candidate, ref: Candidate) -> Kernel:
     """Verify the fastest candidates against the unoptimized kernel, race the first correct one against
     the floor (hand-coded), and keep it only if it wins by min_gain."""
@@ -472,8 +498,7 @@ class _Search:
     contenders = [c for c in contenders if self.ensure_built(c)]
     winner: Optional[Candidate] = None
     if contenders and self.verify_on:
-      res = self.timer_run(Job("verify", (self.device, ref.prog, [c.prog for c in contenders], self.specs, self.n_out, self.outs_read, 1234, 64),
-                                max(120.0, 10 * self.timeout_s))) if self.ensure_built(ref) else ("error", "the reference didn't build")
+      res = self.verify(ref, contenders)
       if res is not None and res[0] == "ok":
         for c, (ok, err, note) in zip(contenders, res[1]):
           if ok:

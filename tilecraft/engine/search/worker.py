@@ -7,7 +7,9 @@ from collections import OrderedDict
 from typing import Any, Optional
 import numpy as np
 from tilecraft.codegen.kernel import Kernel
+from tilecraft.dtype import dtypes
 from tilecraft.engine.isolation import lru_put
+from tilecraft.engine.verify import SENTINELS, buffer_array, compare, filled, max_abs_error, poison, random_array, raw_bytes, shift_ast, tolerance
 from tilecraft.engine.search.actions import opt_unwire
 
 HANDLER = "tilecraft.engine.search.worker:SearchWorker"
@@ -17,38 +19,10 @@ HANDLER = "tilecraft.engine.search.worker:SearchWorker"
 _MIN_TIMING_S, _MAX_RUNS = 0.05, 30
 _TIMING_SEED = 0x5EA4C4
 
-def _random_array(dt: Any, n: int, rng: np.random.Generator) -> np.ndarray:
-  """Test data: floats in [-1, 1) (zero mean keeps long sums well conditioned), ints in [1, 8) (safe divisors)."""
-  from tilecraft.dtype import dtypes
-  if dtypes.is_float(dt): return rng.uniform(-1, 1, n).astype(dt.np if dt.np is not None else np.float32)
-  if dtypes.is_bool(dt): return rng.integers(0, 2, n).astype(np.bool_)
-  return rng.integers(1, 8, n).astype(dt.np)
-
-def _sentinel_array(dt: Any, n: int) -> np.ndarray:
-  """What an output holds before a run, so elements a kernel forgets to write show up."""
-  from tilecraft.dtype import dtypes
-  if dtypes.is_float(dt): return np.full(n, np.nan, dtype=dt.np if dt.np is not None else np.float32)
-  if dtypes.is_bool(dt): return np.zeros(n, dtype=np.bool_)
-  return np.full(n, np.iinfo(dt.np).min, dtype=dt.np)
-
-def compare_outputs(out: np.ndarray, ref: np.ndarray, dt: Any) -> tuple[bool, float]:
-  """(close enough, max abs error). Exact for ints and bools; floats get rtol plus an atol scaled by
-  the reference's median magnitude (reordered float sums differ in the last bits, and near-zero
-  results of cancelling sums need an absolute allowance)."""
-  from tilecraft.dtype import dtypes
-  if out.shape != ref.shape: return False, math.inf
-  if not dtypes.is_float(dt):
-    eq = np.array_equal(out, ref)
-    return eq, 0.0 if eq else float(np.abs(out.astype(np.float64) - ref.astype(np.float64)).max())
-  tol = 1e-3 if dt.scalar().itemsize >= 4 else 2e-2
-  a, b = out.astype(np.float64), ref.astype(np.float64)
-  with np.errstate(invalid="ignore"):
-    finite = np.isfinite(b)
-    scale = float(np.median(np.abs(b[finite]))) if finite.any() else 0.0
-    diff = np.abs(a - b)
-    good = (np.isnan(a) & np.isnan(b)) | (a == b) | (diff <= tol * scale + tol * np.abs(b))
-    err = float(np.nanmax(np.where(good & ~finite, 0.0, diff))) if diff.size else 0.0
-  return bool(good.all()), err
+def _verify_tol(dt: Any) -> float:
+  """rtol and atol (scaled by the reference's median magnitude) for a candidate against the reference:
+  candidates reorder reductions of thousands of terms, so at least 1e-3, and twice the dtype's own."""
+  return max(1e-3, 2 * tolerance(dt)[0])
 
 class SearchWorker:
   """The jobs a search worker process runs (see tilecraft.engine.isolation); `blobs` holds the ASTs and
@@ -74,20 +48,22 @@ class SearchWorker:
     if self.tbufs is None or self.tbufs[0] != key:
       self.tbufs = None
       rng = np.random.default_rng(_TIMING_SEED)
-      self.tbufs = (key, [Buffer(device, n, dt).allocate().copyin(_random_array(dt, n, rng)) for n, dt in specs])
+      self.tbufs = (key, [Buffer(device, n, dt).allocate().copyin(random_array(dt, n, rng)) for n, dt in specs])
     return self.tbufs[1]
 
   # -- jobs --
   def build(self, ast_id: str, ren_id: str, ast_key: str, device: str, opts: list, name: str, var_vals: dict,
-            max_uops: int, do_compile: bool) -> tuple:
+            max_uops: int, do_compile: bool, front: int = 0) -> tuple:
+    """Render and compile the kernel with `opts`; `front` > 0 builds it with every buffer access moved
+    that many elements in (for verify's front guard zones)."""
     from tilecraft.device import Device
     from tilecraft.shape.symbolic import sym_eval
-    base = self.bases.get((ast_id, ren_id))
+    base = self.bases.get((ast_id, ren_id, front))
     if base is None:
       ast, ren = self.blobs[ast_id], self.blobs[ren_id]
       if ast.key.hex() != ast_key: raise RuntimeError("the AST changed on its way to the worker (pickling bug)")
-      base = Kernel(ast, ren if ren is not None else Device[device].renderer)
-      lru_put(self.bases, (ast_id, ren_id), base, 16)
+      base = Kernel(shift_ast(ast, front), ren if ren is not None else Device[device].renderer)
+      lru_put(self.bases, (ast_id, ren_id, front), base, 16)
     k = base.copy()
     for o in opts: k.apply_opt(opt_unwire(o))
     t0 = time.perf_counter()
@@ -141,44 +117,62 @@ class SearchWorker:
       n += 1
     return ("ok", best)
 
-  def verify(self, device: str, ref: tuple, cands: list, specs: list, n_out: int, outs_read: bool, seed: int, guard: int) -> tuple:
+  def verify(self, device: str, ref: tuple, cands: list, specs: list, n_out: int, outs_read: bool, seed: int, guard: int,
+             front: int = 0) -> tuple:
     """Run the reference and each candidate on the same random inputs; per candidate (ok, max error, note).
-    Outputs start as sentinels (NaN) unless the kernel reads them and have a guard zone after them;
+    Every buffer is [front guard | data | back guard] (programs built with their accesses `front`
+    elements in, see engine/verify.py). Each program runs once per sentinel fill of the outputs (their
+    data too, unless the kernel reads its outputs), so an element a candidate skips differs from the
+    reference in one of the runs whatever its right value; guards must keep their contents and
     inputs must come back unchanged."""
     from tilecraft.device import Buffer
     rng = np.random.default_rng(seed)
-    init = [_random_array(dt, n, rng) for n, dt in specs]
-    out_init = [np.concatenate([init[i] if outs_read else _sentinel_array(dt, n), _random_array(dt, guard, rng)])
-                for i, (n, dt) in enumerate(specs[:n_out])]
-    bufs = [Buffer(device, n + (guard if i < n_out else 0), dt).allocate() for i, (n, dt) in enumerate(specs)]
-    for i in range(n_out, len(bufs)): bufs[i].copyin(init[i])
-    for i in range(n_out): bufs[i].copyin(out_init[i])
-    # what the untouched bytes read back as (dtype-agnostic: bfloat16 reads back as float32)
-    guards = [bufs[i].numpy()[specs[i][0]:] for i in range(n_out)]
-    inputs = [bufs[i].numpy() for i in range(n_out, len(bufs))]
-    def run(prog: tuple) -> tuple[list[np.ndarray], str]:
-      for i in range(n_out): bufs[i].copyin(out_init[i])
+    init = [buffer_array(dt, random_array(dt, n, rng)) for n, dt in specs]
+    bufs = [Buffer(device, front + n + guard, dt).allocate() for n, dt in specs]
+    def with_poison(i: int) -> np.ndarray:
+      pz = poison(specs[i][1], max(front, guard))
+      return np.concatenate([pz[:front], init[i], pz[:guard]])
+    inputs = []
+    for i in range(n_out, len(bufs)):
+      bufs[i].copyin(with_poison(i))
+      inputs.append(raw_bytes(bufs[i].numpy(), specs[i][1]))
+    def run(prog: tuple, fill: int) -> tuple[list[np.ndarray], str]:
+      for i in range(n_out):
+        n, dt = specs[i]
+        full = filled(dt, front + n + guard, fill)
+        if outs_read: full[front:front + n] = init[i]
+        bufs[i].copyin(full)
       self.run_once(device, prog, bufs)
       outs, note = [], ""
       for i in range(n_out):
-        full = bufs[i].numpy()
-        if not np.array_equal(full[specs[i][0]:], guards[i], equal_nan=True): note += f"wrote past the end of output {i}; "
-        outs.append(full[:specs[i][0]])
+        n, dt = specs[i]
+        data = bufs[i].numpy()
+        raw = raw_bytes(data, dt)
+        if not (raw[:front] == fill).all(): note += f"wrote before the start of output {i}; "
+        if not (raw[front + n:] == fill).all(): note += f"wrote past the end of output {i}; "
+        outs.append(data[front:front + n])
       for j, i in enumerate(range(n_out, len(bufs))):
-        if not np.array_equal(bufs[i].numpy(), inputs[j], equal_nan=True):
+        if not np.array_equal(raw_bytes(bufs[i].numpy(), specs[i][1]), inputs[j]):
           note += f"changed input {i}; "
-          bufs[i].copyin(init[i])
+          bufs[i].copyin(with_poison(i))
       return outs, note
-    ref_outs, ref_note = run(ref)
-    if ref_note: return ("error", f"the reference kernel itself misbehaves: {ref_note}")
+    ref_runs = [run(ref, fill) for fill in SENTINELS]
+    if (ref_note := "".join(n for _, n in ref_runs)): return ("error", f"the reference kernel itself misbehaves: {ref_note}")
     res = []
     for c in cands:
-      try: outs, note = run(c)
+      ok, err, note = True, 0.0, ""
+      try:
+        for fill, (ref_outs, _) in zip(SENTINELS, ref_runs):
+          outs, run_note = run(c, fill)
+          if run_note and run_note not in note: note += run_note
+          for i, (o, r) in enumerate(zip(outs, ref_outs)):
+            dt = specs[i][1]
+            finite = np.abs(r[np.isfinite(r)].astype(np.float64)) if dtypes.is_float(dt) else np.zeros(0)
+            tol = _verify_tol(dt)
+            if (msg := compare(o, r, dt, tol, tol, float(np.median(finite)) if finite.size else 0.0)) is not None:
+              ok, err = False, max(err, max_abs_error(o, r))
+              if f"output {i}:" not in note: note += f"output {i}: {msg}; "
       except Exception as e:  # noqa: BLE001
-        res.append((False, math.inf, f"{type(e).__name__}: {e}")); continue  # noqa: E702
-      ok, err = True, 0.0
-      for i, (o, r) in enumerate(zip(outs, ref_outs)):
-        o_ok, o_err = compare_outputs(o, r, specs[i][1])
-        ok, err = ok and o_ok, max(err, o_err)
-      res.append((ok and not note, err, note.strip()))
+        ok, err, note = False, math.inf, f"{type(e).__name__}: {e}"
+      res.append((ok and not note, err, note.strip().rstrip(";")))
     return ("ok", res)

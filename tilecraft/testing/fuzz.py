@@ -155,11 +155,12 @@ def guarded(ast: LazyOp, front: int = FRONT_GUARD) -> LazyOp:
   return shift_ast(ast, front)
 
 def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kernel: Optional[Kernel] = None,
-                front: int = FRONT_GUARD) -> Program:
-  """The rendered program of `ast` with `opts`, addressing its buffers `front` elements in (see
-  run_program); cached by AST key, opts, device, front, the device's current renderer (the PYTHON
-  device's follows EMULATE) and the TC use. `kernel`: the same opts already applied to guarded(ast)
-  (rebuilt, with its TC use, when it was built from another AST)."""
+                front: int = 0) -> Program:
+  """The rendered program of `ast` with `opts`, addressing its buffers `front` elements in (run it
+  with run_program and the same `front`; the fuzzer's checks use FRONT_GUARD); cached by AST key,
+  opts, device, front, the device's current renderer (the PYTHON device's follows EMULATE) and the
+  TC use. `kernel`: the same opts already applied to guarded(ast, front) (rebuilt, with its TC use,
+  when it was built from another AST)."""
   # a TC opt builds the kernel the TC setting says (use 1, 2 or 3)
   tc_use = (kernel.use_tensor_cores if kernel is not None else int(TC)) if any(o.op is OptOps.TC for o in opts) else 0
   key = (ast.key, tuple(opts), device, front, Device[device].renderer if kernel is None else kernel.opts, tc_use)
@@ -188,9 +189,10 @@ def get_runner(p: Program) -> CompiledRunner:
 # ---- running -------------------------------------------------------------------------------------
 
 def run_program(ast: LazyOp, p: Program, inputs: dict[int, np.ndarray], device: str = "CPU",
-                var_vals: Optional[dict] = None, guard: int = 64, front: int = FRONT_GUARD) -> list[np.ndarray]:
-  """Run a rendered program of `ast` (built by get_program with the same `front`) on fresh buffers
-  laid out [front guard | data | back guard of `guard` elements]; return each output in its
+                var_vals: Optional[dict] = None, guard: int = 64, front: int = 0) -> list[np.ndarray]:
+  """Run a rendered program of `ast` (built for the same `front`: get_program(..., front=front), or
+  any program of `ast` itself for front=0) on fresh buffers laid out [front guard of `front`
+  elements | data | back guard of `guard` elements]; return each output in its
   STORE's shape. It runs once per sentinel fill of the outputs (engine/verify.py): an output element
   the stores cover that holds different values after the two runs was never written. Raises
   GuardZoneError on writes outside what the stores cover (guards included), on a changed input, or
@@ -252,10 +254,11 @@ def run_program(ast: LazyOp, p: Program, inputs: dict[int, np.ndarray], device: 
   return outs
 
 def run_ast(ast: LazyOp, inputs: dict[int, np.ndarray], opts: Sequence[Opt] = (), device: str = "CPU",
-            var_vals: Optional[dict] = None, guard: int = 64) -> list[np.ndarray]:
-  """Build, optimize (opts), render, compile (cached) and run `ast` on `device`; return the outputs,
-  each in its STORE's shape at var_vals. Raises GuardZoneError on writes outside the outputs."""
-  return run_program(ast, get_program(ast, opts, device), inputs, device, var_vals, guard)
+            var_vals: Optional[dict] = None, guard: int = 64, front: int = FRONT_GUARD) -> list[np.ndarray]:
+  """Build, optimize (opts), render, compile (cached) and run `ast` on `device` with guard zones on
+  both sides of every buffer; return the outputs, each in its STORE's shape at var_vals. Raises
+  GuardZoneError on writes outside the outputs or elements left unwritten."""
+  return run_program(ast, get_program(ast, opts, device, front=front), inputs, device, var_vals, guard, front)
 
 # ---- isolation: run kernels in a worker process, so a kernel that corrupts memory is a failure ----
 
@@ -266,8 +269,8 @@ def _iso_run(name: str, small: bool, opts: list, device: str, vv_index: int, gua
   """Worker side: run corpus entry `name` (rebuilt here: ASTs don't travel between processes)."""
   try:
     e = corpus(small)[name]
-    p = get_program(e.ast, opts, device)
-    outs = run_program(e.ast, p, inputs, device, e.var_vals[vv_index], guard)
+    p = get_program(e.ast, opts, device, front=FRONT_GUARD)
+    outs = run_program(e.ast, p, inputs, device, e.var_vals[vv_index], guard, FRONT_GUARD)
     return "ok", (outs, _src_hash(p.src), (cache_stats.programs, cache_stats.compiles))
   except GuardZoneError as ex: return "guard", str(ex)
   except KernelOptError as ex: return "refused", str(ex)
@@ -489,9 +492,9 @@ class _Checker:
       outs = self.isolated.run(e, opts, self.inputs, self.device, vi, self.guard)
       self.srcs.add(self.isolated.last_src)
       return outs
-    p = get_program(e.ast, opts, self.device, kernel=kernel)
+    p = get_program(e.ast, opts, self.device, kernel=kernel, front=FRONT_GUARD)
     self.srcs.add(_src_hash(p.src))
-    return run_program(e.ast, p, self.inputs, self.device, e.var_vals[vi], self.guard)
+    return run_program(e.ast, p, self.inputs, self.device, e.var_vals[vi], self.guard, FRONT_GUARD)
   def check(self, opts: Sequence[Opt], kernel: Optional[Kernel] = None) -> Optional[FuzzFailure]:
     """The first failure of opts (over every var_vals), or None; a refused opt list is None."""
     opts, e = list(opts), self.entry

@@ -13,6 +13,12 @@ from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tilecraft.engine.lazy import LazyBuffer, hash_consed, source_key
 from tilecraft.engine.realize import run_schedule
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
+from tilecraft.frontend.cumsum import cumsum_rows
+from tilecraft.frontend.indexing import IndexingOps
+from tilecraft.frontend.math import MathOps
+from tilecraft.frontend.nn import NNOps
+from tilecraft.frontend.random import RandomOps
+from tilecraft.frontend.shapes import broadcast_shape as _broadcast_shape, norm_shape as _shape, same_dim as _same  # noqa: F401
 from tilecraft.helpers import prod
 from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval, unbind_all
@@ -108,34 +114,8 @@ def _py_dtype(x: Any) -> DType:
   if isinstance(x, Variable): return dtypes.int32
   raise TypeError(f"no tensor dtype for a python {type(x).__name__}")
 
-_CUMSUM_BLOCK = 32  # 16-32 measured fastest for 10M elements (0.09-0.11 s; 256 took 6.5 s)
-
-def _cumsum_window(flat: "Tensor") -> "Tensor":
-  """Running sums along axis 1 of a (rows, n) tensor as one windowed reduce: out[r, i] sums
-  padded[r, i:i+n] where padded has n-1 zeros in front. O(n^2) work per row: for short rows."""
-  rows, n = flat.shape
-  padded = flat.pad(((0, 0), (n - 1, 0)))  # rows x (2n-1)
-  # windows[r, i, j] = padded[r, i + j]
-  w = padded.reshape(rows, 1, 2 * n - 1).expand(rows, n + 1, 2 * n - 1).reshape(rows, (n + 1) * (2 * n - 1))
-  return w[:, :n * 2 * n].reshape(rows, n, 2 * n)[:, :, :n].sum(2)
-
-def _cumsum_rows(flat: "Tensor") -> "Tensor":
-  """Running sums along axis 1 of a (rows, n) tensor. Long rows are cut into blocks of
-  _CUMSUM_BLOCK: a windowed running sum inside each block, plus the running sum of the block totals
-  before it (the same function, on n/_CUMSUM_BLOCK columns), so the work is O(n * block), not O(n^2)."""
-  rows, n = flat.shape
-  B = _CUMSUM_BLOCK
-  if not isinstance(n, int) or n <= B: return _cumsum_window(flat)
-  nb = -(-n // B)
-  inner = _cumsum_window(flat.pad(((0, 0), (0, nb * B - n))).reshape(rows * nb, B)).reshape(rows, nb, B)
-  totals = inner[:, :, B - 1]
-  before = _cumsum_rows(totals) - totals  # sum of all earlier blocks
-  return (inner + before.reshape(rows, nb, 1)).reshape(rows, nb * B)[:, :n]
-
-class Tensor:
+class Tensor(MathOps, NNOps, RandomOps, IndexingOps):
   __slots__ = ("lazydata",)
-  _seed: int = 0x5EED
-  _rng_counter: int = 0
 
   def __init__(self, data: Any, device: Optional[str] = None, dtype: Optional[Union[DType, str]] = None):
     dt = _tensor_dtype(dtype) if dtype is not None else None
@@ -297,29 +277,6 @@ class Tensor:
     if k == 0 or n == 0 or m == 0: return Tensor.zeros(n, m, dtype=dtype or dtypes.default_float, device=device)
     x = Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device).pad(((0, k),)).reshape(1, k + 1).expand(k, k + 1).reshape(k * (k + 1))
     return x[:k * k].reshape(k, k)[:n, :m]
-  @staticmethod
-  def manual_seed(seed: int = 0) -> None:
-    Tensor._seed, Tensor._rng_counter = int(seed), 0
-  @staticmethod
-  def rand(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
-    """Uniform [0, 1): an integer hash of (seed, call, element index), computed in a kernel."""
-    shape = _shape(shape)
-    n = int(prod(shape))
-    Tensor._rng_counter += 1
-    key = _mix32((Tensor._seed * 0x9E3779B1 + Tensor._rng_counter * 0x85EBCA77) & 0xFFFFFFFF)
-    if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
-    ctr = Tensor.arange(n, dtype=dtypes.uint32, device=device)
-    bits = _hash_u32(ctr ^ Tensor(key, dtype=dtypes.uint32, device=device).expand(n))
-    out = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-    return out.reshape(shape).cast(_tensor_dtype(dtype) if dtype is not None else dtypes.default_float)
-  @staticmethod
-  def randn(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor":
-    """Standard normal via Box-Muller on two uniform draws."""
-    shape = _shape(shape)
-    u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
-    z = (1 - u1).log().mul(-2).sqrt() * (u2 * (2 * math.pi)).cos()
-    return z.cast(_tensor_dtype(dtype) if dtype is not None else dtypes.default_float)
-
   # ---- broadcasting and elementwise ---------------------------------------------------------------
   def _const_like(self, x: Scalar, dtype: Optional[DType] = None) -> "Tensor":
     return Tensor(_lb_const(x, dtype or self.dtype, self.device, self.shape))
@@ -417,50 +374,6 @@ class Tensor:
     pos = y > 0
     up, down = pos.where(r >= y, r <= y), pos.where(r < 0, r > 0)
     return up.where(q + 1, down.where(q - 1, q))
-  def pow(self, y: Any, reverse: bool = False) -> "Tensor":
-    """numpy power: integer tensors to integer powers stay integers; floats follow C pow's special cases."""
-    if not reverse and isinstance(y, (int, float)) and not isinstance(y, (bool, np.generic)):
-      if isinstance(y, int) and not dtypes.is_float(self.dtype):
-        if y < 0: raise ValueError(f"integers to negative integer powers are not allowed ({self.dtype.name} ** {y})")
-        return (self if self.dtype != dtypes.bool else self.cast(dtypes.default_int))._ipow_const(y)
-      if dtypes.is_float(self.dtype) and float(y).is_integer() and abs(y) <= 32:
-        r = self._ipow_const(abs(int(y)))
-        return r if y >= 0 else r.reciprocal()
-    x, y = self._broadcasted(y, reverse)
-    if not dtypes.is_float(x.dtype):
-      if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
-      return x._ipow_tensor(y)
-    # |x| ** y, then the sign for negative bases with integer exponents
-    mag = (y * x.abs().log2()).exp2()
-    is_int = y.floor() == y
-    odd = (y.abs() < 2.0 ** 53) & (y.cast(dtypes.int64) & 1).cast(dtypes.bool)  # floats >= 2**53 are even integers
-    neg = x < 0
-    res = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
-    res = (x == 0).where((y == 0).where(1.0, (y < 0).where(x._const_like(math.inf), 0.0)), res)
-    return ((y == 0) | (x == 1)).where(1.0, res)  # x ** 0 and 1 ** y are 1, even for nan
-  def _ipow_const(self, n: int) -> "Tensor":
-    """x ** n for an int n >= 0 by repeated squaring (exact for integers)."""
-    if n == 0: return self._const_like(1)
-    out: Optional[Tensor] = None
-    base = self
-    while n:
-      if n & 1: out = base if out is None else out * base
-      n >>= 1
-      if n: base = base * base
-    return out  # type: ignore[return-value]
-  def _ipow_tensor(self, e: "Tensor") -> "Tensor":
-    """Integer x ** e elementwise (wrapping like numpy). A negative e, which numpy refuses, gives 1 / x
-    truncated: 1 for x == 1, +-1 for x == -1, else 0."""
-    bits = 8 * e.dtype.itemsize - (0 if dtypes.is_unsigned(e.dtype) else 1)
-    out, base = self._const_like(1), self
-    for k in range(bits):
-      out = ((e >> k) & 1).cast(dtypes.bool).where(out * base, out)
-      if k + 1 < bits: base = base * base
-    if dtypes.is_unsigned(e.dtype): return out
-    odd = (e & 1).cast(dtypes.bool)
-    one, zero = self._const_like(1), self._const_like(0)
-    neg_e = (self == 1).where(one, (self == -1).where(odd.where(-one, one), zero))
-    return (e < 0).where(neg_e, out)
   def maximum(self, y: Any) -> "Tensor":
     x, y = self._broadcasted(y)
     return x._e(BinaryOps.MAX, y) if x.dtype != dtypes.bool else x._e(BinaryOps.OR, y)
@@ -536,46 +449,7 @@ class Tensor:
   def rsqrt(self) -> "Tensor": return self.sqrt().reciprocal()
   def exp2(self) -> "Tensor": return self._float()._e(UnaryOps.EXP2)
   def log2(self) -> "Tensor": return self._float()._e(UnaryOps.LOG2)
-  def exp(self) -> "Tensor": return (self._float() * (1 / math.log(2))).exp2()
-  def log(self) -> "Tensor": return self._float().log2() * math.log(2)
   def sin(self) -> "Tensor": return self._float()._e(UnaryOps.SIN)
-  def cos(self) -> "Tensor": return ((math.pi / 2) - self._float()).sin()
-  def tan(self) -> "Tensor": return self.sin() / self.cos()
-  def relu(self) -> "Tensor": return self.maximum(0) if not dtypes.is_float(self.dtype) else (self < 0).where(0.0, self)  # nan stays nan
-  def sigmoid(self) -> "Tensor": return (1 + (-self._float()).exp()).reciprocal()
-  def tanh(self) -> "Tensor": return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
-  def abs(self) -> "Tensor":
-    if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
-    return (self < 0).where(-self, self)
-  def sign(self) -> "Tensor":
-    s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
-    return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # numpy: sign(nan) is nan
-  def _integral_above(self) -> float:
-    """Floats of this dtype with magnitude at least this are all integers (and nan/inf fail `<` it)."""
-    return 2.0 ** (7 if self.dtype == dtypes.bfloat16 else {2: 10, 4: 23}.get(self.dtype.itemsize, 52))
-  def floor(self) -> "Tensor":
-    if not dtypes.is_float(self.dtype): return self
-    t = self.cast(dtypes.int64).cast(self.dtype)  # truncation, exact below the limit
-    return (self.abs() < self._integral_above()).where(t - (t > self).cast(self.dtype), self)
-  def ceil(self) -> "Tensor": return -((-self).floor())
-  def trunc(self) -> "Tensor":
-    if not dtypes.is_float(self.dtype): return self
-    return (self.abs() < self._integral_above()).where(self.cast(dtypes.int64).cast(self.dtype), self)
-  def round(self) -> "Tensor":
-    """Half to even, like numpy (from the truncation, so that no value is used many times over)."""
-    if not dtypes.is_float(self.dtype): return self
-    ti = self.cast(dtypes.int64)
-    t = ti.cast(self.dtype)
-    frac, odd = self - t, (ti & 1).cast(dtypes.bool)
-    up = (frac > 0.5) | ((frac == 0.5) & odd)
-    down = (frac < -0.5) | ((frac == -0.5) & odd)
-    lim = self._integral_above()
-    return ((self < lim) & (self > -lim)).where(t + up.cast(self.dtype) - down.cast(self.dtype), self)
-  def isnan(self) -> "Tensor": return self != self if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
-  def isinf(self) -> "Tensor": return self.abs() == math.inf if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
-  def isfinite(self) -> "Tensor": return (self - self) == 0 if dtypes.is_float(self.dtype) else self._const_like(True, dtypes.bool)
-  def clip(self, lo: Any, hi: Any) -> "Tensor": return self.maximum(lo).minimum(hi)
 
   __add__ = lambda s, y: s.add(y)  # noqa: E731
   __radd__ = lambda s, y: s.add(y, True)  # noqa: E731
@@ -727,19 +601,6 @@ class Tensor:
   def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor":
     """Index of the first minimum (numpy semantics)."""
     return (-self if dtypes.is_float(self.dtype) else ~self if dtypes.is_int(self.dtype) else self.logical_not()).argmax(axis, keepdim)
-  def softmax(self, axis: int = -1) -> "Tensor":
-    x = self._float()
-    e = (x - x.max(axis, keepdim=True)).exp()
-    return e / e.sum(axis, keepdim=True)
-  def log_softmax(self, axis: int = -1) -> "Tensor":
-    x = self._float()
-    m = x - x.max(axis, keepdim=True)
-    return m - m.exp().sum(axis, keepdim=True).log()
-  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-    x = self._float()
-    m = x.max(axis, keepdim=True)
-    m = m.isinf().where(0.0, m)  # all -inf gives -inf and any +inf gives inf, instead of nan
-    return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.max(axis, keepdim).shape)
   def cumsum(self, axis: int = 0) -> "Tensor":
     """Running sum along an axis: a windowed reduce over a padded view."""
     if axis is None: return self.flatten().cumsum(0)
@@ -751,7 +612,7 @@ class Tensor:
     x = x.transpose(a, -1)
     lead = x.shape[:-1]
     flat = x.reshape(-1, n) if lead else x.reshape(1, n)
-    out = _cumsum_rows(flat)
+    out = cumsum_rows(flat)
     return (out.reshape(*lead, n) if lead else out.reshape(n)).transpose(a, -1)
 
   # ---- matmul and friends -------------------------------------------------------------------------
@@ -771,167 +632,3 @@ class Tensor:
     yv = y.reshape(*y.shape[:-2], *(1,) * min(x.ndim - 1, 1), *y.shape[-min(y.ndim, 2):]).transpose(-1, -2) if y.ndim > 1 else y
     out = (xv * yv).sum(-1, dtype=dt if not dtypes.is_int(dt) else None)
     return out.cast(dt) if out.dtype != dt else out
-  def linear(self, weight: "Tensor", bias: Optional["Tensor"] = None) -> "Tensor":
-    x = self.matmul(weight)
-    return x + bias if bias is not None else x
-  def layernorm(self, axis: Any = -1, eps: float = 1e-5) -> "Tensor":
-    """(x - mean) / sqrt(var + eps) over `axis` (no scale or shift)."""
-    x = self._default_float()
-    m = x.mean(axis, keepdim=True)
-    xc = x - m
-    return xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()
-
-  # ---- indexing -----------------------------------------------------------------------------------
-  def __getitem__(self, idx: Any) -> "Tensor":
-    if not isinstance(idx, tuple): idx = (idx,)
-    if any(i is Ellipsis for i in idx):
-      if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis")
-      pos = next(j for j, i in enumerate(idx) if i is Ellipsis)
-      n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-      idx = idx[:pos] + (slice(None),) * (self.ndim - n_real) + idx[pos + 1:]
-    if sum(1 for i in idx if i is not None) > self.ndim: raise IndexError(f"too many indices for a tensor of {self.ndim} dims")
-    x, dim, squeeze = self, 0, []
-    shrink, strides = [], []
-    for i in idx:
-      if i is None: continue
-      s = self.shape[dim]
-      if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
-        j = int(i) + (s if i < 0 else 0)
-        if not 0 <= j < s: raise IndexError(f"index {i} is out of bounds for axis {dim} with size {s}")
-        shrink.append((j, j + 1)); strides.append(1); squeeze.append(dim)
-      elif isinstance(i, slice):
-        start, stop, step = i.indices(s)
-        if step > 0: lo, hi = start, max(start, stop)
-        else: lo, hi = (stop + 1, start + 1) if start > stop else (0, 0)
-        shrink.append((lo, hi)); strides.append(step)
-      elif isinstance(i, Tensor): raise NotImplementedError("indexing with a Tensor (gather) is not supported yet")
-      else: raise TypeError(f"unsupported index {i!r}")
-      dim += 1
-    shrink += [(0, s) for s in self.shape[dim:]]
-    strides += [1] * (self.ndim - dim)
-    x = x.shrink(shrink)
-    if any(st != 1 for st in strides):
-      # a negative step walks from the end of the kept range
-      x = x._mv("stride", tuple(strides))
-    # drop integer-indexed dims, insert None dims
-    out_shape, d = [], 0
-    for i in idx:
-      if i is None: out_shape.append(1); continue
-      if d not in squeeze: out_shape.append(x.shape[d])
-      d += 1
-    out_shape += list(x.shape[d:])
-    return x.reshape(tuple(out_shape))
-
-  @staticmethod
-  def cat(*ts: "Tensor", axis: int = 0) -> "Tensor":
-    if not ts: raise ValueError("cat needs at least one tensor")
-    return ts[0].cat_(*ts[1:], axis=axis)
-  def cat_(self, *others: "Tensor", axis: int = 0) -> "Tensor":
-    ts = (self,) + others
-    a = self._axis(axis)
-    for t in ts:
-      if t.ndim != self.ndim or any(s != o for i, (s, o) in enumerate(zip(t.shape, self.shape)) if i != a):
-        raise ValueError(f"cat: shapes {[t.shape for t in ts]} differ outside axis {a}")
-    dt = least_upper_dtype(*[t.dtype for t in ts])
-    total = sum(t.shape[a] for t in ts)
-    out, off = None, 0
-    for t in ts:
-      p = [(0, 0)] * self.ndim
-      p[a] = (off, total - off - t.shape[a])
-      piece = t.cast(dt).pad(p)
-      out = piece if out is None else out + piece
-      off += t.shape[a]
-    return out  # type: ignore[return-value]
-  @staticmethod
-  def stack(*ts: "Tensor", axis: int = 0) -> "Tensor":
-    if not ts: raise ValueError("stack needs at least one tensor")
-    a = axis + ts[0].ndim + 1 if axis < 0 else axis
-    return Tensor.cat(*[t.unsqueeze(a) for t in ts], axis=a)
-
-  # ---- convolution and pooling ---------------------------------------------------------------------
-  def _pool(self, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> "Tensor":
-    """(..., *out_spatial, *k) windows over the last len(k) dims, as views (no copies)."""
-    nd = len(k)
-    for name, v in (("kernel size", k), ("stride", stride), ("dilation", dilation)):
-      if len(v) != nd or not all(isinstance(x, int) and x >= 1 for x in v): raise ValueError(f"{name} must be {nd} positive integers, got {v}")
-    if self.ndim < nd: raise ValueError(f"pooling over {nd} dims needs a tensor of at least {nd} dims, got shape {self.shape}")
-    nlead = self.ndim - nd
-    x = self
-    for i, (kk, st, d) in enumerate(zip(k, stride, dilation)):
-      ax = nlead + i
-      m = x.ndim - 1
-      x = x.permute(*[j for j in range(x.ndim) if j != ax], ax)._windows_last(kk, st, d)  # (*others, o, kk)
-      x = x.permute(*range(ax), m, *range(ax, m), m + 1)
-    return x
-  def _windows_last(self, kk: int, st: int, d: int) -> "Tensor":
-    """(*pre, L) -> (*pre, o, kk) with out[..., a, b] = x[..., a*st + b*d]."""
-    pre, L = self.shape[:-1], self.shape[-1]
-    o = (L - d * (kk - 1) - 1) // st + 1
-    if o <= 0: raise ValueError(f"window {kk} (dilation {d}) is larger than the input length {L}")
-    # repeat the row kk times; rows of length L+d then start d elements later each
-    flat = self.reshape(*pre, 1, L).expand(*pre, kk, L).reshape(*pre, kk * L).pad(((0, 0),) * len(pre) + ((0, kk * d),))
-    rows = flat.reshape(*pre, kk, L + d)[..., :(o - 1) * st + 1]
-    if st > 1: rows = rows[..., ::st]
-    return rows.transpose(-1, -2)
-  def conv2d(self, weight: "Tensor", bias: Optional["Tensor"] = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> "Tensor":
-    """NCHW input, (cout, cin/groups, kh, kw) weight."""
-    if self.ndim != 4 or weight.ndim != 4: raise ValueError(f"conv2d needs 4-D input and weight, got {self.shape} and {weight.shape}")
-    n, cin, h, w = self.shape
-    cout, cpg, kh, kw = weight.shape
-    if cin != cpg * groups or cout % groups: raise ValueError(f"conv2d: input channels {cin} != weight {cpg} x groups {groups}, or {cout} % {groups} != 0")
-    st, dl = _pair(stride), _pair(dilation)
-    pd = _pair(padding)
-    x = self.pad(((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
-    win = x._pool((kh, kw), st, dl)  # n, cin, oh, ow, kh, kw
-    oh, ow = win.shape[2], win.shape[3]
-    win = win.reshape(n, groups, 1, cpg, oh, ow, kh, kw)
-    wt = weight.reshape(1, groups, cout // groups, cpg, 1, 1, kh, kw)
-    dt = least_upper_dtype(self.dtype, weight.dtype)
-    prod_ = (win.cast(dt) * wt.cast(dt)).permute(0, 1, 2, 4, 5, 3, 6, 7)  # n g co oh ow cpg kh kw
-    out = prod_.sum((5, 6, 7), dtype=dt if dtypes.is_float(dt) else None).reshape(n, cout, oh, ow)
-    return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
-  def max_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> "Tensor":
-    k, pd = _pair(kernel_size), _pair(padding)
-    x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1])), value=-math.inf if dtypes.is_float(self.dtype) else int(dtypes.min(self.dtype))) if any(pd) else self
-    return x._pool(k, _pair(stride if stride is not None else kernel_size), _pair(dilation)).max((-2, -1))
-  def avg_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0) -> "Tensor":
-    k, pd = _pair(kernel_size), _pair(padding)
-    x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
-    return x._pool(k, _pair(stride if stride is not None else kernel_size), (1, 1)).mean((-2, -1))
-
-def _pair(x: Any) -> tuple[int, int]:
-  if isinstance(x, (int, np.integer)): return (int(x), int(x))
-  return tuple(int(v) if isinstance(v, np.integer) else v for v in x)  # type: ignore[return-value]
-
-def _shape(shape: Any) -> tuple:
-  if len(shape) == 1 and isinstance(shape[0], (list, tuple)): shape = tuple(shape[0])
-  out = tuple(int(s) if isinstance(s, (int, np.integer)) else s for s in shape)
-  for s in out:
-    if not isinstance(s, (int, Node)): raise TypeError(f"shape {out} has a non-integer dimension {s!r}")
-  return out
-
-def _same(a: sint, b: sint) -> bool:
-  if isinstance(a, int) and isinstance(b, int): return a == b
-  return (a - b) == 0 if not isinstance(a - b, Node) else False
-
-def _broadcast_shape(a: tuple, b: tuple) -> tuple:
-  n = max(len(a), len(b))
-  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-  out = []
-  for i, (x, y) in enumerate(zip(pa, pb)):
-    if x == y or (isinstance(y, int) and y == 1): out.append(x)
-    elif isinstance(x, int) and x == 1: out.append(y)
-    else: raise ValueError(f"shapes {a} and {b} can't be broadcast together (dim {i - n} is {x} vs {y})")
-  return tuple(out)
-
-def _mix32(x: int) -> int:
-  x ^= x >> 16; x = (x * 0x7FEB352D) & 0xFFFFFFFF; x ^= x >> 15; x = (x * 0x846CA68B) & 0xFFFFFFFF; x ^= x >> 16  # noqa: E702
-  return x
-
-def _hash_u32(x: Tensor) -> Tensor:
-  """The same 32-bit integer mix as _mix32, as tensor ops (uint32 arithmetic wraps)."""
-  x = x ^ (x >> 16)
-  x = x * Tensor(0x7FEB352D, dtype=dtypes.uint32, device=x.device)
-  x = x ^ (x >> 15)
-  x = x * Tensor(0x846CA68B, dtype=dtypes.uint32, device=x.device)
-  return x ^ (x >> 16)

@@ -1,0 +1,9 @@
+"""The Tensor frontend's op families beyond the core (tilecraft/tensor.py): each module is a mixin
+class of Tensor methods built only from Tensor's own ops, so everything fuses the same way.
+
+  shapes.py    normalizing shape / pair arguments, broadcasting shapes
+  nn.py        softmax family, linear, layernorm, conv2d, pooling
+  random.py    rand / randn from a counter-based integer hash (computed in a kernel)
+  indexing.py  __getitem__ (ints, slices, steps, None, ...), cat, stack
+  cumsum.py    the blocked running sum behind Tensor.cumsum
+"""

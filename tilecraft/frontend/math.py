@@ -1,0 +1,95 @@
+"""Elementwise math composed from the core ops (a mixin of Tensor): powers, exp/log through exp2/log2,
+trig through sin, activations, rounding, nan/inf tests, clip. numpy's special cases (nan, inf,
+signed zeros, integer powers) are spelled out here rather than left to the target's libm."""
+from __future__ import annotations
+import math
+from typing import TYPE_CHECKING, Any, Optional
+import numpy as np
+from tilecraft.dtype import dtypes
+if TYPE_CHECKING: from tilecraft.tensor import Tensor
+
+class MathOps:
+  __slots__ = ()
+  def pow(self, y: Any, reverse: bool = False) -> "Tensor":
+    """numpy power: integer tensors to integer powers stay integers; floats follow C pow's special cases."""
+    if not reverse and isinstance(y, (int, float)) and not isinstance(y, (bool, np.generic)):
+      if isinstance(y, int) and not dtypes.is_float(self.dtype):
+        if y < 0: raise ValueError(f"integers to negative integer powers are not allowed ({self.dtype.name} ** {y})")
+        return (self if self.dtype != dtypes.bool else self.cast(dtypes.default_int))._ipow_const(y)
+      if dtypes.is_float(self.dtype) and float(y).is_integer() and abs(y) <= 32:
+        r = self._ipow_const(abs(int(y)))
+        return r if y >= 0 else r.reciprocal()
+    x, y = self._broadcasted(y, reverse)
+    if not dtypes.is_float(x.dtype):
+      if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
+      return x._ipow_tensor(y)
+    # |x| ** y, then the sign for negative bases with integer exponents
+    mag = (y * x.abs().log2()).exp2()
+    is_int = y.floor() == y
+    odd = (y.abs() < 2.0 ** 53) & (y.cast(dtypes.int64) & 1).cast(dtypes.bool)  # floats >= 2**53 are even integers
+    neg = x < 0
+    res = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
+    res = (x == 0).where((y == 0).where(1.0, (y < 0).where(x._const_like(math.inf), 0.0)), res)
+    return ((y == 0) | (x == 1)).where(1.0, res)  # x ** 0 and 1 ** y are 1, even for nan
+  def _ipow_const(self, n: int) -> "Tensor":
+    """x ** n for an int n >= 0 by repeated squaring (exact for integers)."""
+    if n == 0: return self._const_like(1)
+    out: Optional[Tensor] = None
+    base = self
+    while n:
+      if n & 1: out = base if out is None else out * base
+      n >>= 1
+      if n: base = base * base
+    return out  # type: ignore[return-value]
+  def _ipow_tensor(self, e: "Tensor") -> "Tensor":
+    """Integer x ** e elementwise (wrapping like numpy). A negative e, which numpy refuses, gives 1 / x
+    truncated: 1 for x == 1, +-1 for x == -1, else 0."""
+    bits = 8 * e.dtype.itemsize - (0 if dtypes.is_unsigned(e.dtype) else 1)
+    out, base = self._const_like(1), self
+    for k in range(bits):
+      out = ((e >> k) & 1).cast(dtypes.bool).where(out * base, out)
+      if k + 1 < bits: base = base * base
+    if dtypes.is_unsigned(e.dtype): return out
+    odd = (e & 1).cast(dtypes.bool)
+    one, zero = self._const_like(1), self._const_like(0)
+    neg_e = (self == 1).where(one, (self == -1).where(odd.where(-one, one), zero))
+    return (e < 0).where(neg_e, out)
+  def exp(self) -> "Tensor": return (self._float() * (1 / math.log(2))).exp2()
+  def log(self) -> "Tensor": return self._float().log2() * math.log(2)
+  def cos(self) -> "Tensor": return ((math.pi / 2) - self._float()).sin()
+  def tan(self) -> "Tensor": return self.sin() / self.cos()
+  def relu(self) -> "Tensor": return self.maximum(0) if not dtypes.is_float(self.dtype) else (self < 0).where(0.0, self)  # nan stays nan
+  def sigmoid(self) -> "Tensor": return (1 + (-self._float()).exp()).reciprocal()
+  def tanh(self) -> "Tensor": return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+  def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def abs(self) -> "Tensor":
+    if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
+    return (self < 0).where(-self, self)
+  def sign(self) -> "Tensor":
+    s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+    return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # numpy: sign(nan) is nan
+  def _integral_above(self) -> float:
+    """Floats of this dtype with magnitude at least this are all integers (and nan/inf fail `<` it)."""
+    return 2.0 ** (7 if self.dtype == dtypes.bfloat16 else {2: 10, 4: 23}.get(self.dtype.itemsize, 52))
+  def floor(self) -> "Tensor":
+    if not dtypes.is_float(self.dtype): return self
+    t = self.cast(dtypes.int64).cast(self.dtype)  # truncation, exact below the limit
+    return (self.abs() < self._integral_above()).where(t - (t > self).cast(self.dtype), self)
+  def ceil(self) -> "Tensor": return -((-self).floor())
+  def trunc(self) -> "Tensor":
+    if not dtypes.is_float(self.dtype): return self
+    return (self.abs() < self._integral_above()).where(self.cast(dtypes.int64).cast(self.dtype), self)
+  def round(self) -> "Tensor":
+    """Half to even, like numpy (from the truncation, so that no value is used many times over)."""
+    if not dtypes.is_float(self.dtype): return self
+    ti = self.cast(dtypes.int64)
+    t = ti.cast(self.dtype)
+    frac, odd = self - t, (ti & 1).cast(dtypes.bool)
+    up = (frac > 0.5) | ((frac == 0.5) & odd)
+    down = (frac < -0.5) | ((frac == -0.5) & odd)
+    lim = self._integral_above()
+    return ((self < lim) & (self > -lim)).where(t + up.cast(self.dtype) - down.cast(self.dtype), self)
+  def isnan(self) -> "Tensor": return self != self if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
+  def isinf(self) -> "Tensor": return self.abs() == math.inf if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
+  def isfinite(self) -> "Tensor": return (self - self) == 0 if dtypes.is_float(self.dtype) else self._const_like(True, dtypes.bool)
+  def clip(self, lo: Any, hi: Any) -> "Tensor": return self.maximum(lo).minimum(hi)

@@ -1,0 +1,87 @@
+"""Neural-network style Tensor methods (a mixin of Tensor): the softmax family, linear, layernorm,
+conv2d and pooling. Convolution and pooling take sliding windows as views (pad, reshape, expand,
+shrink: no copies), so a conv is one fused multiply-and-reduce kernel."""
+from __future__ import annotations
+import math
+from typing import TYPE_CHECKING, Any, Optional
+from tilecraft.dtype import dtypes, least_upper_dtype
+from tilecraft.frontend.shapes import pair
+if TYPE_CHECKING: from tilecraft.tensor import Tensor
+
+class NNOps:
+  __slots__ = ()
+  def softmax(self: Tensor, axis: int = -1) -> Tensor:
+    x = self._float()
+    e = (x - x.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+  def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
+    x = self._float()
+    m = x - x.max(axis, keepdim=True)
+    return m - m.exp().sum(axis, keepdim=True).log()
+  def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    x = self._float()
+    m = x.max(axis, keepdim=True)
+    m = m.isinf().where(0.0, m)  # all -inf gives -inf and any +inf gives inf, instead of nan
+    return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.max(axis, keepdim).shape)
+
+  def linear(self: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    x = self.matmul(weight)
+    return x + bias if bias is not None else x
+  def layernorm(self: Tensor, axis: Any = -1, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over `axis` (no scale or shift)."""
+    x = self._default_float()
+    m = x.mean(axis, keepdim=True)
+    xc = x - m
+    return xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()
+
+  # ---- convolution and pooling ---------------------------------------------------------------------
+  def _pool(self: Tensor, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """(..., *out_spatial, *k) windows over the last len(k) dims, as views (no copies)."""
+    nd = len(k)
+    for name, v in (("kernel size", k), ("stride", stride), ("dilation", dilation)):
+      if len(v) != nd or not all(isinstance(x, int) and x >= 1 for x in v): raise ValueError(f"{name} must be {nd} positive integers, got {v}")
+    if self.ndim < nd: raise ValueError(f"pooling over {nd} dims needs a tensor of at least {nd} dims, got shape {self.shape}")
+    nlead = self.ndim - nd
+    x = self
+    for i, (kk, st, d) in enumerate(zip(k, stride, dilation)):
+      ax = nlead + i
+      m = x.ndim - 1
+      x = x.permute(*[j for j in range(x.ndim) if j != ax], ax)._windows_last(kk, st, d)  # (*others, o, kk)
+      x = x.permute(*range(ax), m, *range(ax, m), m + 1)
+    return x
+  def _windows_last(self: Tensor, kk: int, st: int, d: int) -> Tensor:
+    """(*pre, L) -> (*pre, o, kk) with out[..., a, b] = x[..., a*st + b*d]."""
+    pre, L = self.shape[:-1], self.shape[-1]
+    o = (L - d * (kk - 1) - 1) // st + 1
+    if o <= 0: raise ValueError(f"window {kk} (dilation {d}) is larger than the input length {L}")
+    # repeat the row kk times; rows of length L+d then start d elements later each
+    flat = self.reshape(*pre, 1, L).expand(*pre, kk, L).reshape(*pre, kk * L).pad(((0, 0),) * len(pre) + ((0, kk * d),))
+    rows = flat.reshape(*pre, kk, L + d)[..., :(o - 1) * st + 1]
+    if st > 1: rows = rows[..., ::st]
+    return rows.transpose(-1, -2)
+  def conv2d(self: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+             groups: int = 1) -> Tensor:
+    """NCHW input, (cout, cin/groups, kh, kw) weight."""
+    if self.ndim != 4 or weight.ndim != 4: raise ValueError(f"conv2d needs 4-D input and weight, got {self.shape} and {weight.shape}")
+    n, cin, h, w = self.shape
+    cout, cpg, kh, kw = weight.shape
+    if cin != cpg * groups or cout % groups: raise ValueError(f"conv2d: input channels {cin} != weight {cpg} x groups {groups}, or {cout} % {groups} != 0")
+    st, dl = pair(stride), pair(dilation)
+    pd = pair(padding)
+    x = self.pad(((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
+    win = x._pool((kh, kw), st, dl)  # n, cin, oh, ow, kh, kw
+    oh, ow = win.shape[2], win.shape[3]
+    win = win.reshape(n, groups, 1, cpg, oh, ow, kh, kw)
+    wt = weight.reshape(1, groups, cout // groups, cpg, 1, 1, kh, kw)
+    dt = least_upper_dtype(self.dtype, weight.dtype)
+    prod_ = (win.cast(dt) * wt.cast(dt)).permute(0, 1, 2, 4, 5, 3, 6, 7)  # n g co oh ow cpg kh kw
+    out = prod_.sum((5, 6, 7), dtype=dt if dtypes.is_float(dt) else None).reshape(n, cout, oh, ow)
+    return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
+  def max_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
+    k, pd = pair(kernel_size), pair(padding)
+    x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1])), value=-math.inf if dtypes.is_float(self.dtype) else int(dtypes.min(self.dtype))) if any(pd) else self
+    return x._pool(k, pair(stride if stride is not None else kernel_size), pair(dilation)).max((-2, -1))
+  def avg_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0) -> Tensor:
+    k, pd = pair(kernel_size), pair(padding)
+    x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
+    return x._pool(k, pair(stride if stride is not None else kernel_size), (1, 1)).mean((-2, -1))

@@ -1,0 +1,33 @@
+"""Shape arguments of the Tensor frontend: normalizing them and broadcasting."""
+from __future__ import annotations
+from typing import Any
+import numpy as np
+from tilecraft.shape.symbolic import Node, sint
+
+def norm_shape(shape: Any) -> tuple:
+  """A shape given as f(2, 3) or f((2, 3)) as a tuple of ints / symbolic dims (TypeError otherwise)."""
+  if len(shape) == 1 and isinstance(shape[0], (list, tuple)): shape = tuple(shape[0])
+  out = tuple(int(s) if isinstance(s, (int, np.integer)) else s for s in shape)
+  for s in out:
+    if not isinstance(s, (int, Node)): raise TypeError(f"shape {out} has a non-integer dimension {s!r}")
+  return out
+
+def pair(x: Any) -> tuple[int, int]:
+  """An int or a 2-sequence (kernel size, stride, padding, dilation) as a pair."""
+  if isinstance(x, (int, np.integer)): return (int(x), int(x))
+  return tuple(int(v) if isinstance(v, np.integer) else v for v in x)  # type: ignore[return-value]
+
+def same_dim(a: sint, b: sint) -> bool:
+  if isinstance(a, int) and isinstance(b, int): return a == b
+  return (a - b) == 0 if not isinstance(a - b, Node) else False
+
+def broadcast_shape(a: tuple, b: tuple) -> tuple:
+  """numpy broadcasting of two shapes (ValueError naming the clashing dim)."""
+  n = max(len(a), len(b))
+  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+  out = []
+  for i, (x, y) in enumerate(zip(pa, pb)):
+    if x == y or (isinstance(y, int) and y == 1): out.append(x)
+    elif isinstance(x, int) and x == 1: out.append(y)
+    else: raise ValueError(f"shapes {a} and {b} can't be broadcast together (dim {i - n} is {x} vs {y})")
+  return tuple(out)

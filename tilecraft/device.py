@@ -1,7 +1,7 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, bisect, hashlib, os, re, tempfile
+import atexit, bisect, hashlib, importlib, os, re, tempfile
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv
@@ -280,47 +280,17 @@ def render_only_device(name: str, renderer: Union[Renderer, Callable[[], Rendere
 
 DEVICES: tuple[str, ...] = ("CPU", "LLVM", "OPENCL", "PYTHON", "CUDA", "METAL", "HIP")
 
-def _open_cpu() -> Compiled:
-  from tilecraft.runtime.cpu import CPUAllocator, CPUCompiler, CPUProgram
-  def renderer() -> Renderer:
-    from tilecraft.renderer.cstyle import CRenderer
-    return CRenderer()
-  return Compiled("CPU", CPUAllocator(), renderer, CPUCompiler(), CPUProgram)
+# The runtimes, by name -> the module that opens it: tilecraft.runtime.<name> defines
+# `open_device() -> Compiled` (and may raise DeviceUnavailable saying why not here). device.py names
+# runtimes only as strings, so runtime/* import device.py (Allocator, Compiler, Compiled, ...) and
+# never the other way round. A device is added by one line here (a callable instead of a module path
+# also works: tests use that).
+_device_factories: dict[str, Union[str, Callable[[], Compiled]]] = {
+  "CPU": "tilecraft.runtime.cpu", "OPENCL": "tilecraft.runtime.opencl", "CUDA": "tilecraft.runtime.cuda", "HIP": "tilecraft.runtime.hip",
+  "METAL": "tilecraft.runtime.metal", "PYTHON": "tilecraft.runtime.python", "LLVM": "tilecraft.runtime.llvm"}
 
-def _open_llvm() -> Compiled:
-  from tilecraft.runtime.cpu import CPUAllocator
-  from tilecraft.runtime.llvm import LLVMCompiler, LLVMProgram
-  def renderer() -> Renderer:
-    from tilecraft.renderer.llvmir import LLVMRenderer
-    return LLVMRenderer()
-  return Compiled("LLVM", CPUAllocator(), renderer, LLVMCompiler(), LLVMProgram)
-
-def _open_opencl() -> Compiled:
-  from tilecraft.runtime.opencl import CLAllocator, CLCompiler, CLProgram, _context, cl_renderer
-  _context()  # fail here, with the reason, when there is no OpenCL device
-  return Compiled("OPENCL", CLAllocator(), cl_renderer, CLCompiler(), CLProgram)
-
-def _open_cuda() -> Compiled:
-  from tilecraft.runtime.cuda import open_cuda
-  return open_cuda()
-
-def _open_hip() -> Compiled:
-  from tilecraft.renderer.hip import HIPRenderer
-  from tilecraft.runtime.hip import HIPCompiler
-  return render_only_device("HIP", HIPRenderer, HIPCompiler(), "no HIP runtime is implemented; HIP source is compile-checked for gfx1100")
-
-def _open_metal() -> Compiled:
-  from tilecraft.renderer.metal import MetalRenderer
-  from tilecraft.runtime.metal import MetalCompiler
-  return render_only_device("METAL", MetalRenderer, MetalCompiler(), "no Metal runtime here; Metal source gets structural checks only")
-
-def _open_python() -> Compiled:
-  from tilecraft.runtime.python import open_python
-  return open_python()
-
-# A device is added by one line here: name -> function that opens it (may raise DeviceUnavailable).
-_device_factories: dict[str, Callable[[], Compiled]] = {"CPU": _open_cpu, "OPENCL": _open_opencl, "CUDA": _open_cuda, "HIP": _open_hip,
-                                                        "METAL": _open_metal, "PYTHON": _open_python, "LLVM": _open_llvm}
+def _open(factory: Union[str, Callable[[], Compiled]]) -> Compiled:
+  return importlib.import_module(factory).open_device() if isinstance(factory, str) else factory()
 
 class _Device:
   """The device registry (API): `Device["CPU"]` opens (once) and returns a device, `Device.DEFAULT`
@@ -338,7 +308,7 @@ class _Device:
       if (factory := _device_factories.get(cname)) is None:
         raise DeviceUnavailable(f"device {cname} is not available: no runtime for it is implemented yet "
                                 f"(available: {', '.join(_device_factories)})")
-      try: self._opened[cname] = factory()
+      try: self._opened[cname] = _open(factory)
       except ImportError as e: raise DeviceUnavailable(f"device {cname} is not available here: {e}") from e
     return self._opened[cname]
   @property

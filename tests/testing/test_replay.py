@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib, io, os, shutil, subprocess
 import pytest
 from tilecraft.__main__ import main
-from tilecraft.codegen import lowerer, rewrite
+from tilecraft.codegen import lowerer, replay_record, rewrite
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Device
 from tilecraft.testing import replay
@@ -83,7 +83,7 @@ def test_recording_never_breaks_rendering(tmp_path, monkeypatch):
   blocker.write_text("x")
   monkeypatch.setenv("REPLAY_DB", str(blocker / "sub" / "replay.db"))  # a directory under a file
   monkeypatch.setenv("RUN_PROCESS_REPLAY", "1")
-  monkeypatch.setattr(replay, "_warned", False)
+  monkeypatch.setattr(replay_record, "_warned", False)
   k = Kernel(corpus()["ew_7"].ast, opts=Device["CPU"].renderer)
   with pytest.warns(RuntimeWarning, match="process replay: could not record"): p = k.to_program()
   assert "void" in p.src

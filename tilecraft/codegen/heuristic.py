@@ -6,20 +6,19 @@ reduces and workgroups; CPUs get vector-width upcasts and register tiles.
 """
 from __future__ import annotations
 from typing import Any, Optional
+from tilecraft.codegen.opt import KernelOptError, Opt, OptOps
 from tilecraft.dtype import ImageDType
 from tilecraft.helpers import TC, TC_OPT, getenv, prod
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
 from tilecraft.shape.symbolic import Node
 
 def _try(k: Any, opt: Any, reason: str) -> bool:
-  from tilecraft.codegen.kernel import KernelOptError
   try: k.apply_opt(opt, reason=reason)
   except KernelOptError: return False
   return True
 
 def required_optimizations(k: Any) -> Any:
   """Opts a kernel can't run without: image outputs are written 4 channels at a time."""
-  from tilecraft.codegen.kernel import Opt, OptOps
   if isinstance(k.outbufs[0].dtype, ImageDType):
     unit = k.sts[0].unit_stride_axes()
     for axis in unit:
@@ -47,7 +46,6 @@ def _tensor_cores(k: Any) -> bool:
   """Lay a matmul-shaped MUL->SUM out for the target's tensor core, trying tc_opt 0 up to the TC_OPT
   setting (more patterns, then padding) and each (N, M, reduce) axis choice in order; then a 2x2
   register tile of instructions per warp where the outer axes divide (A and B fragments reused)."""
-  from tilecraft.codegen.kernel import KernelOptError, Opt, OptOps
   from tilecraft.codegen.tensor_cores import tc_choices
   use = int(TC)
   if not use or not getattr(k.opts, "tensor_cores", None) or k.applied_opts: return False
@@ -135,7 +133,6 @@ def _cpu_matvec(k: Any, vw: int) -> bool:
   return True
 
 def hand_coded_optimizations(k: Any) -> Any:
-  from tilecraft.codegen.kernel import Opt, OptOps
   required_optimizations(k)
   if _tensor_cores(k): return k
   if any(isinstance(s, Node) for s in k.full_shape): sym = True

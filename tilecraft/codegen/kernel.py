@@ -11,42 +11,16 @@ once; `apply_opt` either applies an Opt completely or raises KernelOptError and 
 """
 from __future__ import annotations
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from enum import Enum, auto
+from dataclasses import replace
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
+from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, check  # noqa: F401 - Opt, OptOps, KernelOptError: API here (DESIGN §5)
 from tilecraft.helpers import TC, TC_OPT, dedup, getenv, prod, round_up
 from tilecraft.ops import (INDEX, UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
 from tilecraft.renderer import Program, Renderer
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sint
-
-class OptOps(Enum):
-  TC = auto(); UPCAST = auto(); UPCASTMID = auto(); UNROLL = auto(); LOCAL = auto()  # noqa: E702
-  GROUP = auto(); GROUPTOP = auto(); NOLOCALS = auto(); PADTO = auto(); SWAP = auto()  # noqa: E702
-  BLOCK = auto()  # CPU reduce blocking: the reduce runs in blocks of amt, an outer loop accumulating in the output
-  def __lt__(self, x: "OptOps") -> bool: return self.value < x.value
-
-class KernelOptError(Exception):
-  """An Opt that can't be applied to this kernel; the message names the rule it breaks (API)."""
-
-def check(cond: bool, msg: str) -> None:
-  if not cond: raise KernelOptError(msg)
-
-@dataclass(frozen=True, order=True)
-class Opt:
-  """One optimization (API). `amt=0` means the whole axis. UNROLL and BLOCK axes count from first_reduce;
-  GROUP/GROUPTOP from first_reduce + group_for_reduces; all others are absolute."""
-  op: OptOps
-  axis: Optional[int] = None
-  amt: Optional[int] = None
-  def __repr__(self) -> str: return f"Opt(op={self.op}, axis={self.axis}, amt={self.amt})"
-  def real_axis(self, k: "Kernel") -> int:
-    if self.axis is None: return -1
-    if self.op in (OptOps.UNROLL, OptOps.BLOCK): return k.first_reduce + self.axis
-    if self.op in (OptOps.GROUP, OptOps.GROUPTOP): return k.first_reduce + k.group_for_reduces + self.axis
-    return self.axis
 
 _kernel_names: dict[str, dict[bytes, int]] = defaultdict(dict)
 
@@ -448,7 +422,7 @@ class Kernel:
     name = name_override or self.name
     src = self.opts.render(name, self.uops)
     if getenv("RUN_PROCESS_REPLAY", 0):  # record for `tilecraft replay diff` (tilecraft.testing.replay)
-      from tilecraft.testing.replay import record
+      from tilecraft.codegen.replay_record import record
       record(self, name, src)
     from tilecraft.codegen.lowerer import launch_dims
     from tilecraft.codegen.linearize import estimate_flops

@@ -19,12 +19,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 from typing import Any, Optional
+from tilecraft.codegen.opt import check as _check
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BinaryOps, BufferOps, LazyOp, ReduceOps, UnaryOps
-
-def _check(cond: bool, msg: str) -> None:
-  from tilecraft.codegen.kernel import KernelOptError
-  if not cond: raise KernelOptError(msg)
 
 # exact widenings: every value of the source is a value of the target
 _WIDENS = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32), (dtypes.float16, dtypes.float64),

@@ -6,7 +6,7 @@ import ctypes, functools, os, platform, re, shutil, subprocess, tempfile, time, 
 from dataclasses import dataclass
 from typing import Any, Optional
 import numpy as np
-from tilecraft.device import Allocator, CompileError, Compiler
+from tilecraft.device import Allocator, CompileError, Compiled, Compiler
 from tilecraft.helpers import DEBUG, getenv
 
 # Threads that spin between kernels starve everything else when the cores are shared (tests run
@@ -168,3 +168,10 @@ class CPUProgram:
     self.fxn(*args)
     return time.perf_counter() - st if wait else None
   def __repr__(self) -> str: return f"<CPUProgram {self.name}>"
+
+def open_device() -> Compiled:
+  """The CPU device (device.py's registry calls this)."""
+  def renderer() -> Any:
+    from tilecraft.renderer.cstyle import CRenderer
+    return CRenderer()
+  return Compiled("CPU", CPUAllocator(), renderer, CPUCompiler(), CPUProgram)

@@ -188,3 +188,5 @@ def open_cuda() -> Compiled:
   try: c = _context()
   except DeviceUnavailable as e: return render_only_device("CUDA", CUDARenderer, CUDACompiler("sm_80"), str(e))
   return Compiled("CUDA", CUDAAllocator(), CUDARenderer, CUDACompiler(c.arch), CUDAProgram, lambda: _check(c.get().cuCtxSynchronize(), "cuCtxSynchronize"))
+
+open_device = open_cuda  # device.py's registry calls runtime.<name>.open_device

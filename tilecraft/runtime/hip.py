@@ -3,7 +3,7 @@ the device libraries (`-nogpulib -nogpuinc`, `-S` needs no linker). There is no 
 from __future__ import annotations
 import functools, os, shutil, subprocess, tempfile
 from typing import Optional
-from tilecraft.device import CompileError, Compiler, DeviceUnavailable
+from tilecraft.device import CompileError, Compiled, Compiler, DeviceUnavailable, render_only_device
 
 @functools.cache
 def find_hip_clang() -> Optional[str]:
@@ -34,3 +34,8 @@ class HIPCompiler(Compiler):
       except subprocess.TimeoutExpired as e: raise CompileError(f"clang timed out ({self.arch})", src, str(e)) from e
       if res.returncode != 0: raise CompileError(f"clang failed to compile HIP for {self.arch}", src, res.stderr + res.stdout)
       with open(out, "rb") as f: return f.read()
+
+def open_device() -> Compiled:
+  """HIP here: render + compile-check only (device.py's registry calls this)."""
+  from tilecraft.renderer.hip import HIPRenderer
+  return render_only_device("HIP", HIPRenderer, HIPCompiler(), "no HIP runtime is implemented; HIP source is compile-checked for gfx1100")

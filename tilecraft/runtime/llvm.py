@@ -12,7 +12,7 @@ is LLVM_THREADS, else OMP_NUM_THREADS, else the CPUs this process may run on."""
 from __future__ import annotations
 import ctypes, functools, itertools, os, queue, threading, time
 from typing import Any, Callable, Optional
-from tilecraft.device import CompileError, Compiler
+from tilecraft.device import CompileError, Compiled, Compiler
 from tilecraft.helpers import DEBUG, getenv
 
 try: import llvmlite
@@ -122,3 +122,11 @@ class LLVMProgram:
     else: chunk_pool(n).run(lambda i: fn(*args, i, n))
     return time.perf_counter() - st if wait else None
   def __repr__(self) -> str: return f"<LLVMProgram {self.name}{' (parallel)' if self.parallel else ''}>"
+
+def open_device() -> Compiled:
+  """The LLVM device (device.py's registry calls this)."""
+  from tilecraft.runtime.cpu import CPUAllocator
+  def renderer() -> Any:
+    from tilecraft.renderer.llvmir import LLVMRenderer
+    return LLVMRenderer()
+  return Compiled("LLVM", CPUAllocator(), renderer, LLVMCompiler(), LLVMProgram)

@@ -3,7 +3,7 @@ structure of the source instead (what a renderer bug would most likely break) an
 Metal framework compiles source when a library is made, so the source is the binary here."""
 from __future__ import annotations
 import re
-from tilecraft.device import CompileError, Compiler
+from tilecraft.device import CompileError, Compiled, Compiler, render_only_device
 
 # spellings of the other GPU dialects and of C that are not Metal
 _FOREIGN = ("__global__", "__shared__", "__syncthreads", "blockIdx", "threadIdx", "__builtin_amdgcn", "__attribute__((shared",
@@ -42,3 +42,8 @@ class MetalCompiler(Compiler):
   def compile(self, src: str) -> bytes:
     if (problems := metal_problems(src)): raise CompileError("Metal source failed its structural checks: " + "; ".join(problems[:8]), src)
     return src.encode()
+
+def open_device() -> Compiled:
+  """METAL here: render + structural checks only (device.py's registry calls this)."""
+  from tilecraft.renderer.metal import MetalRenderer
+  return render_only_device("METAL", MetalRenderer, MetalCompiler(), "no Metal runtime here; Metal source gets structural checks only")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 import numpy as np
-from tilecraft.device import Allocator, CompileError, Compiler, DeviceUnavailable
+from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable
 
 try: import pyopencl as cl
 except ImportError as e: raise ImportError("the OPENCL device needs pyopencl: pip install 'tilecraft[opencl]'") from e
@@ -73,3 +73,8 @@ def cl_renderer() -> Any:
                      shared_max=min(dev.local_mem_size, 65536))
   r.max_threads = dev.max_work_group_size
   return r
+
+def open_device() -> Compiled:
+  """The OPENCL device (device.py's registry calls this); fails here, with the reason, when there is no OpenCL device."""
+  _context()
+  return Compiled("OPENCL", CLAllocator(), cl_renderer, CLCompiler(), CLProgram)

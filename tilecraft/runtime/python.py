@@ -306,3 +306,5 @@ class PythonDevice(Compiled):
 def open_python() -> Compiled:
   from tilecraft.runtime.cpu import CPUAllocator  # numpy memory; the same (caching) allocator as the CPU device
   return PythonDevice("PYTHON", CPUAllocator(), python_renderer, PythonCompiler(), PythonProgram)
+
+open_device = open_python  # device.py's registry calls runtime.<name>.open_device

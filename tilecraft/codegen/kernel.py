@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
-from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, check  # noqa: F401 - Opt, OptOps, KernelOptError: API here (DESIGN §5)
+from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, check  # noqa: F401 - Opt, OptOps, KernelOptError: public here (API)
 from tilecraft.helpers import TC, TC_OPT, dedup, getenv, prod, round_up
 from tilecraft.ops import (INDEX, UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)

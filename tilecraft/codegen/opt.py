@@ -1,4 +1,4 @@
-"""Opts: the optimizations a Kernel applies to its iteration space (DESIGN §5). They live apart
+"""Opts: the optimizations a Kernel applies to its iteration space. They live apart
 from kernel.py so the heuristics and tensor-core code can name them without importing the Kernel;
 `tilecraft.codegen.kernel` re-exports them (API)."""
 from __future__ import annotations

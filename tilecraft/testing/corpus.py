@@ -35,7 +35,7 @@ class CorpusEntry:
   make_inputs: Callable[[np.random.Generator], Inputs]
   reference: Callable[[Inputs, VarVals], list[np.ndarray]]
   var_vals: list[VarVals] = field(default_factory=lambda: [{}])
-  rtol: Optional[float] = None  # None: by the output dtype (see fuzz.tolerance)
+  rtol: Optional[float] = None  # None: by the output dtype (see engine/verify.py: tolerance)
   atol: Optional[float] = None
   tags: tuple[str, ...] = ()
   def __repr__(self) -> str: return f"<CorpusEntry {self.name}>"

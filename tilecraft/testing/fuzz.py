@@ -1,4 +1,4 @@
-"""Differential opt fuzzing (DESIGN §11).
+"""Differential opt fuzzing (docs/architecture.md, "How correctness is checked").
 
 For a kernel AST, random valid sequences of Opts must give the same output as the unoptimized
 kernel (and as a numpy reference). An Opt must either be refused with KernelOptError or give the
@@ -14,10 +14,10 @@ guard zones (NaN / extreme values) so out-of-bounds reads show up as mismatches,
   fuzz_ast(entry, rng, n, device) -> FuzzReport (first failure shrunk to a minimal opt list)
   fuzz_corpus(device, n_per_kernel, seed) -> dict[name, FuzzReport]
 
-`python -m tilecraft.testing.fuzz --device CPU -n 20` fuzzes the corpus from the command line.
+`tilecraft fuzz --device CPU --n 20` (tilecraft/cli/fuzz.py) fuzzes the corpus from the command line.
 """
 from __future__ import annotations
-import argparse, collections, hashlib, re, sys, time, traceback, zlib
+import collections, hashlib, re, time, traceback, zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 import numpy as np
@@ -130,10 +130,6 @@ _program_cache: "collections.OrderedDict[tuple, Program]" = collections.OrderedD
 _runner_cache: "collections.OrderedDict[tuple, CompiledRunner]" = collections.OrderedDict()
 cache_stats = CacheStats()
 _CACHE_MAX = 512  # programs keep their uops: bound the memory
-
-def clear_caches() -> None:
-  _program_cache.clear(); _runner_cache.clear()  # noqa: E702
-  cache_stats.__init__()  # type: ignore[misc]
 
 def _lru_put(cache: collections.OrderedDict, key: tuple, val: Any) -> None:
   cache[key] = val
@@ -624,25 +620,3 @@ def fuzz_corpus(device: str = "CPU", n_per_kernel: int = 20, seed: int = 0, smal
   finally:
     if iso is not None: iso.close()
   return out
-
-def main(argv: Optional[list[str]] = None) -> int:
-  ap = argparse.ArgumentParser(prog="tilecraft fuzz", description="differential opt fuzzing of the kernel corpus")
-  ap.add_argument("--device", default=None, help="device to fuzz (default: Device.DEFAULT)")
-  ap.add_argument("-n", type=int, default=20, help="opt sequences per kernel")
-  ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--big", action="store_true", help="include the larger corpus kernels")
-  ap.add_argument("--no-isolate", action="store_true", help="run kernels in this process (faster; a bad kernel may crash it)")
-  ap.add_argument("-k", "--kernel", action="append", help="only corpus entries whose name contains this (repeatable)")
-  args = ap.parse_args(argv)
-  device = args.device or Device.DEFAULT
-  names = None
-  if args.kernel: names = [n for n in corpus(not args.big) if any(s in n for s in args.kernel)]
-  reps = fuzz_corpus(device, args.n, args.seed, not args.big, names, verbose=True, isolate=not args.no_isolate)
-  total = FuzzReport()
-  for r in reps.values(): total = total.merge(r)
-  print(f"TOTAL: {total.summary().splitlines()[0]}")
-  for name, r in reps.items():
-    for f in r.failures[:3]: print(f"\n{f}")
-  return 0 if total.ok else 1
-
-if __name__ == "__main__": sys.exit(main())

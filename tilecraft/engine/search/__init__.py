@@ -1,4 +1,4 @@
-"""Beam search over Opts (DESIGN §9), imported only when a search runs (BEAM=n, `tilecraft tune`).
+"""Beam search over Opts, imported only when a search runs (BEAM=n, `tilecraft tune`).
 
   beam_search(kernel, bufs, amt, allow_test_size=True, ...) -> Kernel   (API)
   get_kernel_actions(kernel, include_0=True) -> dict[int, Kernel]

@@ -1,4 +1,4 @@
-"""The beam search itself (DESIGN §9): `beam_search(kernel, bufs, amt) -> Kernel` (API).
+"""The beam search itself: `beam_search(kernel, bufs, amt) -> Kernel` (API).
 
 Each round extends the `amt` fastest kernels not extended yet (the beam) by every action of the
 grid (search/actions.py), and the search stops after `patience` rounds without a new best. The

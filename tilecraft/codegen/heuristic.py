@@ -78,7 +78,6 @@ def _cpu_matmul_tile(k: Any, vw: int) -> bool:
   """CPU kernels with one SUM reduce of a product in which the output axis `n` (contiguous in the
   output) and another output axis `m` are each broadcast by some input (matmul, batched matmul,
   1x1 conv): the 8 x (2 vectors) register tile, then reduce blocking. True when the tile applied."""
-  from tilecraft.codegen.kernel import Opt, OptOps
   if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.upcasted or k.first_reduce < 2: return False
   src = k.reduceops[0].src[0]
   if src.op is UnaryOps.CAST: src = src.src[0]
@@ -100,7 +99,6 @@ def _cpu_block_reduce(k: Any) -> None:
   """Reduce blocking for a register-tiled kernel with a long serial reduce: BLOCK it, and make the
   column tiles the outer (parallel) loop so a block of the column operand stays in cache while
   every row tile uses it."""
-  from tilecraft.codegen.kernel import Opt, OptOps
   block = getenv("CPU_REDUCE_BLOCK", 256)
   red = [a for a in range(k.first_reduce, k.first_upcast)]
   if len(red) != 1 or not isinstance(k.full_shape[red[0]], int) or k.full_shape[red[0]] <= block or k.full_shape[red[0]] % block: return
@@ -123,7 +121,6 @@ def _cpu_matvec(k: Any, vw: int) -> bool:
   """CPU matrix-vector: each row's dot product runs on vector accumulators along the contiguous
   reduce, and 8 rows share each load of the vector: one pass over the matrix, 8 independent
   accumulator chains (enough to hide the FMA latency) and 8 streams for the prefetcher."""
-  from tilecraft.codegen.kernel import Opt, OptOps
   if (mv := _is_matvec(k)) is None or k.upcasted: return False
   red = k.full_shape[k.first_reduce]
   if k.first_upcast - k.first_reduce != 1 or not isinstance(red, int) or red % vw or k.full_shape[0] % TILE_ROWS: return False

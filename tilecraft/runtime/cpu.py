@@ -2,7 +2,7 @@
 The renderer puts `#pragma omp parallel for` on the outermost (global) loop, so kernels use all
 cores through OpenMP; the thread count comes from the environment (OMP_NUM_THREADS)."""
 from __future__ import annotations
-import ctypes, functools, os, platform, re, shutil, subprocess, tempfile, time, warnings
+import ctypes, functools, importlib, os, platform, re, shutil, subprocess, tempfile, time, warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 import numpy as np
@@ -172,6 +172,7 @@ class CPUProgram:
 def open_device() -> Compiled:
   """The CPU device (device.py's registry calls this)."""
   def renderer() -> Any:
-    from tilecraft.renderer.cstyle import CRenderer
-    return CRenderer()
+    # named by module path (like device.py names runtimes): the C renderer asks this module for the
+    # target ISA (renderer/cstyle.py -> cpu_target), so this side must not import it by name
+    return importlib.import_module("tilecraft.renderer.cstyle").CRenderer()
   return Compiled("CPU", CPUAllocator(), renderer, CPUCompiler(), CPUProgram)

@@ -210,3 +210,114 @@ def test_empty_buffer():
 
 def test_runner_unknown_device():
   with pytest.raises(ValueError, match="unknown device"): CompiledRunner(Program("k", "", "XPU"))
+
+# ---- the cache can't be fooled, and no cache is not an error ---------------------------------------
+
+def test_entry_copied_from_another_key_is_a_miss(cache_home):
+  diskcache_put("t", "key one", b"one")
+  diskcache_put("t", "key two", b"two")
+  from tilecraft.device import _diskcache_path
+  p1, p2 = _diskcache_path("t", "key one"), _diskcache_path("t", "key two")
+  with open(p1, "rb") as f1, open(p2, "wb") as f2: f2.write(f1.read())
+  assert diskcache_get("t", "key one") == b"one"
+  assert diskcache_get("t", "key two") is None and not os.path.exists(p2)  # a file for another key, dropped
+
+def test_compile_cached_binds_the_full_key(cache_home):
+  c = CountingCompiler()
+  assert c.cache_key("src") == "counting\0-O1\0src"  # compiler identity, flags, source: stored in the entry itself
+  c.compile_cached("a"); c.compile_cached("b")
+  from tilecraft.device import _diskcache_path
+  pa, pb = _diskcache_path("binaries", c.cache_key("a")), _diskcache_path("binaries", c.cache_key("b"))
+  with open(pb, "rb") as fb, open(pa, "wb") as fa: fa.write(fb.read())
+  assert c.compile_cached("a") == b"BIN:a" and c.calls == 3
+
+class Loader:
+  """load() of binaries: those starting with b"BAD" fail like an unloadable shared object."""
+  def __init__(self): self.loaded = []
+  def __call__(self, lib: bytes) -> bytes:
+    if lib.startswith(b"BAD"): raise OSError("invalid ELF header")
+    self.loaded.append(lib)
+    return lib
+
+def test_cached_binary_that_fails_to_load_is_recompiled(cache_home):
+  c, load = CountingCompiler(), Loader()
+  diskcache_put("binaries", c.cache_key("a"), b"BAD payload, good checksum")
+  assert c.compile_and_load("a", load) == (b"BIN:a", b"BIN:a") and c.calls == 1
+  assert diskcache_get("binaries", c.cache_key("a")) == b"BIN:a"  # the entry was replaced
+  assert c.compile_and_load("a", load) == (b"BIN:a", b"BIN:a") and c.calls == 1  # and now hits
+
+def test_fresh_binary_that_fails_to_load_raises_and_is_not_cached(cache_home):
+  class Bad(CountingCompiler):
+    def compile(self, src: str) -> bytes: self.calls += 1; return b"BAD" + src.encode()  # noqa: E702
+  c = Bad()
+  with pytest.raises(OSError, match="invalid ELF"): c.compile_and_load("a", Loader())
+  assert diskcache_get("binaries", c.cache_key("a")) is None
+
+@pytest.fixture
+def fresh_runners(monkeypatch):
+  """No in-process runners: each kernel goes through the compiler's disk cache again."""
+  from tilecraft.engine import realize
+  monkeypatch.setattr(realize, "_runners", {})
+  return realize
+
+def test_swapped_kernel_binaries_give_the_right_answer(cache_home, fresh_runners):
+  """The issue's repro: the cached binary of a*2 copied over the one of a+1 made a+1 return [0,2,4,6]."""
+  from tilecraft import Tensor
+  a = np.arange(4, dtype=np.float32)
+  np.testing.assert_array_equal((Tensor(a) + 1).numpy(), a + 1)
+  np.testing.assert_array_equal((Tensor(a) * 2).numpy(), a * 2)
+  entries = {p: p.read_bytes() for p in (cache_home / "binaries").iterdir()}
+  (add,) = [p for p, d in entries.items() if b"+(float4){1.0f" in d]
+  (mul,) = [p for p, d in entries.items() if b"*(float4){2.0f" in d]
+  add.write_bytes(entries[mul])
+  fresh_runners._runners.clear()
+  np.testing.assert_array_equal((Tensor(a) + 1).numpy(), a + 1)
+  assert b"+(float4){1.0f" in add.read_bytes()  # rebuilt under its own key
+
+def test_unloadable_cached_kernel_is_recompiled(cache_home, fresh_runners):
+  from tilecraft import Tensor
+  a = np.arange(4, dtype=np.float32)
+  np.testing.assert_array_equal((Tensor(a) + 1).numpy(), a + 1)
+  (entry,) = list((cache_home / "binaries").iterdir())
+  key = entry.read_bytes()[38:]
+  key = key[4:4 + int.from_bytes(key[:4], "little")].decode()
+  diskcache_put("binaries", key, b"\x7fELF but not a shared object")  # valid checksum, unloadable payload
+  for _ in range(2):  # every later run too
+    fresh_runners._runners.clear()
+    np.testing.assert_array_equal((Tensor(a) + 1).numpy(), a + 1)
+  assert diskcache_get("binaries", key)[:4] == b"\x7fELF" and len(diskcache_get("binaries", key)) > 100
+
+@pytest.mark.parametrize("how", ["proc", "file-in-the-way", "disk-full"])
+def test_unusable_cache_dir_runs_without_cache_and_warns_once(tmp_path, monkeypatch, fresh_runners, how):
+  import warnings
+  from tilecraft import Tensor, device as device_mod
+  monkeypatch.setattr(device_mod, "_cache_off", {})
+  monkeypatch.setattr(device_mod, "_cache_ok", set())
+  monkeypatch.delenv(device_mod._OFF_ENV, raising=False)
+  if how == "proc": monkeypatch.setenv("XDG_CACHE_HOME", "/proc/x")
+  else:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    if how == "file-in-the-way": (tmp_path / "tilecraft").write_text("not a directory")
+    else:
+      class Full:
+        @staticmethod
+        def mkstemp(**kw): raise OSError(28, "No space left on device")
+      monkeypatch.setattr(device_mod, "tempfile", Full)
+  a = np.arange(5, dtype=np.float32)
+  with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    for k in range(3): np.testing.assert_array_equal((Tensor(a) + (k + 10)).numpy(), a + (k + 10))
+  msgs = [str(x.message) for x in w if "disk cache" in str(x.message)]
+  assert len(msgs) == 1 and "running without it" in msgs[0], msgs
+
+def test_worker_processes_inherit_cache_off_silently(cache_home, monkeypatch):
+  """A process started after the parent turned the cache off (a search worker) is off too, without
+  warning again."""
+  import warnings
+  from tilecraft import device as device_mod
+  monkeypatch.setattr(device_mod, "_cache_off", {})
+  monkeypatch.setenv(device_mod._OFF_ENV, str(cache_home))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    diskcache_put("t", "k", b"x")
+    assert diskcache_get("t", "k") is None and not (cache_home / "t").exists()

@@ -1,7 +1,7 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, bisect, hashlib, importlib, os, re, tempfile
+import atexit, bisect, hashlib, importlib, os, re, tempfile, warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv
@@ -24,41 +24,84 @@ class DeviceUnavailable(RuntimeError):
   """A known device that can't be opened here (not implemented yet, or its driver is missing)."""
 
 # ---- disk cache ----------------------------------------------------------------------------------
-# One entry per file: cache_dir()/<table>/<sha256(key)>. Each file starts with a magic and the
-# sha256 of the payload, so a truncated or garbled entry reads as a miss instead of bad bytes.
-_MAGIC = b"TCDC1\n"
+# One entry per file: cache_dir()/<table>/<sha256(key)>. An entry holds its full key next to the
+# payload and starts with a magic and the sha256 of both, so a truncated or garbled entry, or one
+# copied over from another key, reads as a miss instead of the wrong bytes. A cache directory that
+# can't be created or written (read-only, full, not a directory) turns the cache off for the process,
+# with one warning: kernels still compile and run.
+_MAGIC = b"TCDC2\n"
+_cache_off: dict[str, str] = {}  # cache dir -> why it was turned off
+_cache_ok: set[str] = set()  # cache dirs that exist and are writable
+_OFF_ENV = "_TILECRAFT_DISKCACHE_OFF"  # tells worker processes started later: off, and already warned about
+
+def _is_off() -> bool:
+  """Whether the disk cache is off for this process: its directory can't be created or written. Checked
+  once per directory (the first compiler to open does it, before any worker process starts)."""
+  d = cache_dir()
+  if d in _cache_off: return True
+  if d in _cache_ok: return False
+  if os.environ.get(_OFF_ENV) == d:
+    _cache_off[d] = "off in the parent process"
+    return True
+  try:
+    os.makedirs(d, exist_ok=True)
+    if not os.access(d, os.W_OK | os.X_OK): raise PermissionError(f"{d} is not writable")
+  except OSError as e:
+    _turn_cache_off(e)
+    return True
+  _cache_ok.add(d)
+  return False
 
 def _diskcache_path(table: str, key: str) -> str:
   return os.path.join(cache_dir(), table, hashlib.sha256(key.encode()).hexdigest())
 
+def _turn_cache_off(e: OSError) -> None:
+  if (d := cache_dir()) not in _cache_off:
+    _cache_off[d] = f"{type(e).__name__}: {e}"
+    os.environ[_OFF_ENV] = d
+    warnings.warn(f"tilecraft: the disk cache in {d} is not usable ({_cache_off[d]}); running without it", RuntimeWarning, stacklevel=3)
+
+def _drop(path: str, why: str) -> None:
+  if DEBUG >= 1: print(f"diskcache: dropping {why} entry {path}")
+  try: os.unlink(path)
+  except OSError: pass
+
 def diskcache_get(table: str, key: str) -> Optional[bytes]:
-  """The bytes stored under (table, key), or None on a miss, a bad entry or CACHELEVEL=0."""
-  if CACHELEVEL <= 0: return None
+  """The bytes stored under (table, key), or None on a miss, a bad entry, a disabled cache or CACHELEVEL=0."""
+  if CACHELEVEL <= 0 or _is_off(): return None
   path = _diskcache_path(table, key)
   try:
     with open(path, "rb") as f: data = f.read()
   except OSError: return None
   head = len(_MAGIC) + 32
-  if len(data) >= head and data[:len(_MAGIC)] == _MAGIC and hashlib.sha256(data[head:]).digest() == data[len(_MAGIC):head]:
-    return data[head:]
-  if DEBUG >= 1: print(f"diskcache: dropping corrupted entry {path}")
-  try: os.unlink(path)
-  except OSError: pass
-  return None
+  if not (len(data) >= head + 4 and data[:len(_MAGIC)] == _MAGIC and hashlib.sha256(data[head:]).digest() == data[len(_MAGIC):head]):
+    _drop(path, "corrupted")
+    return None
+  klen = int.from_bytes(data[head:head + 4], "little")
+  if data[head + 4:head + 4 + klen] != key.encode():
+    _drop(path, "mismatched")  # a file for another key at this key's path
+    return None
+  return data[head + 4 + klen:]
 
 def diskcache_put(table: str, key: str, value: bytes) -> None:
-  """Store value under (table, key) atomically (temp file + rename); a no-op when CACHELEVEL=0."""
-  if CACHELEVEL <= 0: return
-  path = _diskcache_path(table, key)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+  """Store value under (table, key) atomically (temp file + rename); a no-op when CACHELEVEL=0.
+  Any OSError (no directory, read-only, disk full) turns the cache off with one warning."""
+  if CACHELEVEL <= 0 or _is_off(): return
+  k = key.encode()
+  body = len(k).to_bytes(4, "little") + k + value
+  tmp = None
   try:
-    with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(value).digest() + value)
+    path = _diskcache_path(table, key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(body).digest() + body)
     os.replace(tmp, path)
-  except BaseException:
-    try: os.unlink(tmp)
-    except OSError: pass
-    raise
+    tmp = None
+  except OSError as e: _turn_cache_off(e)
+  finally:
+    if tmp is not None:
+      try: os.unlink(tmp)
+      except OSError: pass
 
 # ---- compilers -----------------------------------------------------------------------------------
 
@@ -69,10 +112,13 @@ class Compiler:
   flags: tuple[str, ...] = ()
   batch_wrap: Optional[str] = None
   error_line: str = r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal )?error"
-  def __init__(self, cachekey: Optional[str] = None): self.cachekey = cachekey
+  def __init__(self, cachekey: Optional[str] = None):
+    self.cachekey = cachekey
+    if cachekey is not None and CACHELEVEL > 0: _is_off()  # find out (and warn) now, before worker processes start
   def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} cannot compile")
   def cache_key(self, src: str) -> str:
-    return hashlib.sha256("\0".join([self.cachekey or "", " ".join(self.flags), src]).encode()).hexdigest()
+    """The full key of src's binary: compiler identity, flags and the source itself."""
+    return "\0".join([self.cachekey or "", " ".join(self.flags), src])
   def compile_cached(self, src: str) -> bytes:
     if self.cachekey is None: return self.compile(src)
     key = self.cache_key(src)
@@ -98,6 +144,25 @@ class Compiler:
       if not bad: raise
       raise CompileError(f"{len(bad)} of {len(srcs)} kernels in a batch failed to compile (kernels {bad[:10]}); the first one's source:",
                          srcs[bad[0]], e.stderr) from None
+  def compile_and_load(self, src: str, load: Callable[[bytes], Any]) -> tuple[bytes, Any]:
+    """(binary, load(binary)). A cached binary that fails to load (a stale or damaged entry, whatever
+    its checksum says) is a miss: it is dropped and src is compiled again; only a fresh binary that
+    fails to load raises. A fresh binary is cached once it has loaded."""
+    if self.cachekey is None:
+      lib = self.compile(src)
+      return lib, load(lib)
+    key = self.cache_key(src)
+    if (lib := diskcache_get("binaries", key)) is not None:
+      try: return lib, load(lib)
+      except Exception as e:  # noqa: BLE001 -- any failure to load a cached binary means: rebuild it
+        if DEBUG >= 1: print(f"diskcache: a cached binary failed to load ({type(e).__name__}: {e}); recompiling")
+        if not _is_off():
+          try: os.unlink(_diskcache_path("binaries", key))
+          except OSError: pass
+    lib = self.compile(src)
+    prg = load(lib)
+    diskcache_put("binaries", key, lib)
+    return lib, prg
 
 # ---- memory --------------------------------------------------------------------------------------
 
@@ -343,8 +408,8 @@ class CompiledRunner:
   def __init__(self, program: Program, precompiled: Optional[bytes] = None):
     self.p, self.device = program, Device[program.device]
     self.dname = self.device.name
-    self.lib = precompiled if precompiled is not None else self.device.compiler.compile_cached(program.src)
-    self.clprg = self.device.runtime(program.name, self.lib)
+    if precompiled is not None: self.lib, self.clprg = precompiled, self.device.runtime(program.name, precompiled)
+    else: self.lib, self.clprg = self.device.compiler.compile_and_load(program.src, lambda lib: self.device.runtime(program.name, lib))
     # without Variables the launch dims never change: evaluated once, not per call
     self._dims = None if program.vars else program.launch_dims({})
   def _var_vals(self, var_vals: Optional[dict]) -> tuple[int, ...]:

@@ -56,8 +56,8 @@ DEBUG, NOOPT, BEAM, TC, TC_OPT = _Setting("DEBUG", 0), _Setting("NOOPT", 0), _Se
 CACHELEVEL = _Setting("CACHELEVEL", 2)
 
 def cache_dir() -> str:
-  """Where compiled binaries and the search database live (XDG cache dir by default)."""
+  """Where compiled binaries and the search database live (XDG cache dir by default). Only the path:
+  whoever writes there creates it, and treats an OSError as "no cache" (the directory may be
+  read-only, full or impossible to create)."""
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  path = os.path.join(base, "tilecraft")
-  os.makedirs(path, exist_ok=True)
-  return path
+  return os.path.join(base, "tilecraft")

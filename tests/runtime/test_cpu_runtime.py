@@ -137,3 +137,41 @@ def test_compiler_choice(monkeypatch):
   monkeypatch.setenv("CPU_COMPILER", "definitely-not-a-compiler")
   with pytest.warns(UserWarning, match="not found"): c = CPUCompiler()
   assert os.path.basename(c.cc) in ("gcc", "cc", os.path.basename(os.environ.get("CC", "gcc")))
+
+# ---- where the library is mapped from: a noexec temp dir must not break the CPU device -------------
+
+def _fresh_lib_dir(monkeypatch):
+  from tilecraft.runtime import cpu
+  monkeypatch.setattr(cpu, "_lib_dir", None)
+  return cpu
+
+def test_noexec_tmpdir_is_detected_and_skipped(monkeypatch, tmp_path, rng):
+  cpu = _fresh_lib_dir(monkeypatch)
+  monkeypatch.setattr(cpu.tempfile, "tempdir", str(tmp_path))  # the temp dir, as TMPDIR would set it
+  monkeypatch.setattr(cpu, "_is_noexec", lambda d: d == str(tmp_path))  # ... mounted noexec
+  x = rng.standard_normal(100)
+  out = Buffer("CPU", 100, dtypes.float64).allocate()
+  CPUProgram("scale", CPUCompiler().compile_cached(SCALE))(out._buf, fbuf(x)._buf)
+  np.testing.assert_allclose(out.numpy(), x * 2.5)
+  assert cpu._lib_dir not in (None, str(tmp_path)) and list(tmp_path.iterdir()) == []
+
+def test_dlopen_failure_falls_back_to_another_dir(monkeypatch, tmp_path):
+  """noexec that statvfs doesn't show (e.g. a security module): dlopen itself fails there."""
+  cpu = _fresh_lib_dir(monkeypatch)
+  monkeypatch.setattr(cpu.tempfile, "tempdir", str(tmp_path))
+  real = cpu.ctypes.CDLL
+  tried = []
+  def cdll(path, *a, **kw):
+    tried.append(path)
+    if path.startswith(str(tmp_path)): raise OSError(f"{path}: failed to map segment from shared object")
+    return real(path, *a, **kw)
+  monkeypatch.setattr(cpu.ctypes, "CDLL", cdll)
+  CPUProgram("scale", CPUCompiler().compile_cached(SCALE))
+  assert tried[0].startswith(str(tmp_path)) and not tried[-1].startswith(str(tmp_path)) and cpu._lib_dir != str(tmp_path)
+  assert list(tmp_path.iterdir()) == []  # the temp file is gone
+
+def test_no_loadable_dir_names_them_all(monkeypatch, tmp_path):
+  cpu = _fresh_lib_dir(monkeypatch)
+  monkeypatch.setattr(cpu, "_is_noexec", lambda d: True)
+  with pytest.raises(OSError, match="could not load a CPU kernel library.*mounted noexec"):
+    CPUProgram("scale", CPUCompiler().compile_cached(SCALE))

@@ -103,6 +103,7 @@ def _save(key: str, peaks: Peaks) -> None:
   data = _load_all()
   data[key] = peaks.to_json()
   path = _path()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".calibration-")
   try:
     with os.fdopen(fd, "w") as f: json.dump(data, f, indent=1)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiled, Compiler
-from tilecraft.helpers import DEBUG, getenv
+from tilecraft.helpers import DEBUG, cache_dir, getenv
 
 # Threads that spin between kernels starve everything else when the cores are shared (tests run
 # in parallel, other programs); sleeping costs a few microseconds per parallel region instead.
@@ -149,15 +149,53 @@ class CPUAllocator(Allocator):
 
 # ---- programs ------------------------------------------------------------------------------------
 
+# dlopen needs the .so in a file on a filesystem that allows mapping it executable: a noexec temp
+# dir (a hardened /tmp) fails, so the library goes to the first candidate that works.
+def _lib_dirs() -> list[str]:
+  """Where a kernel library may be written and mapped, best first: the temp dir, /dev/shm, the cache dir."""
+  return [tempfile.gettempdir(), "/dev/shm", os.path.join(cache_dir(), "lib")]
+
+def _is_noexec(d: str) -> bool:
+  try: return bool(os.statvfs(d).f_flag & os.ST_NOEXEC)
+  except (OSError, AttributeError): return False
+
+_lib_dir: Optional[str] = None  # the directory the last library loaded from
+
+def load_library(lib: bytes) -> ctypes.CDLL:
+  """dlopen the shared object `lib` from a temp file (unlinked at once: the mapping stays valid),
+  in the first directory where that works. OSError naming every directory tried when none does
+  (also what a damaged library gives)."""
+  global _lib_dir
+  dirs = ([_lib_dir] if _lib_dir else []) + [d for d in _lib_dirs() if d != _lib_dir]
+  why = []
+  for d in dirs:
+    if d != _lib_dir and _is_noexec(d):
+      why.append(f"{d}: mounted noexec")
+      continue
+    try:
+      os.makedirs(d, exist_ok=True)
+      fd, path = tempfile.mkstemp(suffix=".so", prefix="tilecraft-", dir=d)
+    except OSError as e:
+      why.append(f"{d}: {e}")
+      continue
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(lib)
+      handle = ctypes.CDLL(path)
+    except OSError as e:
+      why.append(f"{d}: {e}")
+      continue
+    finally:
+      try: os.unlink(path)
+      except OSError: pass
+    _lib_dir = d
+    return handle
+  raise OSError("could not load a CPU kernel library from any directory (" + "; ".join(why) + ")")
+
 class CPUProgram:
   """A loaded kernel. Called with buffer handles, then the symbolic values as `long long`s."""
   def __init__(self, name: str, lib: bytes):
     self.name = name
-    fd, path = tempfile.mkstemp(suffix=".so", prefix="tilecraft-")
-    try:
-      with os.fdopen(fd, "wb") as f: f.write(lib)
-      self.lib = ctypes.CDLL(path)
-    finally: os.unlink(path)  # the mapping stays valid after unlink
+    self.lib = load_library(lib)
     try: self.fxn = getattr(self.lib, name)
     except AttributeError: raise RuntimeError(f"compiled CPU library has no function named {name!r}") from None
     self.fxn.restype = None

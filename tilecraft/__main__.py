@@ -43,10 +43,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.print_help()
     return 2
   from tilecraft.cli import CLIError
+  from tilecraft.helpers import SettingError
   try: return int(importlib.import_module(f"tilecraft.cli.{args.command}").run(args) or 0)
   except CLIError as e:
     print(f"tilecraft {args.command}: {e}", file=sys.stderr)
     return e.code
+  except SettingError as e:
+    print(f"tilecraft {args.command}: {e}", file=sys.stderr)
+    return 2
   except KeyboardInterrupt:
     print("interrupted", file=sys.stderr)
     return 130

@@ -21,12 +21,19 @@ def round_up(x: int, multiple: int) -> int:
 # Every setting is read from the environment once and can be overridden for a block with Context.
 _overrides: dict[str, list[Any]] = {}
 
+class SettingError(ValueError):
+  """An environment variable whose value doesn't parse as its setting's type."""
+
 def getenv(name: str, default: Any = 0) -> Any:
-  """The current value of a setting: the innermost Context override, else the env var, else default."""
+  """The current value of a setting: the innermost Context override, else the env var, else default.
+  A value that isn't of the default's type raises SettingError naming the variable."""
   if _overrides.get(name): return _overrides[name][-1]
   val = os.environ.get(name)
   if val is None: return default
-  return type(default)(val) if not isinstance(default, bool) else val not in ("", "0", "false", "False")
+  if isinstance(default, bool): return val not in ("", "0", "false", "False")
+  try: return type(default)(val)
+  except ValueError:
+    raise SettingError(f"environment variable {name}={val!r} is not a valid {type(default).__name__} (e.g. {name}={default!r})") from None
 
 class Context(contextlib.ContextDecorator):
   """`with Context(DEBUG=2, BEAM=0): ...` overrides settings for the block (API)."""

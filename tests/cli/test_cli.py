@@ -186,3 +186,112 @@ def test_help_and_no_command() -> None:
 def test_console_script() -> None:
   r = subprocess.run(["tilecraft", "devices", "--no-run"], capture_output=True, text=True, timeout=120)
   assert r.returncode == 0 and "CPU" in r.stdout
+
+# ---- bad input: one line naming the problem, exit 2 (bad request) or 1 (failed), never a traceback or a hang ----
+
+def tc_here(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+  """`tilecraft ARGS` in this process (for errors raised before anything is compiled): (exit code, stdout, stderr)."""
+  from tilecraft.__main__ import main
+  try: rc = main(list(args))
+  except SystemExit as e: rc = int(e.code or 0)  # argparse's own errors
+  out, err = capsys.readouterr()
+  return rc, out, err
+
+def tc_bounded(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+  """`tilecraft ARGS` in a subprocess limited to 4 GiB of address space: a regression that allocates
+  without bound dies with MemoryError instead of taking the machine's memory."""
+  import resource
+  def limit() -> None: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+  env = {**os.environ, "NO_COLOR": "1"}
+  return subprocess.run([sys.executable, "-m", "tilecraft", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=limit)
+
+def _one_line_error(rc: int, err: str, want_rc: int, *needles: str) -> None:
+  assert rc == want_rc, (rc, err)
+  assert "Traceback" not in err, err
+  last = err.strip().splitlines()[-1]
+  for n in needles: assert n in last, (n, last)
+
+@pytest.mark.parametrize("expr, needle", [("a+9**9**9", "9**387420489 is too large"), ("a*(2**100000)", "2**100000 is too large")])
+def test_show_refuses_huge_constants(capsys: pytest.CaptureFixture, expr: str, needle: str) -> None:
+  rc, _, err = tc_here(capsys, "show", expr, "--shapes", "a=4")  # (9**9**9 took Python minutes)
+  _one_line_error(rc, err, 2, "tilecraft show:", needle)
+
+@pytest.mark.parametrize("expr, needle", [("'x'*10**10", "repeating a str of length 1 10000000000 times is too large"), ("[0]*10**9", "too large"),
+                                          ("a+(1<<10**10)", "1 << 10000000000 is too large")])
+def test_show_refuses_huge_allocations(expr: str, needle: str) -> None:
+  r = tc_bounded("show", expr, "--shapes", "a=4")  # ('x'*10**10 took 10 GB)
+  _one_line_error(r.returncode, r.stderr, 2, "tilecraft show:", needle)
+
+def test_show_small_constants_still_work(capsys: pytest.CaptureFixture) -> None:
+  rc, out, err = tc_here(capsys, "show", "a*2**10+(1<<3)+a**3", "--shapes", "a=4")
+  assert rc == 0, err
+  assert "1024.0f" in out
+
+@pytest.mark.parametrize("shapes, needle", [("a=4:chr", "unknown dtype 'chr'"), ("a=100000x100000x100000", "is too large"),
+                                            ("a=4:void", "unknown dtype 'void'"), ("a=4:float128", "unknown dtype 'float128'")])
+def test_show_refuses_bad_shapes(capsys: pytest.CaptureFixture, shapes: str, needle: str) -> None:
+  rc, _, err = tc_here(capsys, "show", "a+1", "--shapes", shapes)
+  _one_line_error(rc, err, 2, "tilecraft show:", needle)
+
+@pytest.mark.parametrize("dt", ["char", "uchar", "half", "bool", "bfloat16", "int64"])
+def test_show_every_dtype_name_runs(capsys: pytest.CaptureFixture, dt: str) -> None:
+  rc, out, err = tc_here(capsys, "show", "a+a", "--shapes", f"a=4:{dt}", "--run")
+  assert rc == 0, err
+  assert "result (4,)" in out
+
+def test_show_seed_must_be_nonnegative(capsys: pytest.CaptureFixture) -> None:
+  rc, _, err = tc_here(capsys, "show", "a+1", "--shapes", "a=4", "--seed", "-1")
+  _one_line_error(rc, err, 2, "--seed", "must be >= 0")
+
+def test_show_run_of_too_large_result_is_an_error(capsys: pytest.CaptureFixture) -> None:
+  rc, _, err = tc_here(capsys, "show", "a.expand(10**6,10**6,4)", "--shapes", "a=4", "--run")
+  _one_line_error(rc, err, 1, "--run: running", "MemoryError")
+
+def test_calibrate_json_path_checked_before_measuring(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+  rc, out, err = tc_here(capsys, "calibrate", "--quick", "--json", str(tmp_path))
+  _one_line_error(rc, err, 2, "is a directory")
+  assert "calibrating" not in err + out
+  rc, _, err = tc_here(capsys, "calibrate", "--quick", "--json", str(tmp_path / "missing" / "x.json"))
+  _one_line_error(rc, err, 2, "does not exist")
+
+def test_bench_output_paths_checked_first(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+  rc, _, err = tc_here(capsys, "bench", "--quick", "-k", "sum", "--json", str(tmp_path))
+  _one_line_error(rc, err, 2, "--json", "is a directory")
+
+def test_roofline_refuses_devices_and_bad_json(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+  r = tc_bounded("roofline", "/dev/zero", timeout=60)  # read forever (into memory) before
+  _one_line_error(r.returncode, r.stderr, 2, "/dev/zero is not a regular file")
+  fifo = tmp_path / "fifo"
+  os.mkfifo(fifo)  # opening it would block forever
+  rc, _, err = tc_here(capsys, "roofline", str(fifo))
+  _one_line_error(rc, err, 2, "not a regular file")
+  rc, _, err = tc_here(capsys, "roofline", str(tmp_path / "nope.json"))
+  _one_line_error(rc, err, 2, "No such file")
+  bad = tmp_path / "bad.json"
+  for txt, needle in (('{"peak": null, "kernels": []}', "no measured peaks"), ('[1, 2]', "can't read"), ("{", "can't read"),
+                      ('{"peak": {"gflops": 1, "gbs": 0}, "kernels": []}', "no peak")):
+    bad.write_text(txt)
+    rc, _, err = tc_here(capsys, "roofline", str(bad))
+    _one_line_error(rc, err, 2, needle)
+
+def test_bad_env_setting_names_the_variable() -> None:
+  env = {**os.environ, "NO_COLOR": "1", "BEAM": "abc"}  # (tc() clears BEAM)
+  r = subprocess.run([sys.executable, "-m", "tilecraft", "show", "a+1", "--shapes", "a=4"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  _one_line_error(r.returncode, r.stderr, 2, "BEAM='abc'", "int")
+
+def test_broken_c_compiler_is_a_clear_error(tmp_path: Path) -> None:
+  env = {"CC": "/bin/false", "XDG_CACHE_HOME": str(tmp_path)}
+  r = tc("show", "a+1", "--shapes", "a=4", "--run", env=env)
+  _one_line_error(r.returncode, r.stderr, 1, "failed to compile", "CC")
+  r = tc("calibrate", "--quick", env=env)
+  _one_line_error(r.returncode, r.stderr, 1, "calibrating CPU failed", "failed to compile")
+
+def test_bench_with_a_broken_compiler_marks_rows_error(tmp_path: Path) -> None:
+  r = tc("bench", "--quick", "-k", "sum", "-k", "elementwise", "--json", str(tmp_path / "r.json"), env={"CC": "/bin/false", "XDG_CACHE_HOME": str(tmp_path)})
+  assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr
+  assert "calibration failed" in r.stderr and "peak: not measured" in r.stdout
+  rows = [l for l in r.stdout.splitlines() if l.startswith(("sum_64K ", "elementwise_64K "))]
+  assert len(rows) == 2 and all(" ERROR" in l for l in rows), r.stdout
+  data = json.loads((tmp_path / "r.json").read_text())
+  assert data["peak"] is None and data["ok"] is False
+  assert all(k["error"].startswith("CompileError:") and "\n" not in k["error"] for k in data["kernels"])

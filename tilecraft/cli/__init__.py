@@ -2,7 +2,7 @@
 calibrate, roofline). This file holds what they share: progress lines on stderr, table
 formatting, opt formatting and opening a device with a readable error."""
 from __future__ import annotations
-import os, re, sys, time
+import argparse, os, re, sys, time
 from typing import Any, Iterable, Optional, Sequence, TextIO
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -11,8 +11,9 @@ def strip_ansi(s: str) -> str:
   """`s` without terminal color codes."""
   return _ANSI.sub("", s)
 
-def use_color(stream: TextIO = sys.stdout) -> bool:
-  """Colors only on a terminal, and never with NO_COLOR set."""
+def use_color(stream: Optional[TextIO] = None) -> bool:
+  """Colors only on a terminal (stdout by default: the one current at the call), and never with NO_COLOR set."""
+  stream = stream if stream is not None else sys.stdout
   return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 class CLIError(Exception):
@@ -23,8 +24,8 @@ class CLIError(Exception):
 
 class Progress:
   """Progress on stderr: one rewritten line on a terminal, plain lines otherwise; silent when disabled."""
-  def __init__(self, enabled: bool = True, total: int = 0, stream: TextIO = sys.stderr):
-    self.enabled, self.total, self.stream = enabled, total, stream
+  def __init__(self, enabled: bool = True, total: int = 0, stream: Optional[TextIO] = None):
+    self.enabled, self.total, self.stream = enabled, total, stream if stream is not None else sys.stderr
     self.tty = hasattr(stream, "isatty") and stream.isatty()
     self.i, self._width, self.t0 = 0, 0, time.perf_counter()
   def step(self, msg: str) -> None:
@@ -82,6 +83,37 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: O
     return "  ".join(out).rstrip()
   sep = "  ".join("-" * w for w in widths)
   return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+
+def nonnegative_int(s: str) -> int:
+  """argparse type: an int >= 0."""
+  try: v = int(s)
+  except ValueError: raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {s!r}") from None
+  if v < 0: raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+  return v
+
+def check_output_path(path: str, what: str) -> None:
+  """Refuse (before any long work) an output path that can't be a file we write: a directory, or in a
+  directory that doesn't exist. '-' is stdout."""
+  if path == "-": return
+  if os.path.isdir(path): raise CLIError(f"{what} {path} is a directory, not a file")
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent): raise CLIError(f"{what} {path}: directory {parent} does not exist")
+
+def write_text(path: str, txt: str, what: str) -> None:
+  """Write txt to path; an OSError becomes a CLIError naming the path (exit 1)."""
+  try:
+    with open(path, "w") as f: f.write(txt)
+  except OSError as e: raise CLIError(f"can't write {what} {path}: {e.strerror or e}", code=1) from None
+
+def first_line(e: BaseException) -> str:
+  """'Type: first line of the message', for one-line reports of long errors (compiler output)."""
+  msg = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {msg[0] if msg else ''}".rstrip(": ")
+
+def compile_error_line(e: Any) -> str:
+  """A CompileError in one line: its message and the compiler's first output line (or that it said nothing)."""
+  out = next((ln.strip() for ln in (getattr(e, "stderr", "") or "").splitlines() if ln.strip()), "")
+  return f"{e.msg}: {out}" if out else f"{e.msg} (the compiler printed nothing; is CC or CPU_COMPILER a working C compiler?)"
 
 def open_device(name: Optional[str]) -> str:
   """The canonical device name, opened; a CLIError (exit 2) saying why when it can't be used here."""

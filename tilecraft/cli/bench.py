@@ -25,7 +25,7 @@ JSON (--json PATH, '-' for stdout), schema "tilecraft-bench/2":
   {"schema": "tilecraft-bench/1", "created": ISO time, "device": "CPU", "ok": bool,
    "host": {"cpu", "cores", "platform", "python", "numpy", "compiler", "target" (CPU: the -march and its ISA, e.g. "haswell (AVX2, 8 float lanes)"; else null)},
    "settings": {"quick", "runs", "warmup", "opts" ("hand-coded" | "NOOPT" | "BEAM=n"), "timing"},
-   "peak": {"device", "gflops", "gbs", "flops_source", "bw_source", "probes", "measured_at", "quick"},
+   "peak": {"device", "gflops", "gbs", "flops_source", "bw_source", "probes", "measured_at", "quick"} (null: calibration failed),
    "kernels": [{"name", "desc", "ok", "verified", "error" (str or null), "max_rel_error", "tol",
                 "time_s", "flops", "bytes", "gflops", "gbs", "intensity" (FLOP/byte),
                 "pct_peak_flops", "pct_peak_bw", "pct_roofline", "e2e_time_s", "e2e_overhead" (e2e / time),
@@ -38,7 +38,7 @@ from __future__ import annotations
 import argparse, datetime, gc, json, os, platform, sys, time, traceback, zlib
 from typing import Any, Optional
 import numpy as np
-from tilecraft.cli import CLIError, Progress, fmt_opts, fmt_time, format_table, open_device
+from tilecraft.cli import CLIError, Progress, compile_error_line, fmt_opts, fmt_time, format_table, open_device
 from tilecraft.cli.calibrate import best_times
 from tilecraft.cli.suite import BenchCase, select, suite
 from tilecraft.engine.verify import compare, max_abs_error
@@ -63,6 +63,7 @@ MIN_TIME_S, MAX_RUNS = 0.25, 200  # fast kernels run more than --runs times, unt
 def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0, note: Any = None, min_time: float = MIN_TIME_S) -> dict[str, Any]:
   """Realize, verify and time one case; a record for the JSON (see the module docstring)."""
   from tilecraft import Context, Tensor
+  from tilecraft.device import CompileError
   from tilecraft.engine.realize import get_runner
   from tilecraft.ops import MetaOps
   from tilecraft.shape.symbolic import sym_eval
@@ -129,6 +130,8 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
                compare(got_e2e, ref, out.dtype, rtol=0.0, atol=case.tol, scale=scale or 1.0)
     rec["verified"] = mismatch is None
     if mismatch is not None: rec["error"] = f"wrong result: max |out - numpy| / max |numpy| = {err:.3g} > {case.tol:g} ({mismatch})"
+  except CompileError as e:  # one line: the compiler's complaint (the source is in DEBUG=4 output)
+    rec["error"] = f"CompileError: {compile_error_line(e)}"
   except Exception as e:  # noqa: BLE001 - one broken kernel is reported, the suite goes on
     rec["error"] = f"{type(e).__name__}: {e}"
     rec["traceback"] = traceback.format_exc(limit=6)
@@ -194,9 +197,12 @@ def threads() -> str:
 
 def run(args: argparse.Namespace) -> int:
   """Run `tilecraft bench`; the exit code (1 when a kernel is wrong or fails)."""
+  from tilecraft.cli import check_output_path, first_line, write_text
   from tilecraft.cli.calibrate import busy, cpu_model, describe, get_peaks, load_average
   from tilecraft.helpers import NOOPT
   device = open_device(args.device)
+  if args.json: check_output_path(args.json, "--json")
+  if args.plot: check_output_path(args.plot, "--plot")
   runs = args.runs if args.runs is not None else (3 if args.quick else 10)
   if runs < 1 or args.warmup < 0: raise CLIError("--runs must be >= 1 and --warmup >= 0")
   cases = select(suite(args.quick), args.only)
@@ -206,7 +212,10 @@ def run(args: argparse.Namespace) -> int:
   beam = args.beam
   opts_mode = "NOOPT" if NOOPT else f"BEAM={beam}" if beam else "hand-coded"
   load0 = load_average()
-  peaks = get_peaks(device, args.quick, args.recalibrate, progress=prog.note)
+  try: peaks = get_peaks(device, args.quick, args.recalibrate, progress=prog.note)
+  except Exception as e:  # noqa: BLE001 - no peaks (e.g. the compiler is broken): the kernels still run and report
+    prog.message(f"note: calibration failed ({first_line(e)}); the %-of-peak columns are left empty")
+    peaks = None
   prog.clear()
   prog.total = len(cases)
   records = []
@@ -214,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     prog.step(f"{case.key}: {case.desc}")
     rec = run_case(case, device, runs, args.warmup, beam, note=lambda s: prog.note(f"[{prog.i}/{prog.total}] {s}"),
                    min_time=MIN_TIME_S / 10 if args.quick else MIN_TIME_S)
-    add_peak_fractions(rec, peaks.gflops, peaks.gbs)
+    if peaks is not None: add_peak_fractions(rec, peaks.gflops, peaks.gbs)
     records.append(rec)
     if not rec["ok"]: prog.message(f"FAILED {case.key}: {rec['error']}" + (f"\n{rec['traceback']}" if rec.get("traceback") and not args.quiet else ""))
   prog.clear()
@@ -226,18 +235,18 @@ def run(args: argparse.Namespace) -> int:
             f"(fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing is spent, at most {MAX_RUNS}) after `warmup` rounds")
   result = {"schema": SCHEMA, "created": datetime.datetime.now().isoformat(timespec="seconds"), "device": device, "ok": ok, "host": host,
             "settings": {"quick": args.quick, "runs": runs, "warmup": args.warmup, "opts": opts_mode, "timing": timing},
-            "peak": peaks.to_json(), "kernels": records}
+            "peak": peaks.to_json() if peaks is not None else None, "kernels": records}
   if args.json:
     txt = json.dumps(result, indent=1, default=str)
     if json_stdout: print(txt)
     else:
-      with open(args.json, "w") as f: f.write(txt + "\n")
+      write_text(args.json, txt + "\n", "--json")
   out = sys.stderr if json_stdout else sys.stdout
   if not json_stdout or not args.quiet:
     if not args.quiet:
       print(f"tilecraft bench on {device}: {host['cpu']}, {threads()}; {host['compiler']}; numpy {np.__version__}; opts: {opts_mode}", file=out)
       if host["target"]: print(f"target ISA: {host['target']} (set with CPU_ARCH=<-march name>)", file=out)
-      print(describe(peaks), file=out)
+      print(describe(peaks) if peaks is not None else "peak: not measured (calibration failed)", file=out)
       print(f"interleaved, best of {runs}+ rounds (fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing, at most {MAX_RUNS}) "
             f"after {args.warmup} warm-up rounds. time = sum of tilecraft's kernel times (CompiledRunner); e2e = wall time of the user's "
             "call f(*inputs).realize(), result dropped; numpy = wall time of the numpy call", file=out)
@@ -252,6 +261,9 @@ def run(args: argparse.Namespace) -> int:
         print("note: some kernels beat the calibrated peaks: the calibration is stale or was measured under load (--recalibrate)", file=out)
     if ok: print(f"all {len(records)} kernels verified against numpy", file=out)
     else: print(f"FAILED: {', '.join(r['name'] for r in records if not r['ok'])}", file=out)
+  if args.plot and peaks is None:
+    print("--plot: no roofline without measured peaks (calibration failed)", file=sys.stderr)
+    return 1
   if args.plot:
     from tilecraft.cli.roofline import plot_roofline
     try: plot_roofline(records, peaks.gflops, peaks.gbs, args.plot, f"tilecraft on {device}: {host['cpu']}")

@@ -236,17 +236,20 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
   """Run `tilecraft calibrate`: measure (or show) and print the peaks."""
-  from tilecraft.cli import Progress, format_table, open_device
+  from tilecraft.cli import CLIError, Progress, check_output_path, compile_error_line, format_table, open_device, write_text
+  from tilecraft.device import CompileError
   dev = open_device(args.device)
+  if args.json: check_output_path(args.json, "--json")  # before measuring, not after
   prog = Progress(enabled=True)
-  p = get_peaks(dev, args.quick, recalibrate=not args.show, progress=prog.note)
-  prog.clear()
+  try: p = get_peaks(dev, args.quick, recalibrate=not args.show, progress=prog.note)
+  except CompileError as e: raise CLIError(f"calibrating {dev} failed: a probe kernel did not compile: {compile_error_line(e)}", code=1) from None
+  finally: prog.clear()
   if args.json:
     txt = json.dumps(p.to_json(), indent=1)
     if args.json == "-":
       print(txt)
       return 0
-    with open(args.json, "w") as f: f.write(txt + "\n")
+    write_text(args.json, txt + "\n", "--json")
   print(f"device {dev}: {cpu_model()}, {os.cpu_count()} cores")
   print(describe(p))
   rows = [[name, f"{v['gflops']:.1f} GFLOPS" if "gflops" in v else f"{v['gbs']:.1f} GB/s", f"{v['seconds']*1e3:.2f} ms"] for name, v in p.probes.items()]

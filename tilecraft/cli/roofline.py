@@ -2,8 +2,10 @@
 intensity, achieved GFLOPS) under the machine's measured roof min(peak FLOPS, intensity x peak
 bandwidth). `tilecraft roofline results.json -o roofline.png` redraws a saved bench run."""
 from __future__ import annotations
-import argparse, json, math
+import argparse, json, math, os, stat
 from typing import Any
+
+MAX_RESULTS_BYTES = 64 << 20
 
 def plot_roofline(records: list[dict[str, Any]], peak_gflops: float, peak_gbs: float, path: str, title: str = "") -> None:
   """Write a log-log roofline PNG of bench `records` to `path`. Raises ImportError without matplotlib."""
@@ -47,11 +49,19 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
   """Run `tilecraft roofline`: plot saved bench results."""
   from tilecraft.cli import CLIError
+  # a device or pipe (/dev/zero, a fifo) would be read forever: only regular files of sane size
+  try: st = os.stat(args.results)
+  except OSError as e: raise CLIError(f"can't read bench results from {args.results}: {e.strerror or e}") from None
+  if not stat.S_ISREG(st.st_mode): raise CLIError(f"{args.results} is not a regular file (expected the JSON of `tilecraft bench --json`)")
+  if st.st_size > MAX_RESULTS_BYTES: raise CLIError(f"{args.results} is {st.st_size / 2**20:.0f} MiB: too large to be bench results (at most {MAX_RESULTS_BYTES >> 20} MiB)")
   try:
     with open(args.results) as f: data = json.load(f)
     peak, records = data["peak"], data["kernels"]
   except (OSError, ValueError, KeyError, TypeError) as e: raise CLIError(f"can't read bench results from {args.results}: {e}") from None
-  if not (isinstance(peak.get("gflops"), (int, float)) and math.isfinite(peak["gflops"])): raise CLIError("results have no peak FLOPS")
+  if not isinstance(peak, dict) or not isinstance(records, list): raise CLIError(f"{args.results} has no measured peaks or no kernel list (was calibration skipped?)")
+  if not all(isinstance(peak.get(k), (int, float)) and math.isfinite(peak[k]) and peak[k] > 0 for k in ("gflops", "gbs")):
+    raise CLIError("results have no peak FLOPS or bandwidth")
+  if not all(isinstance(r, dict) for r in records): raise CLIError(f"{args.results}: 'kernels' must be a list of bench records")
   try: plot_roofline(records, peak["gflops"], peak["gbs"], args.output, f"tilecraft on {data.get('device', '?')}: {data.get('host', {}).get('cpu', '')}")
   except ImportError as e: raise CLIError(f"plotting needs matplotlib ({e}): pip install 'tilecraft[plot]'") from None
   print(f"roofline plot written to {args.output}")

@@ -255,10 +255,13 @@ def test_fresh_binary_that_fails_to_load_raises_and_is_not_cached(cache_home):
 
 @pytest.fixture
 def fresh_runners(monkeypatch):
-  """No in-process runners: each kernel goes through the compiler's disk cache again."""
+  """No in-process runners (every dict of them in realize): each kernel goes through the compiler's
+  disk cache again. Calling the fixture's value forgets the runners made since."""
   from tilecraft.engine import realize
-  monkeypatch.setattr(realize, "_runners", {})
-  return realize
+  caches = {name: {} for name in dir(realize) if name.startswith("_runners") and isinstance(getattr(realize, name), dict)}
+  assert caches, "realize has no runner caches: update this fixture"
+  for name, d in caches.items(): monkeypatch.setattr(realize, name, d)
+  return lambda: [d.clear() for d in caches.values()]
 
 def test_swapped_kernel_binaries_give_the_right_answer(cache_home, fresh_runners):
   """The issue's repro: the cached binary of a*2 copied over the one of a+1 made a+1 return [0,2,4,6]."""
@@ -270,7 +273,7 @@ def test_swapped_kernel_binaries_give_the_right_answer(cache_home, fresh_runners
   (add,) = [p for p, d in entries.items() if b"+(float4){1.0f" in d]
   (mul,) = [p for p, d in entries.items() if b"*(float4){2.0f" in d]
   add.write_bytes(entries[mul])
-  fresh_runners._runners.clear()
+  fresh_runners()
   np.testing.assert_array_equal((Tensor(a) + 1).numpy(), a + 1)
   assert b"+(float4){1.0f" in add.read_bytes()  # rebuilt under its own key
 
@@ -283,7 +286,7 @@ def test_unloadable_cached_kernel_is_recompiled(cache_home, fresh_runners):
   key = key[4:4 + int.from_bytes(key[:4], "little")].decode()
   diskcache_put("binaries", key, b"\x7fELF but not a shared object")  # valid checksum, unloadable payload
   for _ in range(2):  # every later run too
-    fresh_runners._runners.clear()
+    fresh_runners()
     np.testing.assert_array_equal((Tensor(a) + 1).numpy(), a + 1)
   assert diskcache_get("binaries", key)[:4] == b"\x7fELF" and len(diskcache_get("binaries", key)) > 100
 

@@ -189,8 +189,15 @@ def test_promotion_many_matches_numpy(dts):
 def test_promotion_laws(dts, extra):
   lub = least_upper_dtype(*dts)
   assert least_upper_dtype(*dts, lub) is lub and least_upper_dtype(*reversed(dts)) is lub  # upper bound, order-free
-  assert least_upper_dtype(lub, extra) is least_upper_dtype(*dts, extra)  # associative
+  # not associative, like numpy: (int8, uint8, half) -> half but ((int8, uint8) -> int16, half) -> float32;
+  # promoting the partial result can only go as high or higher
+  both = least_upper_dtype(lub, extra)
+  assert least_upper_dtype(both, least_upper_dtype(*dts, extra)) is both
   assert least_upper_dtype(dtypes.bool, *dts) is lub and lub.priority >= max(d.priority for d in dts)
+
+def test_promotion_is_not_associative_like_numpy():
+  assert least_upper_dtype(dtypes.int8, dtypes.uint8, dtypes.half) is dtypes.half is dtypes.from_np(np.result_type(np.int8, np.uint8, np.float16))
+  assert least_upper_dtype(least_upper_dtype(dtypes.int8, dtypes.uint8), dtypes.half) is dtypes.float32
 
 @pytest.mark.parametrize("other,want", [
   (dtypes.bool, dtypes.bfloat16), (dtypes.int8, dtypes.bfloat16), (dtypes.uint8, dtypes.bfloat16),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tilecraft import Context, Tensor, dtypes
 from tilecraft.codegen.kernel import Kernel
-from tilecraft.codegen.lowerer import _needs_int64
+from tilecraft.codegen.lower_index import _needs_int64
 from tilecraft.device import Device
 from tilecraft.shape.symbolic import Variable
 

@@ -7,7 +7,8 @@ import pytest
 from tilecraft.codegen.kernel import Kernel, Opt
 from tilecraft.device import Device
 from tilecraft.testing.corpus import corpus, known_bug
-from tilecraft.testing.fuzz import FuzzFailure, IsolatedRunner, _Checker, entry_inputs, enumerate_opts, lanes, shrink
+from tilecraft.testing.fuzz import FuzzFailure, IsolatedRunner, _Checker, entry_inputs, shrink
+from tilecraft.testing.opt_sampler import enumerate_opts, lanes
 
 ENTRIES = corpus()
 DEVICES = ("CPU", "OPENCL")

@@ -276,7 +276,7 @@ def test_beam_actions_offer_tc_on_targets_with_tensor_cores(rng):
 
 def test_fuzzer_samples_tc_first_and_they_match(rng):
   """random_opts starts with a TC opt on targets with tensor cores; the sequences run right (use 2, CPU)."""
-  from tilecraft.testing.fuzz import random_opts
+  from tilecraft.testing.opt_sampler import random_opts
   ren = fake(CRenderer, "CUDA")
   ast, inputs, want = matmul_case(rng, 32, 32, 32)
   n_tc = 0

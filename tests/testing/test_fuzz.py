@@ -9,9 +9,10 @@ from tilecraft.device import Device
 from tilecraft.dtype import dtypes
 from tilecraft.testing import fuzz
 from tilecraft.testing.corpus import ST, corpus, kernel, known_bug, ld, store
-from tilecraft.testing.fuzz import (FUZZ_OPS, FuzzReport, GuardZoneError, IsolatedRunner, KernelCrash, check_opts, compare,
-                                   entry_inputs, fuzz_entry, get_program, random_opts, run_ast, run_program,
+from tilecraft.testing.fuzz import (FuzzReport, GuardZoneError, IsolatedRunner, KernelCrash, check_opts, compare,
+                                   entry_inputs, fuzz_entry, get_program, run_ast, run_program,
                                    sample_opt_sequences, shrink, st_indices)
+from tilecraft.testing.opt_sampler import FUZZ_OPS, random_opts
 from tilecraft.ops import BinaryOps, LazyOp
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Variable, sym_eval

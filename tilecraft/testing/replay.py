@@ -15,7 +15,7 @@ through the public API only (Kernel(ast, opts=renderer), apply_opt, to_program(n
 the code of any revision that has that API can regenerate the recorded kernels.
 """
 from __future__ import annotations
-import contextlib, difflib, hashlib, json, os, pickle, shutil, sqlite3, subprocess, sys, tempfile, time, warnings
+import contextlib, difflib, json, os, pickle, shutil, sqlite3, subprocess, sys, tempfile
 from typing import Any, Iterator, Optional
 
 def db_path() -> str:

@@ -90,7 +90,8 @@ def fuzz_tc(ren: Any, device: str, n_pairs: int, seed: int = 0, max_opts: int = 
   """Run `n_pairs` (kernel, opt sequence) pairs whose first opt is TC (random choice, tc_opt and use
   1-3, then random opts) on `device` with renderer `ren`, against numpy. Returns (pairs run, failures)."""
   from tilecraft.helpers import Context
-  from tilecraft.testing.fuzz import random_opts, run_program
+  from tilecraft.testing.fuzz import run_program
+  from tilecraft.testing.opt_sampler import random_opts
   rng = np.random.default_rng(seed)
   pool = [(tc, case) for tc in ren.tensor_cores for case in fuzz_asts(tc, rng)]
   done, fails, tries = 0, [], 0

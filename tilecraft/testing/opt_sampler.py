@@ -1,0 +1,132 @@
+"""Random and exhaustive valid opt sequences for a kernel, for the fuzzer and the opt tests.
+
+Candidates are drawn from FUZZ_OPS x axes x AMOUNTS (amounts include non-divisors and amounts past
+the opts' limits, axes one past the end) and applied to copies of the kernel: each is either
+refused with KernelOptError, leaving the kernel unchanged, or applied; anything else is a bug that
+the sequence reports.
+
+  random_opts(kernel, rng, max_opts) -> OptSequence (a list of Opts, with .refusals and .error)
+  enumerate_opts(kernel, ops, amounts, max_len) -> every distinct kernel state reachable
+  try_opt(kernel, opt) -> (kernel copy with opt applied | None, error | None)
+"""
+from __future__ import annotations
+import traceback
+from typing import Optional, Sequence
+import numpy as np
+from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.helpers import prod
+
+FUZZ_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS, OptOps.BLOCK)
+_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5, 1])
+# amounts include non-divisors and amounts over the opts' limits (16 for UPCAST, 32 for UNROLL)
+AMOUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64)
+
+def _kernel_state(k: Kernel) -> tuple:
+  """What an opt may change; used to check copy() independence and refusal atomicity."""
+  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, getattr(k, "reduce_block", False),
+          tuple(k.applied_opts))  # applied_opts last: enumerate_opts keys states on the rest
+
+class OptSequence(list):
+  """A list of valid Opts found by random_opts, with the number of refused candidates and, when a
+  candidate raised something other than KernelOptError (or broke an invariant), that error."""
+  refusals: int = 0
+  error: Optional[tuple[Opt, str]] = None
+  tc_use: int = 0  # use_tensor_cores of its TC opt (0: none)
+
+def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
+  op = FUZZ_OPS[rng.choice(len(FUZZ_OPS), p=_OP_WEIGHTS / _OP_WEIGHTS.sum())]
+  if op is OptOps.NOLOCALS: return Opt(op)
+  axis = int(rng.integers(0, k.shape_len + 1))  # one past the end now and then: must be refused
+  if op is OptOps.SWAP: return Opt(op, axis, int(rng.integers(0, k.shape_len + 1)))
+  return Opt(op, axis, int(AMOUNTS[rng.integers(len(AMOUNTS))]))
+
+def try_opt(k: Kernel, opt: Opt, use: Optional[int] = None) -> tuple[Optional[Kernel], Optional[str]]:
+  """Apply opt to a copy of k: (new kernel, None) if valid, (None, None) if refused, (None, error)
+  if it raised anything but KernelOptError or broke copy()/refusal invariants. `use`: the
+  use_tensor_cores of a TC opt (default: the TC setting)."""
+  before = _kernel_state(k)
+  kc = k.copy()
+  try:
+    if opt.op is OptOps.TC and use is not None: kc.apply_tensor_cores(use, axis=opt.axis, tc_opt=opt.amt)
+    else: kc.apply_opt(opt)
+  except KernelOptError:
+    if _kernel_state(kc) != before: return None, f"{opt} was refused but left the kernel changed"
+    return None, None
+  except Exception as e:  # noqa: BLE001  (any other exception is a bug)
+    return None, f"apply_opt({opt}) raised {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+  if _kernel_state(k) != before: return None, f"applying {opt} to a copy() changed the original kernel"
+  return kc, None
+
+def lanes(k: Kernel) -> int:
+  """Values per thread the upcast/unrolled axes expand into (what code size and compile time follow)."""
+  return int(prod(s for s in k.full_shape[k.first_upcast:] if isinstance(s, int)))
+
+def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max_lanes: Optional[int] = 256, tc: float = 0.5,
+                tc_use: Optional[int] = None) -> OptSequence:
+  """A random sequence of 1..max_opts valid Opts for `kernel` (which is not modified): candidates
+  are drawn from FUZZ_OPS x axes x AMOUNTS and applied to copies; refused ones are counted. On a
+  target with tensor cores, with probability `tc` the first candidate is a random TC opt (use
+  `tc_use`, default the TC setting; the sequence's `tc_use` says which: replay it with that TC setting). Valid
+  opts that would unroll more than max_lanes values per thread are skipped (not refusals): such
+  kernels take seconds to compile each and would eat the fuzzing budget."""
+  seq = OptSequence()
+  target = int(rng.integers(1, max_opts + 1))
+  k = kernel
+  if not kernel.applied_opts and getattr(kernel.opts, "tensor_cores", None) and rng.random() < tc:
+    # tensor cores (only as the first opt): a random (N, M, reduce) choice and tc_opt
+    from tilecraft.codegen.tensor_cores import tc_choices
+    try: n = len(tc_choices(k, 2)[3])
+    except KernelOptError: n = 1
+    opt = Opt(OptOps.TC, int(rng.integers(0, n + (rng.random() < 0.1))), int(rng.integers(0, 3)))
+    kc, err = try_opt(k, opt, use=tc_use)
+    if err is not None:
+      seq.error = (opt, err)
+      seq.kernel = k  # type: ignore[attr-defined]
+      return seq
+    if kc is None: seq.refusals += 1
+    else:
+      seq.append(opt)
+      seq.tc_use = kc.use_tensor_cores
+      k = kc
+  for _ in range(8 * target):
+    if len(seq) >= target: break
+    opt = random_opt(k, rng)
+    kc, err = try_opt(k, opt)
+    if err is not None:
+      seq.error = (opt, err)
+      break
+    if kc is None: seq.refusals += 1; continue  # noqa: E702
+    if max_lanes is not None and lanes(kc) > max_lanes: continue
+    seq.append(opt)
+    k = kc
+  seq.kernel = k  # type: ignore[attr-defined]
+  return seq
+
+def enumerate_opts(kernel: Kernel, ops: Sequence[OptOps] = (OptOps.UPCAST, OptOps.UNROLL), amounts: Sequence[int] = (0, 2, 3, 4, 7, 8),
+                   max_len: int = 3) -> tuple[list[tuple[list[Opt], Kernel]], int]:
+  """Every valid sequence of up to max_len opts from ops x axes (0..shape_len-1) x amounts, applied
+  breadth first. Sequences reaching a kernel state already seen (same trackers and region counts:
+  the same program) are pruned. Returns ([(opts, kernel)] for each distinct state, the number of
+  valid sequences before pruning)."""
+  def key(k: Kernel) -> tuple: return _kernel_state(k)[:-1]
+  seen = {key(kernel)}
+  out: list[tuple[list[Opt], Kernel]] = []
+  frontier: list[tuple[list[Opt], Kernel]] = [([], kernel)]
+  valid = 0
+  for _ in range(max_len):
+    nxt: list[tuple[list[Opt], Kernel]] = []
+    for opts, k in frontier:
+      for op in ops:
+        for axis in range(k.shape_len):
+          for amt in amounts:
+            opt = Opt(op, axis, amt)
+            kc, err = try_opt(k, opt)
+            if err is not None: raise RuntimeError(f"{opts + [opt]}: {err}")
+            if kc is None: continue
+            valid += 1
+            if (kk := key(kc)) in seen: continue
+            seen.add(kk)
+            nxt.append((opts + [opt], kc))
+    out += nxt
+    frontier = nxt
+  return out, valid

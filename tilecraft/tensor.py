@@ -13,6 +13,7 @@ from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tilecraft.engine.lazy import LazyBuffer, hash_consed, source_key
 from tilecraft.engine.realize import run_schedule
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
+from tilecraft.frontend.compare import ComparisonOps
 from tilecraft.frontend.cumsum import cumsum_rows
 from tilecraft.frontend.indexing import IndexingOps
 from tilecraft.frontend.math import MathOps
@@ -114,7 +115,7 @@ def _py_dtype(x: Any) -> DType:
   if isinstance(x, Variable): return dtypes.int32
   raise TypeError(f"no tensor dtype for a python {type(x).__name__}")
 
-class Tensor(MathOps, NNOps, RandomOps, IndexingOps):
+class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   __slots__ = ("lazydata",)
 
   def __init__(self, data: Any, device: Optional[str] = None, dtype: Optional[Union[DType, str]] = None):
@@ -347,33 +348,6 @@ class Tensor(MathOps, NNOps, RandomOps, IndexingOps):
     x, y = self._broadcasted(y, reverse)
     x, y = x._default_float(), y._default_float()  # numpy divides ints (and bools) in float64: here default_float
     return x * y.reciprocal()
-  def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
-    """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
-    x, y = self._broadcasted(y, reverse)
-    if dtypes.is_float(x.dtype):
-      q = x._float_floor_quotient(y)
-      # numpy: inf // finite is nan; finite // inf is -1 when the signs differ, else 0
-      q = (x.isinf() & (y != 0)).where(math.nan, q)
-      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(x._const_like(-1.0), 0.0), q)
-    if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
-    return x._e(BinaryOps.IDIV, y)  # the code generator gives numpy's floor, 0 for // 0, and MIN // -1 == MIN
-  def mod(self, y: Any, reverse: bool = False) -> "Tensor":
-    """numpy modulo: the result takes the divisor's sign; integer modulo by zero gives 0."""
-    x, y = self._broadcasted(y, reverse)
-    if dtypes.is_float(x.dtype):
-      r = x - x._float_floor_quotient(y) * y
-      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(y, x), r)
-    if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
-    return x._e(BinaryOps.MOD, y)
-  def _float_floor_quotient(self, y: "Tensor") -> "Tensor":
-    """floor(self / y) for floats, exact where q*y is representable. Division is x * (1/y), which can
-    land one ulp below an exact integer quotient (49 * (1/49) = 0.99999994), so the floor is checked
-    against the remainder and moved by one; nan remainders (y = 0, infinities) leave it unchanged."""
-    q = (self / y).floor()
-    r = self - q * y
-    pos = y > 0
-    up, down = pos.where(r >= y, r <= y), pos.where(r < 0, r > 0)
-    return up.where(q + 1, down.where(q - 1, q))
   def maximum(self, y: Any) -> "Tensor":
     x, y = self._broadcasted(y)
     return x._e(BinaryOps.MAX, y) if x.dtype != dtypes.bool else x._e(BinaryOps.OR, y)
@@ -401,41 +375,6 @@ class Tensor(MathOps, NNOps, RandomOps, IndexingOps):
       xt, yt = xt.cast(dt), yt.cast(dt)
     shape = _broadcast_shape(_broadcast_shape(cond.shape, xt.shape), yt.shape)
     return cond._expand_to(shape)._e(TernaryOps.WHERE, xt._expand_to(shape), yt._expand_to(shape))
-
-  # comparisons
-  def _cmp(self, op: Any, y: Any, reverse: bool = False) -> "Tensor":
-    x, y = self._broadcasted(y, reverse, cmp=True)
-    return x._e(op, y)
-  def __lt__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPLT, y)
-  def __gt__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPLT, y, reverse=True)
-  def __le__(self, y: Any) -> "Tensor": return (self > y).logical_not() if not dtypes.is_float(self.dtype) else self._le(y)
-  def __ge__(self, y: Any) -> "Tensor": return (self < y).logical_not() if not dtypes.is_float(self.dtype) else self._ge(y)
-  def _le(self, y: Any) -> "Tensor":
-    x, yy = self._broadcasted(y, cmp=True)
-    return (x < yy) | (x == yy)
-  def _ge(self, y: Any) -> "Tensor":
-    x, yy = self._broadcasted(y, cmp=True)
-    return (yy < x) | (x == yy)
-  def __eq__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPNE, y).logical_not()  # type: ignore[override]
-  def __ne__(self, y: Any) -> "Tensor": return self._cmp(BinaryOps.CMPNE, y)  # type: ignore[override]
-  __hash__ = object.__hash__
-  def logical_not(self) -> "Tensor": return self.cast(dtypes.bool)._e(UnaryOps.NEG) if self.dtype != dtypes.bool else self._e(UnaryOps.NEG)
-  def __invert__(self) -> "Tensor":
-    if self.dtype == dtypes.bool: return self.logical_not()
-    if not dtypes.is_int(self.dtype): raise TypeError(f"~ needs an integer or bool tensor, got {self.dtype}")
-    return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ int(dtypes.max(self.dtype))
-  def _bit(self, op: Any, y: Any, reverse: bool = False) -> "Tensor":
-    x, y = self._broadcasted(y, reverse)
-    if dtypes.is_float(x.dtype): raise TypeError(f"bitwise {op.name} needs integer or bool tensors, got {x.dtype}")
-    return x._e(op, y)
-  def __and__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.AND, y)
-  def __or__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.OR, y)
-  def __xor__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.XOR, y)
-  def __rand__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.AND, y, True)
-  def __ror__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.OR, y, True)
-  def __rxor__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.XOR, y, True)
-  def __lshift__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.SHL, y)
-  def __rshift__(self, y: Any) -> "Tensor": return self._bit(BinaryOps.SHR, y)
 
   # unary math
   def neg(self) -> "Tensor": return self.logical_not() if self.dtype == dtypes.bool else self._e(UnaryOps.NEG)

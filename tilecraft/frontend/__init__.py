@@ -4,6 +4,7 @@ class of Tensor methods built only from Tensor's own ops, so everything fuses th
   shapes.py    normalizing shape / pair arguments, broadcasting shapes
   nn.py        softmax family, linear, layernorm, conv2d, pooling
   random.py    rand / randn from a counter-based integer hash (computed in a kernel)
+  compare.py   comparisons, logical not, bitwise ops
   indexing.py  __getitem__ (ints, slices, steps, None, ...), cat, stack
   cumsum.py    the blocked running sum behind Tensor.cumsum
 """

@@ -1,11 +1,12 @@
 """Elementwise math composed from the core ops (a mixin of Tensor): powers, exp/log through exp2/log2,
-trig through sin, activations, rounding, nan/inf tests, clip. numpy's special cases (nan, inf,
+trig through sin, activations, rounding, nan/inf tests, clip, floor division and modulo. numpy's special cases (nan, inf,
 signed zeros, integer powers) are spelled out here rather than left to the target's libm."""
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 from tilecraft.dtype import dtypes
+from tilecraft.ops import BinaryOps
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
 class MathOps:
@@ -93,3 +94,32 @@ class MathOps:
   def isinf(self) -> "Tensor": return self.abs() == math.inf if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
   def isfinite(self) -> "Tensor": return (self - self) == 0 if dtypes.is_float(self.dtype) else self._const_like(True, dtypes.bool)
   def clip(self, lo: Any, hi: Any) -> "Tensor": return self.maximum(lo).minimum(hi)
+
+  # numpy's floor division and modulo
+  def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
+    """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
+    x, y = self._broadcasted(y, reverse)
+    if dtypes.is_float(x.dtype):
+      q = x._float_floor_quotient(y)
+      # numpy: inf // finite is nan; finite // inf is -1 when the signs differ, else 0
+      q = (x.isinf() & (y != 0)).where(math.nan, q)
+      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(x._const_like(-1.0), 0.0), q)
+    if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
+    return x._e(BinaryOps.IDIV, y)  # the code generator gives numpy's floor, 0 for // 0, and MIN // -1 == MIN
+  def mod(self, y: Any, reverse: bool = False) -> "Tensor":
+    """numpy modulo: the result takes the divisor's sign; integer modulo by zero gives 0."""
+    x, y = self._broadcasted(y, reverse)
+    if dtypes.is_float(x.dtype):
+      r = x - x._float_floor_quotient(y) * y
+      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(y, x), r)
+    if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
+    return x._e(BinaryOps.MOD, y)
+  def _float_floor_quotient(self, y: "Tensor") -> "Tensor":
+    """floor(self / y) for floats, exact where q*y is representable. Division is x * (1/y), which can
+    land one ulp below an exact integer quotient (49 * (1/49) = 0.99999994), so the floor is checked
+    against the remainder and moved by one; nan remainders (y = 0, infinities) leave it unchanged."""
+    q = (self / y).floor()
+    r = self - q * y
+    pos = y > 0
+    up, down = pos.where(r >= y, r <= y), pos.where(r < 0, r > 0)
+    return up.where(q + 1, down.where(q - 1, q))

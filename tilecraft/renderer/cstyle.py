@@ -10,6 +10,7 @@ import numpy as np
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
+from tilecraft.host import cpu_target
 from tilecraft.renderer import Renderer
 
 _NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
@@ -290,7 +291,6 @@ class CRenderer(CStyleLanguage):
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register of the ISA the C compiler targets (`CPU_ARCH`, default native)."""
-    from tilecraft.runtime.cpu import cpu_target
     return cpu_target().vector_width
   def render_dtype(self, dt: DType) -> str:
     if isinstance(dt, ImageDType): raise NotImplementedError("the CPU has no image types")

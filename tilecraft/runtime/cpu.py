@@ -2,12 +2,13 @@
 The renderer puts `#pragma omp parallel for` on the outermost (global) loop, so kernels use all
 cores through OpenMP; the thread count comes from the environment (OMP_NUM_THREADS)."""
 from __future__ import annotations
-import ctypes, functools, importlib, os, platform, re, shutil, subprocess, tempfile, time, warnings
-from dataclasses import dataclass
+import ctypes, functools, os, subprocess, tempfile, time, warnings
 from typing import Any, Optional
 import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiled, Compiler
-from tilecraft.helpers import DEBUG, cache_dir, getenv
+from tilecraft.helpers import DEBUG, cache_dir
+from tilecraft.host import CPUTarget, _compiler_identity, cpu_arch, cpu_target, find_c_compiler
+from tilecraft.renderer.cstyle import CRenderer
 
 # Threads that spin between kernels starve everything else when the cores are shared (tests run
 # in parallel, other programs); sleeping costs a few microseconds per parallel region instead.
@@ -16,29 +17,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # ---- compiler ------------------------------------------------------------------------------------
 
-_which = functools.cache(shutil.which)  # PATH lookups: the renderer asks for the target (so the compiler) per kernel
-
-def find_c_compiler() -> str:
-  """`CPU_COMPILER=clang|gcc` if that compiler exists, else `$CC`, else gcc (or cc)."""
-  if (choice := getenv("CPU_COMPILER", "")):
-    if (path := _which(choice)): return path
-    warnings.warn(f"CPU_COMPILER={choice} not found, falling back to {os.environ.get('CC') or 'gcc'}")
-  for cc in (os.environ.get("CC"), "gcc", "cc"):
-    if cc and (path := _which(cc)): return path
-  raise RuntimeError("no C compiler found: install gcc or set CC")
-
-@functools.cache
-def _compiler_identity(cc: str) -> str:
-  """Compiler version plus host CPU: -march=native binaries are only valid on the same kind of CPU."""
-  try: version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
-  except (OSError, IndexError, subprocess.SubprocessError): version = "unknown"
-  cpu = platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f: info = f.read()
-    cpu += "|" + "|".join(next((l for l in info.splitlines() if l.startswith(k)), "") for k in ("model name", "flags"))
-  except OSError: pass
-  return f"{os.path.basename(cc)}|{version}|{cpu}"
-
 _OPENMP_PROBE = "int omp_get_max_threads(void);\nint probe(void) { int n = 0;\n#pragma omp parallel for reduction(+:n)\n" \
                 "for (int i = 0; i < 4; i++) n += omp_get_max_threads();\nreturn n; }\n"
 
@@ -46,40 +24,6 @@ _OPENMP_PROBE = "int omp_get_max_threads(void);\nint probe(void) { int n = 0;\n#
 def _accepts_flag(cc: str, flag: str) -> bool:
   try: return subprocess.run([cc, flag, "-x", "c", "-c", "-", "-o", os.devnull], input=b"int x;\n", capture_output=True, timeout=60).returncode == 0
   except (OSError, subprocess.SubprocessError): return False
-
-# ---- target ISA ----------------------------------------------------------------------------------
-# CPU_ARCH (env or Context; default native) is the compiler's -march: CPU_ARCH=haswell builds AVX2
-# kernels on an AVX-512 host, so the AVX2 code paths can be built, measured and tested anywhere.
-# The vector width the heuristics assume comes from what the compiler enables for that -march.
-
-@dataclass(frozen=True)
-class CPUTarget:
-  arch: str          # the -march value
-  isa: str           # the widest SIMD the compiler enables for it: "AVX-512", "AVX2", "AVX", "SSE", "NEON", "scalar"
-  vector_width: int  # float32 lanes of one SIMD register
-  def __str__(self) -> str: return f"{self.arch} ({self.isa}, {self.vector_width} float lanes)"
-
-def cpu_arch() -> str:
-  """The -march CPU kernels are built for: `CPU_ARCH` (env or Context), default native."""
-  arch = str(getenv("CPU_ARCH", "") or "native")
-  if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", arch): raise ValueError(f"CPU_ARCH={arch!r} is not a valid -march name")
-  return arch
-
-@functools.cache
-def _arch_target(cc: str, arch: str) -> CPUTarget:
-  try: r = subprocess.run([cc, f"-march={arch}", "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, timeout=60)
-  except (OSError, subprocess.SubprocessError) as e: raise ValueError(f"CPU_ARCH={arch!r}: could not run {cc}: {e}") from None
-  if r.returncode != 0:
-    err = next((l for l in r.stderr.splitlines() if "march" in l), r.stderr.strip()[:300])
-    raise ValueError(f"CPU_ARCH={arch!r}: {os.path.basename(cc)} does not accept -march={arch}: {err}")
-  macros = {l.split()[1] for l in r.stdout.splitlines() if l.startswith("#define ")}
-  for macro, isa, width in (("__AVX512F__", "AVX-512", 16), ("__AVX2__", "AVX2", 8), ("__AVX__", "AVX", 8), ("__ARM_NEON", "NEON", 4), ("__SSE2__", "SSE", 4)):
-    if macro in macros: return CPUTarget(arch, isa, width)
-  return CPUTarget(arch, "scalar", 4)
-
-def cpu_target(cc: Optional[str] = None) -> CPUTarget:
-  """The ISA the CPU device targets now (per `CPU_ARCH`), as the C compiler sees that -march."""
-  return _arch_target(cc or find_c_compiler(), cpu_arch())
 
 class CPUCompiler(Compiler):
   """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin). The -march is
@@ -209,8 +153,4 @@ class CPUProgram:
 
 def open_device() -> Compiled:
   """The CPU device (device.py's registry calls this)."""
-  def renderer() -> Any:
-    # named by module path (like device.py names runtimes): the C renderer asks this module for the
-    # target ISA (renderer/cstyle.py -> cpu_target), so this side must not import it by name
-    return importlib.import_module("tilecraft.renderer.cstyle").CRenderer()
-  return Compiled("CPU", CPUAllocator(), renderer, CPUCompiler(), CPUProgram)
+  return Compiled("CPU", CPUAllocator(), CRenderer, CPUCompiler(), CPUProgram)

@@ -5,7 +5,7 @@ import pytest
 from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
-from tilecraft.runtime.cpu import cpu_arch, cpu_target
+from tilecraft.host import cpu_arch, cpu_target
 
 def _host_has(flag: str) -> bool:
   with open("/proc/cpuinfo") as f: return flag in next((l for l in f if l.startswith("flags")), "").split()

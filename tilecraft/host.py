@@ -65,3 +65,12 @@ def _arch_target(cc: str, arch: str) -> CPUTarget:
 def cpu_target(cc: Optional[str] = None) -> CPUTarget:
   """The ISA the CPU device targets now (per `CPU_ARCH`), as the C compiler sees that -march."""
   return _arch_target(cc or find_c_compiler(), cpu_arch())
+
+@functools.cache
+def host_vector_width() -> int:
+  """float32 lanes of this host's widest SIMD (for the LLVM JIT, which targets the host; the C
+  renderer follows CPU_ARCH instead)."""
+  try:
+    with open("/proc/cpuinfo") as f: flags = next((l for l in f if l.startswith("flags")), "").split()
+  except OSError: return 4
+  return 16 if "avx512f" in flags else 8 if "avx2" in flags else 4

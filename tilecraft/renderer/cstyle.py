@@ -230,15 +230,6 @@ def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
           f"  return tc_sel_{vt}(x != x, x, r);",
           "}"]
 
-@functools.cache
-def _host_vector_width() -> int:
-  """float32 lanes of this host's widest SIMD (for the LLVM JIT, which targets the host; the C
-  renderer follows CPU_ARCH instead)."""
-  try:
-    with open("/proc/cpuinfo") as f: flags = next((l for l in f if l.startswith("flags")), "").split()
-  except OSError: return 4
-  return 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-
 def _vector_log2(vt: str, it: str, scalar: DType) -> list[str]:
   """log2 on a whole vector without library calls: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
   log2(m) = 2/ln(2) * atanh(t), t = (m-1)/(m+1), |t| <= 0.172, by its odd series to t^9 (error
@@ -255,7 +246,7 @@ def _vector_log2(vt: str, it: str, scalar: DType) -> list[str]:
           f"  {vt} m = ({vt})((bits & 8388607) | 1065353216);  /* mantissa in [1, 2) */",
           f"  {it} big = m > 1.41421356f;",
           f"  m = tc_sel_{vt}(big, m * 0.5f, m);",
-          f"  e = e + (big & 1);",
+          "  e = e + (big & 1);",
           f"  {vt} t = (m - 1.0f) / (m + 1.0f), t2 = t * t;",
           f"  {vt} r = __builtin_convertvector(e, {vt}) + t * {poly};",
           f"  r = tc_sel_{vt}(x == 0.0f, zero - INFINITY, r);",

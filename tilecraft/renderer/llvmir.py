@@ -17,13 +17,13 @@ once per chunk from a thread pool. `@tc_parallel` (1 or 0) tells the runtime whe
 """
 from __future__ import annotations
 import math, struct
-from typing import Any, Optional
+from typing import Any
 import numpy as np
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
-from tilecraft.renderer.cstyle import _host_vector_width
+from tilecraft.host import host_vector_width
 
 _SCALAR = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16", dtypes.int32: "i32",
            dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half", dtypes.bfloat16: "i16",
@@ -103,7 +103,7 @@ class LLVMRenderer(Renderer):
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register on this host (the JIT targets the host CPU)."""
-    return _host_vector_width()
+    return host_vector_width()
   def render(self, name: str, uops: list) -> str: return _Writer(name, uops).render()
 
 class _Writer:

@@ -23,9 +23,7 @@ class LazyBuffer:
       self.op, self.arg, self.srcs = op, arg, srcs
       self.buffer: Any = None  # a device Buffer once realized (or for data that came from outside)
       self.forced_realize = False
-      self.children: weakref.WeakSet = weakref.WeakSet()
       self.consed_key: Optional[tuple] = None  # its key in the hash-consing table, if it is in there
-      for s in srcs: s.base.children.add(self)
     else:
       assert base.base is base, "a view's base must be a base"
 

@@ -28,11 +28,18 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
       warnings.warn(f"BEAM={width}: search of {k.name} failed ({type(e).__name__}: {e}); using hand-coded opts", RuntimeWarning, stacklevel=2)
   return k.copy().hand_coded_optimizations()
 
-def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) -> CompiledRunner:
-  # the settings that choose the kernel's opts; the compiler's flags name the target (CPU_ARCH's -march), which changes them too
-  opts = (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(Device[device].compiler, "flags", ()))
-  renderer = Device[device].renderer  # part of the keys: the PYTHON device's follows EMULATE
-  if (r := _runners_by_ast.get((ast, device, renderer, opts))) is not None: return r
+def _settings(device: str) -> tuple:
+  """What besides the AST picks a device's runner: the renderer (the PYTHON device's follows EMULATE),
+  the settings that choose the kernel's opts, and the compiler's flags (CPU_ARCH's -march changes them too)."""
+  dev = Device[device]
+  return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(dev.compiler, "flags", ())))
+
+def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, settings: Optional[tuple] = None) -> CompiledRunner:
+  """The loaded runner of `ast` on `device`, optimized and compiled on first use. `settings` is
+  `_settings(device)` when the caller has it already (run_schedule asks once per schedule)."""
+  if settings is None: settings = _settings(device)
+  if (r := _runners_by_ast.get((ast, *settings))) is not None: return r
+  _, renderer, opts = settings
   key = (ast.key, device, renderer, opts)
   if (r := _runners.get(key)) is None:
     k = optimize(Kernel(ast, renderer), bufs)
@@ -44,7 +51,7 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None) ->
     if DEBUG >= 5:
       for i, u in enumerate(r.p.uops or []): print(f"{i:4d} {u.op.name:12s} {str(u.dtype):20s} {[(r.p.uops or []).index(s) if s in (r.p.uops or []) else '-' for s in u.src]} {u.arg!r}")
   if len(_runners_by_ast) >= 4096: _runners_by_ast.clear()
-  _runners_by_ast[(ast, device, renderer, opts)] = r
+  _runners_by_ast[(ast, *settings)] = r
   return r
 
 @atexit.register
@@ -53,6 +60,7 @@ def _report_count() -> None:
 
 def run_schedule(schedule: list) -> None:
   global kernel_count
+  debug, settings = int(DEBUG), {}
   for si in schedule:
     for b in si.bufs:
       if not b.is_allocated(): b.allocate()
@@ -62,11 +70,12 @@ def run_schedule(schedule: list) -> None:
       for lb in si.outputs: lb.mark_realized()
       continue
     device = si.bufs[0].device
-    runner = get_runner(si.ast, device, list(si.bufs))
+    if (s := settings.get(device)) is None: s = settings[device] = _settings(device)
+    runner = get_runner(si.ast, device, list(si.bufs), s)
     kernel_count += 1
-    t = runner(list(si.bufs), si.var_vals, wait=DEBUG >= 2)
+    t = runner(list(si.bufs), si.var_vals, wait=debug >= 2)
     for lb in si.outputs: lb.mark_realized()
-    if DEBUG >= 2 and t is not None:
+    if debug >= 2 and t is not None:
       p = runner.p
       ops, mem = sym_eval(p.op_estimate, si.var_vals) if p.op_estimate is not None else 0, sym_eval(p.mem_estimate, si.var_vals)
       print(f"*** {device:6s} {kernel_count:4d} {p.name:40s} {t*1e6:9.1f} us  {ops/max(t,1e-9)/1e9:8.2f} GFLOPS  {mem/max(t,1e-9)/1e9:7.2f} GB/s  {list(p.applied_opts)}")

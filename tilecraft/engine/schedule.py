@@ -16,7 +16,7 @@ from typing import Any, Optional
 from tilecraft.device import Buffer
 from tilecraft.helpers import prod
 from tilecraft.ops import (UNSAFE_PAD_OPS, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps, TernaryOps,
-                           UnaryOps, verify_ast)
+                           UnaryOps, _const_key, verify_ast)
 from tilecraft.engine.lazy import LazyBuffer
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sym_eval, unbind_all
@@ -38,19 +38,43 @@ class _Restart(Exception):
   """A value turned out to need realizing while building a kernel: build again."""
   def __init__(self, lb: LazyBuffer): self.lb = lb
 
-def _walk(outs: list[LazyBuffer]) -> list[LazyBuffer]:
-  """Every unrealized base reachable from outs, sources before users."""
+def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], Optional[tuple]]:
+  """Every unrealized base reachable from outs, sources before users; the realized bases they read
+  (the leaves, in the order first reached); and the graph's structure key for the schedule cache
+  (None when it isn't cacheable)."""
   order: list[LazyBuffer] = []
-  seen: set[int] = set()
+  leaves: list[LazyBuffer] = []
+  pos: dict[int, int] = {}  # id(base) -> its index in order (>= 0) or ~its index in leaves; None: not done yet
+  parts: list[tuple] = []
+  cacheable = True
   stack: list[tuple[LazyBuffer, bool]] = [(o.base, False) for o in reversed(outs)]
   while stack:
     b, done = stack.pop()
-    if done: order.append(b); continue
-    if id(b) in seen or b.op is None: continue
-    seen.add(id(b))
+    if done:
+      pos[id(b)] = len(order)
+      order.append(b)
+      if cacheable:
+        if b.op not in _CACHEABLE or not b.st.concrete or (b.op is BufferOps.CONST and isinstance(b.arg, Node)): cacheable = False
+        else:
+          srcs = tuple((pos[id(s.base)], s.st if s.is_view else None) for s in b.srcs)
+          if any(st is not None and not st.concrete for _, st in srcs): cacheable = False
+          else: parts.append((b.op, _const_key(b.arg) if b.op is BufferOps.CONST else b.arg, b.dtype, b.device, b.st, b.forced_realize, srcs))
+      continue
+    if id(b) in pos: continue
+    if b.op is None:
+      pos[id(b)] = ~len(leaves)
+      leaves.append(b)
+      if b.buffer is None or not b.st.concrete: cacheable = False
+      else: parts.append((None, b.dtype, b.device, b.st))
+      continue
+    pos[id(b)] = None  # type: ignore[assignment]
     stack.append((b, True))
     stack.extend((s.base, False) for s in b.srcs)
-  return order
+  if not cacheable: return order, leaves, None
+  key = (tuple(parts), tuple(pos[id(o.base)] for o in outs))
+  try: hash(key)
+  except TypeError: return order, leaves, None  # an op argument that can't be a key
+  return order, leaves, key
 
 def _subtree_ops(b: LazyBuffer, realizes: set[int], memo: dict[int, int]) -> int:
   """How many elementwise ops computing b would inline (stops at realized values)."""
@@ -192,12 +216,55 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   """The kernels that compute `outs`, in an order that respects their dependencies."""
   if sys.getrecursionlimit() < 20000: sys.setrecursionlimit(20000)  # deep elementwise chains build recursively
   outs = [o for o in outs if not o.base.realized]
-  order = _walk(outs)
+  if not outs: return []
+  order, leaves, key = _walk(outs)
+  if key is not None and (t := _templates.get(key)) is not None: return t.instantiate(order, leaves)
   realizes = _decide_realizes(order, outs)
   for _ in range(10000):
-    try: return _build_schedule(order, realizes)
-    except _Restart as r: realizes.add(id(r.lb))
+    try: items = _build_schedule(order, realizes)
+    except _Restart as r:
+      realizes.add(id(r.lb))
+      continue
+    if key is not None and (t := _Template.of(items, order, leaves)) is not None:
+      if len(_templates) >= 1024: _templates.clear()
+      _templates[key] = t
+    return items
   raise RuntimeError("scheduler did not converge")
+
+# ---- the schedule cache --------------------------------------------------------------------------
+# A user's loop builds the same graph on every call: new LazyBuffers, the same ops over the same views
+# of inputs of the same kinds. Its schedule is the same too, up to the buffers it reads and writes.
+# _walk keys a graph by its structure: every op, argument, dtype, device, view and forced realize,
+# sources as positions in the walk's order (so shared subgraphs are part of the key) and realized
+# inputs as positions among the leaves. A template remembers, per schedule item, its AST (the very
+# object: runner caches find it by identity) and the positions its buffers come from, so a repeated
+# graph skips fusion, AST building and verification. Not cached: graphs with symbolic shapes or
+# Variables (bound values compare equal), and scheduler-level ops other than CONTIGUOUS (copies, ...).
+_CACHEABLE = ELEMENTWISE_OPS | set(ReduceOps) | {BufferOps.CONST}
+
+@dataclass(frozen=True)
+class _Template:
+  # per item: its AST, where its buffers come from (>= 0: that node of the order; < 0: leaf ~p), its output node
+  items: tuple[tuple[LazyOp, tuple[int, ...], int], ...]
+  @staticmethod
+  def of(items: list[ScheduleItem], order: list[LazyBuffer], leaves: list[LazyBuffer]) -> Optional["_Template"]:
+    """The template of a schedule just built for (order, leaves), or None if it can't be one."""
+    where: dict[int, int] = {}
+    for pos, lb in [(i, b) for i, b in enumerate(order)] + [(~j, b) for j, b in enumerate(leaves)]:
+      if lb.buffer is not None:
+        if id(lb.buffer) in where: return None  # two values in one buffer: not a structure this can describe
+        where[id(lb.buffer)] = pos
+    node_pos = {id(b): i for i, b in enumerate(order)}
+    out = []
+    for si in items:
+      if si.var_vals or len(si.outputs) != 1 or id(si.outputs[0]) not in node_pos or any(id(b) not in where for b in si.bufs): return None
+      out.append((si.ast, tuple(where[id(b)] for b in si.bufs), node_pos[id(si.outputs[0])]))
+    return _Template(tuple(out))
+  def instantiate(self, order: list[LazyBuffer], leaves: list[LazyBuffer]) -> list[ScheduleItem]:
+    return [ScheduleItem(ast, tuple(_buffer_for(order[p], {}) if p >= 0 else leaves[~p].buffer for p in pos), {}, (order[o],))
+            for ast, pos, o in self.items]
+
+_templates: dict[tuple, _Template] = {}
 
 _verified: dict[LazyOp, None] = {}  # kernels verify_ast accepted (a user's loop schedules the same ones every call)
 

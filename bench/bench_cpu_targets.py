@@ -11,7 +11,7 @@ of --reps of each. Ratios:
                same number of bytes                               (>= target)
   softmax      tilecraft time / time of a numpy copy of the input into the output (<= target)
 
-Run: python bench/bench_cpu_targets.py [--archs native,haswell] [--reps 7] [--quick] [--cpu-time]
+Run: python bench/bench_cpu_targets.py [--archs native,haswell] [--reps 7] [--quick] [--cpu-time] [--only a+b,softmax]
 The machine may be shared: timings are noisy, so compare ratios within a column.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _rows(quick: bool) -> list:
   ]
   return rows
 
-def worker(quick: bool, reps: int) -> None:
+def worker(quick: bool, reps: int, only: str = "") -> None:
   import numpy as np
   from tilecraft.device import Device
   from tilecraft.engine.realize import get_runner
@@ -66,6 +66,7 @@ def worker(quick: bool, reps: int) -> None:
       t0 = clock(); fn(); t = min(t, clock() - t0)
     return t
   for name, make, ref, kind, nbytes, target in _rows(quick):
+    if only and not any(w in name for w in only.split(",")): continue
     out = make()
     sched = out.schedule()
     runners = []
@@ -103,16 +104,17 @@ def main() -> None:
   ap.add_argument("--reps", type=int, default=7)
   ap.add_argument("--quick", action="store_true")
   ap.add_argument("--cpu-time", action="store_true", help="one thread for tilecraft and numpy, timed in CPU time (for a busy machine)")
+  ap.add_argument("--only", default="", help="only the rows whose names contain one of these comma-separated words")
   ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args()
-  if args.worker: return worker(args.quick, args.reps)
+  if args.worker: return worker(args.quick, args.reps, args.only)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   cols: dict = {}
   for arch in args.archs.split(","):
     env = {**os.environ, "CPU_ARCH": arch, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     if arch != "native": env.update(OPENBLAS_CORETYPE="Haswell", NPY_DISABLE_CPU_FEATURES=AVX512_FEATURES)
     if args.cpu_time: env.update(BENCH_CPU_TIME="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--reps", str(args.reps), "--only", args.only] + (["--quick"] if args.quick else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0: sys.exit(f"worker for CPU_ARCH={arch} failed:\n{out.stderr[-3000:]}")
     cols[arch] = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

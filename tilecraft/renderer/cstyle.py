@@ -9,6 +9,7 @@ from typing import Any, Optional
 import numpy as np
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes
+from tilecraft.helpers import getenv
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.host import cpu_target
 from tilecraft.renderer import Renderer
@@ -27,6 +28,10 @@ class CStyleLanguage(Renderer):
   type_names: dict[DType, str] = {}
   float4_ctor: str = "({vt}){{{vals}}}"
   parallel_pragma: Optional[str] = None
+  # a kernel with streaming stores (`streaming_stores`) runs its parallel loop as (region pragma, loop
+  # pragma without the closing barrier), each thread running `store_fence` after its share
+  fenced_parallel_pragmas: Optional[tuple[str, str]] = None
+  store_fence: str = ""
   vector_dtypes: frozenset = frozenset()
   vector_alu: frozenset = frozenset()
 
@@ -101,6 +106,11 @@ class CStyleLanguage(Renderer):
     return "\n".join(prelude + [f"{self.kernel_prefix}void {name}({', '.join(params)}) {{"] + body + ["}"]) + "\n"
 
   def prelude(self, uops: list[UOp]) -> list[str]: return []
+  def streaming_stores(self, uops: list[UOp]) -> frozenset:
+    """The STOREs to render as streaming (non-temporal) stores, which bypass the caches: none by default."""
+    return frozenset()
+  def render_stream_store(self, buf: str, idx: str, val: str, dt: DType) -> str:
+    raise NotImplementedError(f"{type(self).__name__} has no streaming stores")
 
   # ---- the walk -----------------------------------------------------------------------------------
   def render(self, name: str, uops: list[UOp]) -> str:
@@ -120,6 +130,8 @@ class CStyleLanguage(Renderer):
       for s in u.src: inline_at.setdefault(s, depth_of[u])
     body: list[str] = []
     depth = 1
+    streams = self.streaming_stores(uops)
+    fenced: set[UOp] = set()  # parallel loops whose threads fence their streaming stores at the end
     counts: Counter = Counter()
     def fresh(prefix: str) -> str:
       counts[prefix] += 1
@@ -151,12 +163,22 @@ class CStyleLanguage(Renderer):
       elif op is UOps.RANGE:
         n = fresh("ridx" if u.arg[0] == "reduce" else "gidx")
         r[u] = n
-        if u.arg[0] == "parallel" and self.parallel_pragma: body.append(self.parallel_pragma)
+        if u.arg[0] == "parallel" and streams and self.fenced_parallel_pragmas:
+          body.append(self.fenced_parallel_pragmas[0])
+          emit("{")
+          depth += 1
+          body.append(self.fenced_parallel_pragmas[1])
+          fenced.add(u)
+        elif u.arg[0] == "parallel" and self.parallel_pragma: body.append(self.parallel_pragma)
         emit(f"for ({self.render_dtype(dt)} {n} = {r[src[0]]}; {n} < {r[src[1]]}; {n}++) {{")
         depth += 1
       elif op is UOps.ENDRANGE:
         depth -= 1
         emit("}")
+        if src[0] in fenced:
+          emit(self.store_fence)
+          depth -= 1
+          emit("}")
       elif op is UOps.IF:
         emit(f"if ({r[src[0]]}) {{")
         depth += 1
@@ -177,7 +199,8 @@ class CStyleLanguage(Renderer):
         if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
         define(u, val, "val")
       elif op is UOps.STORE:
-        line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype, multiple_of(src[1], src[2].dtype.count))
+        if u in streams: line = self.render_stream_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype)
+        else: line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype, multiple_of(src[1], src[2].dtype.count))
         emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
       elif op is UOps.ALU:
         expr = self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype)
@@ -191,6 +214,7 @@ class CStyleLanguage(Renderer):
       elif op is UOps.WMMA: define(u, self.render_wmma(u, [r[s] for s in src]), "wmma")
       elif op in (UOps.SINK,): pass
       else: raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+    if streams: emit(self.store_fence)  # this thread's own streaming stores (the serial case); threads fenced theirs above
     # the signature: buffers by index, then symbolic values by name (the order CompiledRunner passes)
     order = {r[u]: (0, u.arg, "") if u.op is UOps.DEFINE_GLOBAL else (1, 0, u.arg.expr) for u in uops if u.op in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR)}
     args.sort(key=lambda a: order[a[0]])
@@ -287,6 +311,53 @@ class CRenderer(CStyleLanguage):
     if isinstance(dt, ImageDType): raise NotImplementedError("the CPU has no image types")
     if dt.count > 1 and not isinstance(dt, PtrDType): return {dtypes.int64: "longlong", dtypes.int32: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)
     return super().render_dtype(dt)
+  # ---- streaming stores ---------------------------------------------------------------------------
+  # A kernel that writes an output much bigger than the caches (a+b over 16M floats) spends a third
+  # of its memory traffic reading each output line in before overwriting it (write-allocate).
+  # Non-temporal stores skip that read and the cache; they are weakly ordered, so each thread
+  # fences them (sfence) before the parallel region's closing barrier. Used only for plain
+  # vector stores of an x86 target to a buffer the kernel never reads, outside reduce loops, with an
+  # index that is a multiple of the vector width; each store checks the address's alignment at run
+  # time and falls back to a plain store (a buffer may start anywhere).
+  fenced_parallel_pragmas = ("#pragma omp parallel", "#pragma omp for nowait")
+  store_fence = "_mm_sfence();"
+  # bytes one kernel writes to a buffer from which its stores stream (a smaller output may be read
+  # back from cache by the next kernel); `CPU_STREAM_MIN_BYTES` overrides it (0: whenever allowed)
+  stream_min_bytes = 16 << 20
+  _STREAM_CHUNK = {"AVX-512": 64, "AVX2": 32, "AVX": 32, "SSE": 16}  # widest streaming store of the ISA, bytes
+  _STREAM_OP = {16: ("_mm_stream_ps", "__m128"), 32: ("_mm256_stream_ps", "__m256"), 64: ("_mm512_stream_ps", "__m512")}
+  def _stream_chunk(self, dt: DType) -> int:
+    from tilecraft.runtime.cpu import cpu_target
+    return min(dt.itemsize, self._STREAM_CHUNK.get(cpu_target().isa, 0))
+  def streaming_stores(self, uops: list[UOp]) -> frozenset:
+    from tilecraft.runtime.cpu import cpu_target
+    if cpu_target().isa not in self._STREAM_CHUNK: return frozenset()
+    loaded = {u.src[0] for u in uops if u.op is UOps.LOAD}
+    written: Counter = Counter()
+    cands: list[UOp] = []
+    loops: list[UOp] = []
+    for u in uops:
+      if u.op is UOps.RANGE: loops.append(u)
+      elif u.op is UOps.ENDRANGE: loops.pop()
+      elif u.op is UOps.STORE and len(u.src) == 3 and u.src[0].op is UOps.DEFINE_GLOBAL and u.src[0] not in loaded:
+        dt = u.src[2].dtype
+        if dt.count == 1 or dt.itemsize < 16 or dt.itemsize & (dt.itemsize - 1) or not multiple_of(u.src[1], dt.count): continue
+        if any(lp.arg[0] == "reduce" or lp.src[0].op is not UOps.CONST or lp.src[1].op is not UOps.CONST for lp in loops): continue
+        written[u.src[0]] += math.prod(lp.src[1].arg - lp.src[0].arg for lp in loops) * dt.itemsize
+        cands.append(u)
+    least = getenv("CPU_STREAM_MIN_BYTES", self.stream_min_bytes)
+    return frozenset(u for u in cands if written[u.src[0]] >= least)
+  def render_stream_store(self, buf: str, idx: str, val: str, dt: DType) -> str: return f"tc_stream_{self.render_dtype(dt)}({buf}+{idx}, {val});"
+  def _stream_helper(self, dt: DType) -> list[str]:
+    vt, chunk = self.render_dtype(dt), self._stream_chunk(dt)
+    fn, ct = self._STREAM_OP[chunk]
+    n, lanes = dt.itemsize // chunk, chunk // 4
+    return [f"static inline void tc_stream_{vt}(void* p, {vt} v) {{  /* streaming where p is {chunk}-byte aligned, else a plain store */",
+            f"  if ((unsigned long long)p % {chunk}) {{ *({vt}*)p = v; return; }}",
+            f"  {ct} c[{n}]; __builtin_memcpy(c, &v, sizeof(v));",
+            "  " + " ".join(f"{fn}((float*)p + {i * lanes}, c[{i}]);" for i in range(n)),
+            "}"]
+
   def render_math(self, op: Any, x: str, dt: DType) -> str:
     if dt.count > 1 and op in (UnaryOps.EXP2, UnaryOps.LOG2): return f"tc_{'exp2' if op is UnaryOps.EXP2 else 'log2'}_{self.render_dtype(dt)}({x})"
     return super().render_math(op, x, dt)
@@ -311,6 +382,9 @@ class CRenderer(CStyleLanguage):
         lines.append(f"static inline {vt} tc_max_{vt}({vt} a, {vt} b) {{ return tc_sel_{vt}({keep_a}, a, b); }}  /* NaN-propagating */")
     for d in sorted(exp2s, key=lambda d: d.count): lines += _vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     for d in sorted(log2s, key=lambda d: d.count): lines += _vector_log2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
+    if (streams := {u.src[2].dtype for u in self.streaming_stores(uops)}):
+      lines.insert(1, "#include <immintrin.h>")
+      for d in sorted(streams, key=lambda d: (d.scalar().name, d.count)): lines += self._stream_helper(d)
     if any(u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src) for u in uops if u.op is UOps.CAST):
       lines += ["static inline float bf16_to_f32(unsigned short x) { union { unsigned int u; float f; } c = {.u = (unsigned int)x << 16}; return c.f; }",
                 "static inline unsigned short f32_to_bf16(float f) { union { float f; unsigned int u; } c = {.f = f};",

@@ -367,6 +367,11 @@ def _vector_op_ok(ren: Any, op: Any, dt: DType) -> bool:
   return dt.scalar() in getattr(ren, "vector_dtypes", ()) and op in getattr(ren, "vector_alu", ())
 def _alu_vectorizable(ren: Any, op: LazyOp, vals: list[UOp]) -> bool:
   if op.op in (UnaryOps.CAST, UnaryOps.BITCAST): return False
+  if getattr(ren, "vector_masks", False) and op.op in getattr(ren, "vector_alu", ()):
+    # a target with lane masks compares vectors into a bool vector, and WHERE selects lanes by one
+    if op.op in (BinaryOps.CMPLT, BinaryOps.CMPNE): return all(_vectorizable(ren, v.dtype) for v in vals)
+    if op.op is TernaryOps.WHERE:
+      return vals[0].dtype.scalar() == dtypes.bool and _vectorizable(ren, op.dtype) and all(_vectorizable(ren, v.dtype) for v in vals[1:])
   return _vector_op_ok(ren, op.op, op.dtype) and all(_vectorizable(ren, v.dtype) for v in vals)
 
 def lower_kernel(k: Any) -> UOp:

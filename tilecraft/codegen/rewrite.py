@@ -139,8 +139,8 @@ algebraic = PatternMatcher([
   (UPat(UOps.CAST, name="c", src=(X,)), lambda c, x: x if c.dtype == x.dtype else None),
   # x - x, x < x, x != x for ints
   (UPat.alu(BinaryOps.CMPNE, UPat.var("x", dtypes.bool), UPat.cvar("c")), lambda x, c: x if c.arg is False else None),
-  (UPat.alu(BinaryOps.CMPNE, X, X), lambda x: UOp.const(dtypes.bool, False) if _is_int(x) else None),
-  (UPat.alu(BinaryOps.CMPLT, X, X), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat.alu(BinaryOps.CMPNE, X, X, name="cmp"), lambda cmp, x: UOp.const(cmp.dtype, False) if _is_int(x) else None),
+  (UPat.alu(BinaryOps.CMPLT, X, X, name="cmp"), lambda cmp, x: UOp.const(cmp.dtype, False)),  # a vector compare gives a vector
   # (x + c1) + c2 -> x + (c1 + c2) for ints: keeps index arithmetic short
   (UPat.alu(BinaryOps.ADD, UPat.alu(BinaryOps.ADD, X, UPat.cvar("c1")), UPat.cvar("c2")),
    lambda x, c1, c2: x + _c(x, c1.arg + c2.arg) if _is_int(x) else None),

@@ -34,6 +34,10 @@ class CStyleLanguage(Renderer):
   store_fence: str = ""
   vector_dtypes: frozenset = frozenset()
   vector_alu: frozenset = frozenset()
+  # vector compares give bool vectors, held as int lane vectors (nonzero = true; a lane read out is
+  # normalized to 0/1), and WHERE selects lanes by them (the lowering keeps CMPLT/CMPNE/WHERE in
+  # vectors where they are in vector_alu)
+  vector_masks: bool = False
 
   # ---- spelling -----------------------------------------------------------------------------------
   def render_dtype(self, dt: DType) -> str:
@@ -210,7 +214,9 @@ class CStyleLanguage(Renderer):
       elif op is UOps.CAST: define(u, self.render_cast(r[src[0]], dt, src[0].dtype), "cast")
       elif op is UOps.BITCAST: define(u, self.render_bitcast(r[src[0]], dt, src[0].dtype), "cast")
       elif op is UOps.VECTORIZE: define(u, self.render_vectorize([r[s] for s in src], dt), "vec")
-      elif op is UOps.GEP: define(u, self.render_gep(r[src[0]], u.arg), "gep")
+      elif op is UOps.GEP:
+        g = self.render_gep(r[src[0]], u.arg)
+        define(u, f"({g}!=0)" if dt == dtypes.bool and self.vector_masks else g, "gep")
       elif op is UOps.WMMA: define(u, self.render_wmma(u, [r[s] for s in src]), "wmma")
       elif op in (UOps.SINK,): pass
       else: raise NotImplementedError(f"{type(self).__name__} can't render {op}")
@@ -299,9 +305,15 @@ class CRenderer(CStyleLanguage):
                 dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
                 dtypes.float32: "float", dtypes.float64: "double"}
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
-  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX})
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
+                          BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
+  vector_masks = True  # bool vectors are int vectors (int16 for 16 lanes): a vector compare's -1/0, or 0/1 lanes
   def render_alu(self, op: Any, srcs: list[str], dt: DType, src_dt: DType) -> str:
     if op is BinaryOps.MAX and dt.count > 1: return f"tc_max_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]})"
+    if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) and dt.count > 1:
+      cmp = f"({srcs[0]}{_C_BINARY[op]}{srcs[1]})"  # lanes of the operands' width: convert to the bool vector's int lanes
+      return cmp if src_dt.scalar().itemsize == 4 else f"__builtin_convertvector({cmp}, {self.render_dtype(dt)})"
+    if op is TernaryOps.WHERE and dt.count > 1: return f"tc_where_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]}, {srcs[2]})"
     return super().render_alu(op, srcs, dt, src_dt)
   @property
   def vector_width(self) -> int:
@@ -309,7 +321,8 @@ class CRenderer(CStyleLanguage):
     return cpu_target().vector_width
   def render_dtype(self, dt: DType) -> str:
     if isinstance(dt, ImageDType): raise NotImplementedError("the CPU has no image types")
-    if dt.count > 1 and not isinstance(dt, PtrDType): return {dtypes.int64: "longlong", dtypes.int32: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)
+    if dt.count > 1 and not isinstance(dt, PtrDType):
+      return {dtypes.int64: "longlong", dtypes.int32: "int", dtypes.bool: "int"}.get(dt.scalar(), dt.scalar().name) + str(dt.count)
     return super().render_dtype(dt)
   # ---- streaming stores ---------------------------------------------------------------------------
   # A kernel that writes an output much bigger than the caches (a+b over 16M floats) spends a third
@@ -367,8 +380,10 @@ class CRenderer(CStyleLanguage):
     exp2s = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is UnaryOps.EXP2 and u.dtype.count > 1}
     log2s = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is UnaryOps.LOG2 and u.dtype.count > 1}
     maxes = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is BinaryOps.MAX and u.dtype.count > 1}
-    masks = {d: dtypes.int32.vec(d.count) if d.scalar().itemsize == 4 else dtypes.int64.vec(d.count) for d in exp2s | log2s | maxes}
-    vecs |= set(masks.values())
+    wheres = {u.dtype for u in uops if u.op is UOps.ALU and u.arg is TernaryOps.WHERE and u.dtype.count > 1}
+    masks = {d: dtypes.int32.vec(d.count) if d.scalar().itemsize == 4 else dtypes.int64.vec(d.count) for d in exp2s | log2s | maxes | wheres}
+    vecs |= set(masks.values()) | {dtypes.int32.vec(d.count) for d in wheres}
+    vecs = {dtypes.int32.vec(v.count) if v.scalar() == dtypes.bool else v for v in vecs}  # bool vectors are int vectors
     for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count)):
       base = self.type_names[v.scalar()]
       # element alignment: vector loads and stores may be unaligned
@@ -380,6 +395,8 @@ class CRenderer(CStyleLanguage):
       if d in maxes:
         keep_a = f"(({it})(a != a) | ({it})(a > b))" if dtypes.is_float(d) else f"({it})(a > b)"
         lines.append(f"static inline {vt} tc_max_{vt}({vt} a, {vt} b) {{ return tc_sel_{vt}({keep_a}, a, b); }}  /* NaN-propagating */")
+      if d in wheres:  # a bool vector (any nonzero lane is true) as a full lane mask of vt's width
+        lines.append(f"static inline {vt} tc_where_{vt}(int{d.count} c, {vt} a, {vt} b) {{ return tc_sel_{vt}(__builtin_convertvector(c != 0, {it}), a, b); }}")
     for d in sorted(exp2s, key=lambda d: d.count): lines += _vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     for d in sorted(log2s, key=lambda d: d.count): lines += _vector_log2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     if (streams := {u.src[2].dtype for u in self.streaming_stores(uops)}):

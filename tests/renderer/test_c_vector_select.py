@@ -1,0 +1,56 @@
+"""Vector compares and selects on the C renderer (bool vectors as int lane vectors): relu and
+where(a < b, ...) stay vector code, and agree with numpy bit for bit, NaN and -0.0 included, on
+every vector dtype and both vector widths."""
+import numpy as np
+import pytest
+from tilecraft import Context, Tensor
+from tilecraft.codegen.kernel import Kernel
+from tilecraft.device import Device
+
+ARCHS = ("native", "haswell")
+SPECIAL = [np.nan, -0.0, 0.0, -1.0, 1.0, np.inf, -np.inf, 1e-45, -1e-45]
+
+def _src(t: Tensor) -> str:
+  return Kernel(t.schedule()[-1].ast, Device["CPU"].renderer).hand_coded_optimizations().to_program().src
+
+def _same(got, want):
+  assert got.dtype == want.dtype and got.shape == want.shape
+  assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), np.nonzero(got != want)  # bit for bit: -0.0 and NaN too
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_relu_is_vector_code_and_exact(arch, dt, rng):
+  x = np.concatenate([np.array(SPECIAL * 8), rng.standard_normal(952)]).astype(dt)
+  with Context(CPU_ARCH=arch):
+    assert "tc_where_" in _src(Tensor(x).relu())
+    got = Tensor(x).relu().numpy()
+  _same(got, np.where(x < 0, dt(0), x))
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64])
+def test_compare_select_matches_numpy(arch, dt, rng):
+  a = (rng.integers(-4, 4, (33, 64)) * (1.5 if dt in (np.float32, np.float64) else 1)).astype(dt)
+  b = (rng.integers(-4, 4, (33, 64)) * (1.5 if dt in (np.float32, np.float64) else 1)).astype(dt)
+  if dt in (np.float32, np.float64): a.flat[::17], b.flat[::23] = np.nan, -0.0
+  A, B = Tensor(a), Tensor(b)
+  with Context(CPU_ARCH=arch):
+    assert "tc_where_" in _src((A < B).where(A, B))
+    _same((A < B).where(A, B).numpy(), np.where(a < b, a, b))
+    _same((A != B).where(B, 3).numpy(), np.where(a != b, b, dt(3)))
+    # a bool vector read out lane by lane (cast, logic) is 0/1, not the compare's -1
+    _same(((A < B).cast(a.dtype.name) * 5).numpy(), (a < b).astype(dt) * dt(5))
+    _same(((A < B) & (B < A + 1)).where(A, B).numpy(), np.where((a < b) & (b < a + dt(1)), a, b))
+    _same((A < B).numpy(), a < b)
+
+def test_compare_of_a_value_with_itself_folds_to_a_vector():
+  # CMPLT(x, x) folds to false, and to a vector of false for a vector compare (a scalar there is a C type error)
+  from tilecraft.codegen.rewrite import graph_rewrite, symbolic_rules
+  from tilecraft.codegen.uops import UOp, UOps
+  from tilecraft.dtype import dtypes
+  from tilecraft.ops import BinaryOps
+  buf = UOp(UOps.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 1)
+  x = UOp(UOps.LOAD, dtypes.float32.vec(8), (buf, UOp.const(dtypes.int32, 0)))
+  for op in (BinaryOps.CMPLT, BinaryOps.CMPNE):
+    v = x if op is BinaryOps.CMPLT else UOp(UOps.LOAD, dtypes.int32.vec(8), (buf, UOp.const(dtypes.int32, 0)))
+    got = graph_rewrite(UOp.alu(op, v, v), symbolic_rules)
+    assert got.dtype == dtypes.bool.vec(8) and all(s.op is UOps.CONST and s.arg is False for s in got.src), got

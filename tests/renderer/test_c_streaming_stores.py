@@ -8,7 +8,7 @@ import pytest
 from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
-from tilecraft.runtime.cpu import cpu_target
+from tilecraft.host import cpu_target
 from tilecraft.testing import fuzz
 from tilecraft.testing.corpus import corpus
 

@@ -340,10 +340,8 @@ class CRenderer(CStyleLanguage):
   _STREAM_CHUNK = {"AVX-512": 64, "AVX2": 32, "AVX": 32, "SSE": 16}  # widest streaming store of the ISA, bytes
   _STREAM_OP = {16: ("_mm_stream_ps", "__m128"), 32: ("_mm256_stream_ps", "__m256"), 64: ("_mm512_stream_ps", "__m512")}
   def _stream_chunk(self, dt: DType) -> int:
-    from tilecraft.runtime.cpu import cpu_target
     return min(dt.itemsize, self._STREAM_CHUNK.get(cpu_target().isa, 0))
   def streaming_stores(self, uops: list[UOp]) -> frozenset:
-    from tilecraft.runtime.cpu import cpu_target
     if cpu_target().isa not in self._STREAM_CHUNK: return frozenset()
     loaded = {u.src[0] for u in uops if u.op is UOps.LOAD}
     written: Counter = Counter()

@@ -16,6 +16,14 @@ class DType:
   fmt: str | None
   count: int
   _scalar: DType | None = field(default=None, repr=False, compare=False, kw_only=True)
+  def __eq__(self, other: object) -> bool:
+    # the fields dataclass would compare, after an identity check: dtypes are nearly always the shared
+    # objects of `dtypes` (and of vec's cache), and the frontend compares them on every op
+    if self is other: return True
+    if other.__class__ is not self.__class__: return NotImplemented
+    return self.priority == other.priority and self.itemsize == other.itemsize and self.name == other.name and \
+      self.fmt == other.fmt and self.count == other.count  # type: ignore[attr-defined]
+  def __hash__(self) -> int: return hash(self.name)  # equal dtypes have equal names (str hashes are cached)
 
   def vec(self, n: int) -> DType:
     """The `n`-lane vector of this scalar; vec(1) is the scalar itself. Cached, so repeated calls are cheap."""
@@ -204,6 +212,10 @@ def least_upper_dtype(*dts: DType) -> DType:
   """The smallest dtype all of `dts` cast to safely (numpy's promotion; vectors of one width promote lane-wise).
   The partial order has one ambiguous spot: int8+uint8 has the minimal upper bounds int16, float16 and bfloat16.
   Like numpy we then keep the kind of the inputs, which is what picking the lowest priority does."""
+  return _least_upper(dts)
+
+@functools.lru_cache(maxsize=4096)
+def _least_upper(dts: tuple[DType, ...]) -> DType:
   if not dts: raise ValueError("least_upper_dtype needs at least one dtype")
   if len(counts := {d.count for d in dts}) != 1: raise ValueError(f"can't promote vectors of different widths: {dts}")
   common = frozenset.intersection(*(_upper_set(d.scalar()) for d in dts))

@@ -66,7 +66,7 @@ def _check_dtype(device: str, dt: DType) -> DType:
 # ---- the lazy graph, through one door -------------------------------------------------------------
 # Every op goes through lazy.hash_consed, so a subgraph built twice is computed once.
 
-def _is_zero(shape: tuple) -> bool: return any(isinstance(s, int) and s == 0 for s in shape)
+def _is_zero(shape: tuple) -> bool: return 0 in shape  # (a symbolic dim never equals an int)
 
 def _lb_empty(shape: tuple, dt: DType, device: str) -> LazyBuffer:
   """A zero-element tensor: an empty Buffer, never a kernel."""
@@ -476,6 +476,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     return self.reshape(self.shape[:a] + (1,) + self.shape[a:])
   def _axis(self, a: int, ndim: Optional[int] = None) -> int:
     n = self.ndim if ndim is None else ndim
+    if type(a) is int and 0 <= a < n: return a
     if not isinstance(a, (int, np.integer)) or not -max(n, 1) <= a < max(n, 1): raise IndexError(f"axis {a} is out of range for a tensor of {n} dims")
     return int(a) % max(n, 1)
 

@@ -117,10 +117,11 @@ class LazyBuffer:
 
   # ---- movement ops (views) -----------------------------------------------------------------------
   def _view(self, st: ShapeTracker) -> "LazyBuffer":
-    if isinstance(st.size, int) and st.size == 0 and self.base.op not in (None, BufferOps.CONST):
+    base = self.base
+    if 0 in st.shape and base.op not in (None, BufferOps.CONST):  # (a symbolic dim never equals an int: no int 0 dim, no 0 size)
       return LazyBuffer.const(0, self.dtype, self.device, st.shape)  # nothing to compute
-    if st.contiguous and st.shape == self.base.shape: return self.base
-    return LazyBuffer(self.device, st, self.dtype, base=self.base)
+    if st.contiguous and st.shape == base.shape: return base
+    return LazyBuffer(self.device, st, self.dtype, base=base)
   def reshape(self, shape: tuple[sint, ...]) -> "LazyBuffer": return self._view(self.st.reshape(shape))
   def permute(self, order: tuple[int, ...]) -> "LazyBuffer": return self._view(self.st.permute(order))
   def expand(self, shape: tuple[sint, ...]) -> "LazyBuffer": return self._view(self.st.expand(shape))

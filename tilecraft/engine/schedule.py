@@ -48,17 +48,23 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
   parts: list[tuple] = []
   cacheable = True
   stack: list[tuple[LazyBuffer, bool]] = [(o.base, False) for o in reversed(outs)]
-  while stack:
+  while stack:  # (this runs on every realize: plain loops, no properties)
     b, done = stack.pop()
     if done:
       pos[id(b)] = len(order)
       order.append(b)
       if cacheable:
-        if b.op not in _CACHEABLE or not b.st.concrete or (b.op is BufferOps.CONST and isinstance(b.arg, Node)): cacheable = False
+        op = b.op
+        if op not in _CACHEABLE or not b.st.concrete or (op is BufferOps.CONST and isinstance(b.arg, Node)): cacheable = False
         else:
-          srcs = tuple((pos[id(s.base)], s.st if s.is_view else None) for s in b.srcs)
-          if any(st is not None and not st.concrete for _, st in srcs): cacheable = False
-          else: parts.append((b.op, _const_key(b.arg) if b.op is BufferOps.CONST else b.arg, b.dtype, b.device, b.st, b.forced_realize, srcs))
+          srcs = []
+          for s in b.srcs:
+            if (sb := s._base) is None: srcs.append((pos[id(s)], None))
+            elif s.st.concrete: srcs.append((pos[id(sb)], s.st))
+            else:
+              cacheable = False
+              break
+          else: parts.append((op, _const_key(b.arg) if op is BufferOps.CONST else b.arg, b.dtype, b.device, b.st, b.forced_realize, tuple(srcs)))
       continue
     if id(b) in pos: continue
     if b.op is None:
@@ -69,12 +75,9 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
       continue
     pos[id(b)] = None  # type: ignore[assignment]
     stack.append((b, True))
-    stack.extend((s.base, False) for s in b.srcs)
+    stack.extend([(s._base or s, False) for s in b.srcs])
   if not cacheable: return order, leaves, None
-  key = (tuple(parts), tuple(pos[id(o.base)] for o in outs))
-  try: hash(key)
-  except TypeError: return order, leaves, None  # an op argument that can't be a key
-  return order, leaves, key
+  return order, leaves, (tuple(parts), tuple([pos[id(o.base)] for o in outs]))
 
 def _subtree_ops(b: LazyBuffer, realizes: set[int], memo: dict[int, int]) -> int:
   """How many elementwise ops computing b would inline (stops at realized values)."""
@@ -218,7 +221,10 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   outs = [o for o in outs if not o.base.realized]
   if not outs: return []
   order, leaves, key = _walk(outs)
-  if key is not None and (t := _templates.get(key)) is not None: return t.instantiate(order, leaves)
+  if key is not None:
+    try: t = _templates.get(key)
+    except TypeError: key = t = None  # an op argument that can't be part of a key
+    if t is not None: return t.instantiate(order, leaves)
   realizes = _decide_realizes(order, outs)
   for _ in range(10000):
     try: items = _build_schedule(order, realizes)

@@ -7,6 +7,7 @@ from tilecraft.shape.symbolic import Node, sint
 def norm_shape(shape: Any) -> tuple:
   """A shape given as f(2, 3) or f((2, 3)) as a tuple of ints / symbolic dims (TypeError otherwise)."""
   if len(shape) == 1 and isinstance(shape[0], (list, tuple)): shape = tuple(shape[0])
+  if type(shape) is tuple and all(type(s) is int for s in shape): return shape
   out = tuple(int(s) if isinstance(s, (int, np.integer)) else s for s in shape)
   for s in out:
     if not isinstance(s, (int, Node)): raise TypeError(f"shape {out} has a non-integer dimension {s!r}")

@@ -92,6 +92,7 @@ def _view_max_index(v: View) -> sint:
     else: return (v.expr(_axis_vars(v.shape, box))[0])  # symbolic stride: bound by range analysis
   return hi
 
+_shaped: dict[tuple, "ShapeTracker"] = {}  # int shape -> from_shape's result
 _moved: dict[tuple, "ShapeTracker"] = {}  # (op name, tracker, argument) -> result, for concrete trackers and int arguments
 
 def _memoized(fn: Callable) -> Callable:
@@ -113,9 +114,20 @@ def _memoized(fn: Callable) -> Callable:
 @dataclass(frozen=True)
 class ShapeTracker:
   views: tuple[View, ...]
+  def __hash__(self) -> int:  # computed once, like View's (and likewise kept out of pickles)
+    if (h := self.__dict__.get("_hash")) is None: h = self.__dict__["_hash"] = hash(self.views)
+    return h
+  def __getstate__(self) -> dict: return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
   @staticmethod
-  def from_shape(shape: tuple[sint, ...]) -> "ShapeTracker": return ShapeTracker((View.create(tuple(shape)),))
+  def from_shape(shape: tuple[sint, ...]) -> "ShapeTracker":
+    shape = tuple(shape)
+    if not _all_ints(shape): return ShapeTracker((View.create(shape),))
+    # int shapes are memoized like View.create's: every new LazyBuffer asks for one
+    if (hit := _shaped.get(shape)) is None:
+      if len(_shaped) >= 4096: _shaped.clear()
+      hit = _shaped[shape] = ShapeTracker((View.create(shape),))
+    return hit
 
   @property
   def shape(self) -> tuple[sint, ...]: return self.views[-1].shape

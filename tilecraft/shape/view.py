@@ -69,6 +69,12 @@ class View:
   offset: sint
   mask: Optional[tuple[tuple[sint, sint], ...]]
   contiguous: bool
+  # the hash is computed once: views are keys of the movement-op memo, hash-consing and the schedule cache
+  # (kept out of pickles: hashes of symbolic views are per process)
+  def __hash__(self) -> int:
+    if (h := self.__dict__.get("_hash")) is None: h = self.__dict__["_hash"] = hash((self.shape, self.strides, self.offset, self.mask, self.contiguous))
+    return h
+  def __getstate__(self) -> dict: return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
   @staticmethod
   def create(shape: tuple[sint, ...], strides: Optional[tuple[sint, ...]] = None, offset: sint = 0,

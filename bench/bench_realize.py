@@ -7,20 +7,23 @@ With `--against CHECKOUT` the same measurements run on another checkout of tilec
 timed in alternating rounds, so load on a shared machine hits both alike.
 
 Times are medians over the calls of a round (tail latencies on a busy machine are descheduling,
-not overhead), best round counts.
+not overhead), best round counts. `--cpu` times build, realize and call in CPU time of the process
+(time.process_time) instead of wall time: on a loaded machine that is the steadier measure of
+Python overhead, for the small cases whose kernels are negligible (kernels use every core, so
+their CPU time is not their wall time: read the big cases in wall time).
 
-Run: python bench/bench_realize.py [--against CHECKOUT] [--rounds 5] [--calls 200]
+Run: python bench/bench_realize.py [--against CHECKOUT] [--rounds 5] [--calls 200] [--cpu]
 """
 from __future__ import annotations
 import argparse, json, os, subprocess, sys, time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["matmul 16x16", "matmul_256", "conv2d_64x56", "softmax_4096x1024", "sum_16M", "elementwise_16M"]
+CASES = ["matmul 16x16", "relu 16x16", "matmul_256", "conv2d_64x56", "softmax_4096x1024", "sum_16M", "elementwise_16M"]
 
 def _median(xs: list[float]) -> float: return sorted(xs)[len(xs) // 2]
 
-def worker() -> None:
+def worker(cpu: bool) -> None:
   """Measure on request; JSON lines in, JSON lines out (this checkout comes from PYTHONPATH)."""
   import numpy as np
   from tilecraft import Tensor
@@ -28,6 +31,8 @@ def worker() -> None:
   from tilecraft.engine.realize import get_runner
   cases: dict[str, Any] = {c.key: (c.make_inputs, c.tilecraft_fn) for c in suite()}
   cases["matmul 16x16"] = (lambda r: [r.random((16, 16), dtype=np.float32), r.random((16, 16), dtype=np.float32)], lambda a, b: a @ b)
+  cases["relu 16x16"] = (lambda r: [r.random((16, 16), dtype=np.float32) for _ in range(3)], lambda a, b, c: (a * b + c).relu())
+  clock = time.process_time if cpu else time.perf_counter
   state: dict[str, Any] = {}
   out, sys.stdout = sys.stdout, sys.stderr
   print(json.dumps({"ready": True}), file=out, flush=True)
@@ -42,21 +47,21 @@ def worker() -> None:
       runners = [get_runner(si.ast, si.bufs[0].device) for si in items]
       state[name] = (fn, ts, items, runners)
     fn, ts, items, runners = state[name]
-    n = max(3, calls if name == "matmul 16x16" else calls // 20)
+    n = max(3, calls if name.endswith("16x16") else calls // 20)
     build, realize, call, kern = [], [], [], []
     for _ in range(n):
-      t0 = time.perf_counter(); o = fn(*ts); t1 = time.perf_counter(); o.realize(); t2 = time.perf_counter()
+      t0 = clock(); o = fn(*ts); t1 = clock(); o.realize(); t2 = clock()
       del o
-      t3 = time.perf_counter(); fn(*ts).realize(); t4 = time.perf_counter()
+      t3 = clock(); fn(*ts).realize(); t4 = clock()
       kern.append(sum(r(list(si.bufs), si.var_vals) or 0.0 for r, si in zip(runners, items)))
       build.append(t1 - t0); realize.append(t2 - t1); call.append(t4 - t3)
     print(json.dumps({"build": _median(build), "realize": _median(realize), "call": _median(call), "kernels": _median(kern)}), file=out, flush=True)
 
 class Worker:
-  def __init__(self, checkout: str):
+  def __init__(self, checkout: str, cpu: bool):
     env = {**os.environ, "PYTHONPATH": checkout}
     for k in ("DEBUG", "BEAM", "NOOPT"): env.pop(k, None)
-    self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"] + (["--cpu"] if cpu else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env=env, cwd=checkout)
     self.read()
   def read(self) -> dict:
@@ -75,13 +80,14 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--against", metavar="CHECKOUT", help="another tilecraft checkout to measure side by side")
   ap.add_argument("--rounds", type=int, default=5)
-  ap.add_argument("--calls", type=int, default=200, help="calls per round for the 16x16 matmul (bench workloads: 1/20 of it)")
+  ap.add_argument("--calls", type=int, default=200, help="calls per round for the 16x16 cases (bench workloads: 1/20 of it)")
+  ap.add_argument("--cpu", action="store_true", help="build/realize/call in process CPU time (kernels stay wall time)")
   ap.add_argument("-k", dest="only", action="append", help="only cases whose name contains this")
   ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args()
-  if args.worker: return worker()
+  if args.worker: return worker(args.cpu)
   checkouts = {"this": ROOT} | ({"against": os.path.abspath(args.against)} if args.against else {})
-  workers = {k: Worker(v) for k, v in checkouts.items()}
+  workers = {k: Worker(v, args.cpu) for k, v in checkouts.items()}
   names = [n for n in CASES if not args.only or any(s in n for s in args.only)]
   best: dict[tuple[str, str], dict] = {}
   for r in range(args.rounds):
@@ -92,8 +98,8 @@ def main() -> None:
         best[(k, n)] = m if prev is None else {f: min(prev[f], m[f]) for f in m}
   for w in workers.values(): w.close()
   for k, path in checkouts.items(): print(f"{k}: {path}")
-  print(f"medians per round, best of {args.rounds} rounds; kernels: the schedule's kernels alone (CompiledRunner); "
-        "overhead = call - kernels")
+  print(f"medians per round, best of {args.rounds} rounds; {'build/realize/call in process CPU time, ' if args.cpu else ''}"
+        "kernels: the schedule's kernels alone (CompiledRunner, wall time); overhead = call - kernels")
   print(f"{'case':20s} {'checkout':8s} {'build':>9s} {'realize':>9s} {'call':>9s} {'kernels':>9s} {'overhead':>9s} {'call/kern':>9s}")
   for n in names:
     for k in workers:

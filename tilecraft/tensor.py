@@ -424,9 +424,10 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     start_dim = self._axis(start_dim) if self.ndim else 0
     return self.reshape(self.shape[:start_dim] + (prod(self.shape[start_dim:]),))
   def permute(self, *order: Any) -> "Tensor":
-    order = tuple(self._axis(a) for a in _shape(order))
-    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute {order} is not a permutation of {self.ndim} axes")
-    return self._mv("permute", order) if order != tuple(range(self.ndim)) else self
+    n = self.ndim
+    order = tuple([self._axis(a, n) for a in _shape(order)])
+    if sorted(order) != list(range(n)): raise ValueError(f"permute {order} is not a permutation of {n} axes")
+    return self._mv("permute", order) if order != tuple(range(n)) else self
   def transpose(self, a: int = -2, b: int = -1) -> "Tensor":
     order = list(range(self.ndim))
     a, b = self._axis(a), self._axis(b)

@@ -24,6 +24,7 @@ def same_dim(a: sint, b: sint) -> bool:
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:
   """numpy broadcasting of two shapes (ValueError naming the clashing dim)."""
+  if a == b: return a
   n = max(len(a), len(b))
   pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
   out = []

@@ -105,3 +105,43 @@ def test_block_refusals():
   with pytest.raises(KernelOptError, match="store the reduce itself"): k.apply_opt(Opt(B, 0, 8))
   k = Kernel(Tensor.empty(16, 64).max(1).schedule()[-1].ast, Device["CPU"].renderer)
   with pytest.raises(KernelOptError, match="SUM"): k.apply_opt(Opt(B, 0, 8))
+
+# ---- column sums: rows in blocks across the column tiles, one parallel region --------------------
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_column_sums_block_rows_in_one_parallel_region(arch, rng):
+  a = rng.random((512, 768), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    si = Tensor(a).sum(0).schedule()[-1]
+    k = hand(si.ast)
+    assert (B, 0, 8) in opts(k) and any("blocks of 8" in r for r in k.applied_opts_reasons), opts(k)
+    src = k.to_program().src
+    # the block loop is outside the (only) output loop, which is shared out in one region without barriers
+    region, loop = src.index("#pragma omp parallel\n"), src.index("#pragma omp for schedule(static) nowait")
+    assert region < src.index("for (int ridx0") < loop < src.index("for (int gidx0")
+    np.testing.assert_allclose(Tensor(a).sum(0).numpy(), a.sum(0, dtype=np.float64), rtol=1e-5)
+
+def test_column_sums_with_uneven_thread_counts():
+  """Each thread must get the same column tiles in every block (static schedule): 3 and 7 threads
+  over a tile count they don't divide, in fresh processes."""
+  import subprocess, sys
+  code = ("import numpy as np; from tilecraft import Tensor\n"
+          "rng = np.random.default_rng(1)\n"
+          "for shape in ((512, 1088), (256, 4096), (1024, 48)):\n"
+          "  a = rng.random(shape, dtype=np.float32)\n"
+          "  for _ in range(3): np.testing.assert_allclose(Tensor(a).sum(0).numpy(), a.sum(0, dtype=np.float64), rtol=1e-5)\n")
+  for threads in ("3", "7"):
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": threads}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+@pytest.mark.parametrize("seq", [[(U, 0, 8), (B, 0, 4)], [(B, 0, 16)], [(U, 0, 4), (U, 0, 4), (B, 0, 2), (R, 1, 2)]])
+def test_block_with_one_output_loop_matches_numpy(seq, rng):
+  """BLOCK on kernels whose only output loop is parallel: the block loop runs outside it."""
+  a = rng.random((256, 512), dtype=np.float32)
+  si = Tensor(a).sum(0).schedule()[-1]
+  k = Kernel(si.ast, Device["CPU"].renderer)
+  for o in seq: k.apply_opt(Opt(*o))
+  src = k.to_program().src
+  assert src.index("for (int ridx0") < src.index("for (int gidx0"), src
+  np.testing.assert_allclose(run(k, [a], 512), a.sum(0, dtype=np.float64), rtol=1e-5)

@@ -28,7 +28,7 @@ def test_big_elementwise_output_streams_and_fences(arch):
     op = "_mm512_stream_ps" if cpu_target().isa == "AVX-512" else "_mm256_stream_ps"
   assert "tc_stream_float" in src and op in src
   # each thread fences after its share of the loop (nowait), before the region's closing barrier
-  loop, fence = src.index("#pragma omp for nowait"), src.index("_mm_sfence();")
+  loop, fence = src.index("#pragma omp for schedule(static) nowait"), src.index("_mm_sfence();")
   assert src.index("#pragma omp parallel\n") < loop < fence
 
 def test_small_output_stores_plainly_unless_asked():

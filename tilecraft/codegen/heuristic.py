@@ -70,6 +70,7 @@ def _tensor_cores(k: Any) -> bool:
 # moving on: this avoids re-reading B from L3 for every row tile, and the cache-set conflicts of
 # a power-of-two row pitch.
 TILE_ROWS, TILE_VECTORS = 8, 2
+COLUMN_BLOCK = 8  # rows per block of a column-style reduce (column sums), see hand_coded_optimizations
 
 def _input_strides(k: Any) -> list[tuple]:
   return [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
@@ -222,6 +223,11 @@ def hand_coded_optimizations(k: Any) -> Any:
         for amt in (16, 8, 4):
           if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 256:
             if _try(k, Opt(OptOps.UPCAST, axis, amt), f"strided reduce: {amt}x more output columns per row read"): break
+        # rows in blocks, each block walked across all of a thread's column tiles: a tile reads only a
+        # few cache lines of each row (of each page), too few for the prefetcher; a block reads whole rows
+        red = k.full_shape[k.first_reduce]
+        if k.first_upcast - k.first_reduce == 1 and isinstance(red, int) and red > COLUMN_BLOCK and red % COLUMN_BLOCK == 0:
+          _try(k, Opt(OptOps.BLOCK, 0, COLUMN_BLOCK), f"strided reduce: rows in blocks of {COLUMN_BLOCK}, each read across all column tiles (whole rows)")
 
   # GPU workgroups: up to 3 local axes, at most 128 threads
   if ren.has_local and not k.dont_use_locals and k.group_for_reduces == 0:

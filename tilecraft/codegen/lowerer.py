@@ -102,13 +102,18 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
       work = prod(shape)
       parallel = not isinstance(work, int) or work >= 1 << 15
       parent: Optional[UOp] = None
+      # BLOCK with one output loop (column sums: its tiles): the block loop goes outside it, so each
+      # thread walks a block of rows across all its tiles (whole pages of each row, not a few lines)
+      loops = [i for i in range(self.first_reduce) if not (isinstance(shape[i], int) and shape[i] == 1)]
+      if self.block_axis is not None and len(loops) == 1: parent = self._make_block_range(None)
+      first = True
       for i in range(self.first_reduce):
         v = var(f"gidx{i}", shape[i])
         self.idx_vars[i] = v
         if isinstance(v, Variable):
-          r = self._range(shape[i], parent, ("parallel" if parent is None and parallel else "global", i))
+          r = self._range(shape[i], parent, ("parallel" if first and parallel else "global", i))
           self.varmap[v] = r
-          parent = r
+          parent, first = r, False
           if self.block_axis is not None and self.block_range is None: parent = self._make_block_range(parent)
       if self.block_axis is not None and self.block_range is None: parent = self._make_block_range(parent)
       self.outer_range = parent
@@ -127,7 +132,8 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
 
   def _make_block_range(self, parent: Optional[UOp]) -> UOp:
     """BLOCK: the loop over blocks of the reduce, inside the outermost output loop and around the
-    other output loops; the accumulators live inside it (see lower_store)."""
+    other output loops (outside the output loop when there is only one); the accumulators live
+    inside it (see lower_store)."""
     a = self.block_axis
     assert a is not None
     v = Variable(f"ridx{a}", 0, _ceil(self.shape[a]) - 1)

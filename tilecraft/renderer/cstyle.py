@@ -28,9 +28,11 @@ class CStyleLanguage(Renderer):
   type_names: dict[DType, str] = {}
   float4_ctor: str = "({vt}){{{vals}}}"
   parallel_pragma: Optional[str] = None
-  # a kernel with streaming stores (`streaming_stores`) runs its parallel loop as (region pragma, loop
-  # pragma without the closing barrier), each thread running `store_fence` after its share
-  fenced_parallel_pragmas: Optional[tuple[str, str]] = None
+  # (region pragma, loop pragma): a parallel region, and the parallel loop shared out inside it
+  # without a barrier at its end, by a schedule that gives each thread the same iterations every
+  # time the loop runs. Used when the parallel loop is inside serial loops (`parallel_region`), and
+  # for streaming stores (`streaming_stores`), which each thread fences (`store_fence`) at the end
+  region_pragmas: Optional[tuple[str, str]] = None
   store_fence: str = ""
   vector_dtypes: frozenset = frozenset()
   vector_alu: frozenset = frozenset()
@@ -110,6 +112,32 @@ class CStyleLanguage(Renderer):
     return "\n".join(prelude + [f"{self.kernel_prefix}void {name}({', '.join(params)}) {{"] + body + ["}"]) + "\n"
 
   def prelude(self, uops: list[UOp]) -> list[str]: return []
+  def parallel_region(self, uops: list[UOp], streams: frozenset) -> Optional[tuple[UOp, UOp]]:
+    """(the RANGE the parallel region opens at, the parallel RANGE), when the kernel runs one region
+    (region_pragmas): the parallel loop nested in serial loops (a BLOCKed reduce with one output
+    loop), or streaming stores. Every thread runs the serial loops around the parallel one, so what
+    they hold outside it must be thread-safe: index math and loads of buffers nobody writes. None:
+    a plain parallel loop (a new team each time it runs)."""
+    if self.region_pragmas is None: return None
+    stack: list[UOp] = []
+    opener, inner = None, None
+    for u in uops:
+      if u.op is UOps.RANGE:
+        if u.arg[0] == "parallel": opener, inner = (stack[0] if stack else u), u
+        stack.append(u)
+      elif u.op is UOps.ENDRANGE: stack.pop()
+      if inner is not None: break
+    if inner is None or opener is None or (opener is inner and not streams): return None
+    stored = {u.src[0] for u in uops if u.op is UOps.STORE}
+    inside = False  # in the region's loops but outside the parallel loop: run by every thread
+    for u in uops:
+      if u is inner: inside = False
+      elif u is opener: inside = True
+      elif u.op is UOps.ENDRANGE and u.src[0] is opener: break
+      elif u.op is UOps.ENDRANGE and u.src[0] is inner: inside = True
+      elif inside and (u.op not in (UOps.RANGE, UOps.ENDRANGE, UOps.CONST, UOps.ALU, UOps.CAST, UOps.BITCAST, UOps.GEP, UOps.VECTORIZE, UOps.LOAD) or
+                       (u.op is UOps.LOAD and u.src[0] in stored)): return None
+    return opener, inner
   def streaming_stores(self, uops: list[UOp]) -> frozenset:
     """The STOREs to render as streaming (non-temporal) stores, which bypass the caches: none by default."""
     return frozenset()
@@ -135,7 +163,9 @@ class CStyleLanguage(Renderer):
     body: list[str] = []
     depth = 1
     streams = self.streaming_stores(uops)
-    fenced: set[UOp] = set()  # parallel loops whose threads fence their streaming stores at the end
+    region = self.parallel_region(uops, streams)
+    # each thread must fence its own streaming stores: only where the kernel runs one region, or no threads
+    if region is None and any(u.op is UOps.RANGE and u.arg[0] == "parallel" for u in uops): streams = frozenset()
     counts: Counter = Counter()
     def fresh(prefix: str) -> str:
       counts[prefix] += 1
@@ -167,20 +197,20 @@ class CStyleLanguage(Renderer):
       elif op is UOps.RANGE:
         n = fresh("ridx" if u.arg[0] == "reduce" else "gidx")
         r[u] = n
-        if u.arg[0] == "parallel" and streams and self.fenced_parallel_pragmas:
-          body.append(self.fenced_parallel_pragmas[0])
+        if region is not None and u is region[0]:
+          assert self.region_pragmas is not None
+          body.append(self.region_pragmas[0])
           emit("{")
           depth += 1
-          body.append(self.fenced_parallel_pragmas[1])
-          fenced.add(u)
+        if region is not None and u is region[1]: body.append(self.region_pragmas[1])  # type: ignore[index]
         elif u.arg[0] == "parallel" and self.parallel_pragma: body.append(self.parallel_pragma)
         emit(f"for ({self.render_dtype(dt)} {n} = {r[src[0]]}; {n} < {r[src[1]]}; {n}++) {{")
         depth += 1
       elif op is UOps.ENDRANGE:
         depth -= 1
         emit("}")
-        if src[0] in fenced:
-          emit(self.store_fence)
+        if region is not None and src[0] is region[0]:
+          if streams: emit(self.store_fence)
           depth -= 1
           emit("}")
       elif op is UOps.IF:
@@ -332,7 +362,9 @@ class CRenderer(CStyleLanguage):
   # vector stores of an x86 target to a buffer the kernel never reads, outside reduce loops, with an
   # index that is a multiple of the vector width; each store checks the address's alignment at run
   # time and falls back to a plain store (a buffer may start anywhere).
-  fenced_parallel_pragmas = ("#pragma omp parallel", "#pragma omp for nowait")
+  # static schedule: the same iterations to the same thread each time (OpenMP guarantees it for
+  # loops of equal trip count in one region), so a blocked reduce needs no barrier between blocks
+  region_pragmas = ("#pragma omp parallel", "#pragma omp for schedule(static) nowait")
   store_fence = "_mm_sfence();"
   # bytes one kernel writes to a buffer from which its stores stream (a smaller output may be read
   # back from cache by the next kernel); `CPU_STREAM_MIN_BYTES` overrides it (0: whenever allowed)

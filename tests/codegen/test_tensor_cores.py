@@ -267,12 +267,33 @@ def test_optimized_ast_has_wmma(rng):
 # ---- search and fuzzer ----------------------------------------------------------------------------
 
 def test_beam_actions_offer_tc_on_targets_with_tensor_cores(rng):
-  from tilecraft.engine.search.actions import ACTIONS, get_kernel_actions
+  from tilecraft.engine.search.actions import get_kernel_actions
   ast = _mm(rng, 64, 64, 64)
-  with_tc = get_kernel_actions(Kernel(ast, opts=fake(OpenCLRenderer, "AMD")))
-  tc_kernels = [k for i, k in with_tc.items() if i and ACTIONS[i - 1].op is OptOps.TC]
+  tc_kernels = [k for i, k in get_kernel_actions(Kernel(ast, opts=fake(OpenCLRenderer, "AMD"))).items() if i and k.applied_opts[0].op is OptOps.TC]
   assert tc_kernels and all(k.tensor_core is not None for k in tc_kernels)
-  assert not any(i and ACTIONS[i - 1].op is OptOps.TC for i in get_kernel_actions(Kernel(ast, opts=OpenCLRenderer())))
+  assert not any(i and k.applied_opts[0].op is OptOps.TC for i, k in get_kernel_actions(Kernel(ast, opts=OpenCLRenderer())).items())
+  k = Kernel(ast, opts=fake(OpenCLRenderer, "AMD"))
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 2))
+  assert not any(k2.applied_opts[-1].op is OptOps.TC for k2 in get_kernel_actions(k, include_0=False).values()), "TC only as the first opt"
+
+@pytest.mark.parametrize("vendor", ["CUDA", "METAL"])
+def test_beam_actions_offer_every_tc_candidate_of_a_conv(vendor, rng):
+  """A 3x3 conv has 9 (N, M, reduce) candidates (3 N axes x 1 M axis x 3 reduce axes): the search
+  offers each one that applies (with some tc_opt), not only the first few."""
+  from tilecraft.engine.search.actions import get_kernel_actions, signature
+  k = Kernel(conv_case(rng)[0], opts=fake(OpenCLRenderer, vendor))
+  n = len(tc_choices(k, 2)[3])
+  assert n == 9
+  want = set()
+  for ax in range(n):
+    for tc_opt in (0, 1, 2):
+      kc = k.copy()
+      try: kc.apply_opt(Opt(OptOps.TC, ax, tc_opt))
+      except KernelOptError: continue
+      want.add(signature(kc))
+  offered = {signature(k2) for k2 in get_kernel_actions(k, include_0=False).values() if k2.applied_opts[0].op is OptOps.TC}
+  assert offered == want and max(k2.applied_opts[0].axis for k2 in get_kernel_actions(k, include_0=False).values()
+                                 if k2.applied_opts[0].op is OptOps.TC) >= 3
 
 def test_fuzzer_samples_tc_first_and_they_match(rng):
   """random_opts starts with a TC opt on targets with tensor cores; the sequences run right (use 2, CPU)."""

@@ -17,10 +17,20 @@ def _make_actions() -> list[Opt]:
   acts += [Opt(OptOps.SWAP, ax, other) for ax in range(5) for other in range(ax + 1, 6)]
   acts += [Opt(OptOps.BLOCK, ax, amt) for ax in range(2) for amt in (64, 128, 256, 512)]  # CPU reduce blocking
   acts += [Opt(OptOps.NOLOCALS)]
-  acts += [Opt(OptOps.TC, ax, tc_opt) for ax in range(3) for tc_opt in (0, 1, 2)]  # only offered where the renderer has tensor cores
-  return acts
+  return acts  # TC actions depend on the kernel: see tc_actions
 
 ACTIONS: list[Opt] = _make_actions()
+TC_OPTS = (0, 1, 2)
+
+def tc_actions(kernel: Kernel) -> list[Opt]:
+  """The TC actions for a kernel with no opts yet, on a target with tensor cores: every (N, M, reduce)
+  candidate (a conv has up to 9, more with more axes) with every tc_opt. Empty where TC can't apply
+  at all, so a kernel without the MUL->SUM pattern costs one check, not a refused try per action."""
+  if kernel.applied_opts or not getattr(kernel.opts, "tensor_cores", None): return []
+  from tilecraft.codegen.tensor_cores import tc_choices
+  try: n = len(tc_choices(kernel, max(TC_OPTS))[3])
+  except KernelOptError: return []
+  return [Opt(OptOps.TC, ax, tc_opt) for ax in range(n) for tc_opt in TC_OPTS]
 _LOCAL_OPS = (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.NOLOCALS)
 
 def signature(k: Kernel) -> tuple:
@@ -49,16 +59,16 @@ def kernel_caps_ok(k: Kernel, max_upcast: int = 256, max_lanes: int = 1024, max_
 
 def get_kernel_actions(kernel: Kernel, include_0: bool = True, max_upcast: int = 256, max_lanes: int = 1024,
                        max_threads: Optional[int] = None) -> dict[int, Kernel]:
-  """Every kernel one action away: {i + 1: kernel with ACTIONS[i] applied}, plus {0: kernel} when
-  include_0. Each is `copy()` + `apply_opt`; refusals, kernels over the caps (see kernel_caps_ok)
-  and actions that change nothing or repeat another action's result are left out."""
+  """Every kernel one action away: {i + 1: kernel with ACTIONS[i] applied} and {len(ACTIONS) + 1 + j:
+  kernel with tc_actions(kernel)[j] applied}, plus {0: kernel} when include_0. Each is `copy()` +
+  `apply_opt`; refusals, kernels over the caps (see kernel_caps_ok) and actions that change nothing
+  or repeat another action's result are left out."""
   out: dict[int, Kernel] = {0: kernel} if include_0 else {}
   seen = {signature(kernel)}
   ren = kernel.opts
-  for i, act in enumerate(ACTIONS):
-    if act.op is OptOps.TC and (not getattr(ren, "tensor_cores", None) or kernel.applied_opts): continue
+  for i, act in enumerate(ACTIONS + tc_actions(kernel)):
     if act.op in _LOCAL_OPS and not ren.has_local: continue
-    if act.axis is not None and act.op is not OptOps.SWAP and act.real_axis(kernel) >= kernel.shape_len: continue
+    if act.axis is not None and act.op not in (OptOps.SWAP, OptOps.TC) and act.real_axis(kernel) >= kernel.shape_len: continue
     k = kernel.copy()
     try: k.apply_opt(act, reason="beam search")
     except KernelOptError: continue

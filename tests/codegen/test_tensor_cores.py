@@ -1,7 +1,7 @@
 """Tensor cores: the vendor layouts against the vendors' own formulas, the TC opt's refusals (each
 leaving the kernel unchanged), and TC kernels against numpy: use 2 (plain MUL/SUM in the TC
 layout) on CPU and OPENCL, use 3 (the instruction emulated through local memory in the vendor's
-register layout) on OPENCL. use 1 (the real instruction) runs on the PYTHON emulator
+register layout) on OPENCL and on CPU (one thread holds the warp, staging through a stack array). use 1 (the real instruction) runs on the PYTHON emulator
 (tests/runtime) and compiles for CUDA/HIP (tests/renderer)."""
 import copy
 import numpy as np
@@ -144,6 +144,35 @@ def test_use2_cpu_every_axis(vendor, rng):
       k, got = run_tc(ast, inputs, ren, "CPU", 2, ax, tc_opt)
       np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=f"axis {ax} {k.colored_shape()}")
 
+@pytest.mark.parametrize("vendor", ["CUDA", "AMD", "METAL"])
+def test_use3_cpu_one_thread_holds_the_warp(vendor, rng):
+  """use 3 on CPU (no threads): the lane axes are expanded lanes, so one thread holds the whole warp,
+  stages every lane's fragments through a stack array (private to each OpenMP thread) and reads back
+  what each lane's C registers need from where the vendor layout puts it. Metal on every case and
+  axis; CUDA and AMD (a 2048 / 4096 multiply-add step, slow to compile) on one parallel matmul."""
+  ren = fake(CRenderer, vendor)
+  dt = VENDOR_DT[vendor]
+  todo = [(matmul_case(rng, 32, 32, 32, dt), 0)]
+  if vendor == "METAL": todo += [(matmul_case(rng, 61, 67, 45, dt), 2), (conv_case(rng, dt), 1), (cast_case(rng), 1)]
+  for (ast, inputs, want), tc_opt in todo:
+    axes = accepted_axes(ast, ren, tc_opt)
+    for ax in axes if vendor == "METAL" else axes[:1]:
+      k, got = run_tc(ast, inputs, ren, "CPU", 3, ax, tc_opt)
+      src = k.to_program().src
+      assert "#pragma omp" not in src or "private(tc" in src, "a stack array shared by OpenMP threads"
+      np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=f"axis {ax} {k.colored_shape()}")
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("vendor,case", [("AMD", "61x67x45"), ("CUDA", "conv")])
+def test_use2_opencl(vendor, case, rng):
+  """use 2 on OPENCL (the lanes are real work-items): padded non-multiples (tc_opt 2), a conv with
+  several reduce axes (tc_opt 1), on the last accepted axis."""
+  ren = fake(OpenCLRenderer, vendor)
+  (ast, inputs, want), tc_opt = (matmul_case(rng, 61, 67, 45), 2) if case == "61x67x45" else (conv_case(rng), 1)
+  k, got = run_tc(ast, inputs, ren, "OPENCL", 2, accepted_axes(ast, ren, tc_opt)[-1], tc_opt)
+  assert k.local_dims == 5
+  np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=k.colored_shape())
+
 @pytest.mark.opencl
 @pytest.mark.parametrize("vendor,extra", [("METAL", [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UPCAST, 1, 2)]), ("CUDA", [])])
 def test_use3_opencl_through_local_memory(vendor, extra, rng):
@@ -154,13 +183,13 @@ def test_use3_opencl_through_local_memory(vendor, extra, rng):
   k, got = run_tc(ast, inputs, ren, "OPENCL", 3, 0, 0, extra)
   np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=k.colored_shape())
 
-@pytest.mark.opencl
-def test_use3_catches_a_wrong_operand_layout(rng, monkeypatch):
+@pytest.mark.parametrize("device", ["CPU", pytest.param("OPENCL", marks=pytest.mark.opencl)])
+def test_use3_catches_a_wrong_operand_layout(device, rng, monkeypatch):
   """use 3 reads A and B back where the vendor layout says they are: a kernel that gathers A's fragment
   in another layout (two of A's lane bits swapped) gives wrong results there, while use 2 doesn't notice."""
   import tilecraft.codegen.tensor_cores as tcm
   ast, inputs, want = matmul_case(rng, 32, 32, 32, np.float32)
-  ren = fake(OpenCLRenderer, "METAL")
+  ren = fake(OpenCLRenderer if device == "OPENCL" else CRenderer, "METAL")
   good = tcm._operand_view
   def swapped(k, frag, other):
     perm, regs = good(k, frag, other)
@@ -169,7 +198,9 @@ def test_use3_catches_a_wrong_operand_layout(rng, monkeypatch):
       perm[lanes[-1]], perm[lanes[-2]] = perm[lanes[-2]], perm[lanes[-1]]
     return perm, regs
   monkeypatch.setattr(tcm, "_operand_view", swapped)
-  _, got = run_tc(ast, inputs, ren, "OPENCL", 3, 0, 0)
+  _, got = run_tc(ast, inputs, ren, device, 2, 0, 0)
+  np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast))
+  _, got = run_tc(ast, inputs, ren, device, 3, 0, 0)
   assert not np.allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast))
 
 # ---- refusals: KernelOptError, kernel unchanged -----------------------------------------------------
@@ -224,6 +255,10 @@ def test_refuse_tc_not_first_and_bad_axis(rng):
   refuse(Kernel(_mm(rng), opts=ren), lambda k: k.apply_opt(Opt(OptOps.TC, 0, 3)), "tc_opt must be")
   refuse(Kernel(_mm(rng), opts=CRenderer()), lambda k: k.apply_tensor_cores(1), "no tensor cores")
   refuse(Kernel(_mm(rng), opts=fake(CRenderer, "CUDA")), lambda k: k.apply_tensor_cores(1), "needs a target with workgroups")
+  from tilecraft.renderer.llvmir import LLVMRenderer  # no workgroups and no stack arrays: use 3 has nowhere to stage
+  refuse(Kernel(_mm(rng), opts=fake(LLVMRenderer, "CUDA")), lambda k: k.apply_tensor_cores(3), "use 3 needs local memory")
+  class NoShared(OpenCLRenderer): has_shared, tensor_cores = False, TENSOR_CORES["CUDA"]
+  refuse(Kernel(_mm(rng), opts=NoShared()), lambda k: k.apply_tensor_cores(3), "use 3 needs local memory")
   # a refused extra opt undoes the TC opt too
   refuse(Kernel(_mm(rng), opts=ren), lambda k: k.apply_tensor_cores(1, extra_opts=[Opt(OptOps.UPCAST, 0, 7)]), "does not divide")
 

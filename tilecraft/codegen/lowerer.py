@@ -55,7 +55,10 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
     self.upcast_axes = list(range(self.first_upcast, n))
     self.magenta = [a for a in self.upcast_axes if k.full_shape[a] != k.output_shape[a]]
     self.vax = self._pick_vector_axis()
-    self.lane_axes = [a for a in self.upcast_axes if a != self.vax]
+    # use 3 on a target without threads (CPU): the tensor core's lane axes are expanded lanes, not
+    # loops, so one thread holds a whole warp and can stage its fragments through a stack array
+    self.warp_axes: list[int] = self._warp_axes()
+    self.lane_axes = self.warp_axes + [a for a in self.upcast_axes if a != self.vax]
     self.W = self.shape[self.vax] if self.vax is not None else 1
     self.vlane = Variable("_vlane", 0, self.W - 1) if self.vax is not None else None
     self.varmap: dict[Variable, UOp] = {}
@@ -93,6 +96,12 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
       if best is None or score > best[0]: best = (score, a)
     return best[1] if best is not None else None
 
+  def _warp_axes(self) -> list[int]:
+    st = getattr(self.k, "tensor_core_opts", None)
+    if st is None or st.use != 3 or self.ren.has_local: return []
+    from tilecraft.codegen.tensor_cores import tc_axes
+    return tc_axes(self.k)[0]
+
   def _make_index_vars(self) -> None:
     shape = self.shape
     def var(name: str, s: sint) -> sint: return 0 if s == 1 else Variable(name, 0, _ceil(s) - 1)
@@ -108,6 +117,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
       if self.block_axis is not None and len(loops) == 1: parent = self._make_block_range(None)
       first = True
       for i in range(self.first_reduce):
+        if i in self.warp_axes: continue  # expanded lanes: set per lane (index)
         v = var(f"gidx{i}", shape[i])
         self.idx_vars[i] = v
         if isinstance(v, Variable):

@@ -87,8 +87,11 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   _check(k.local_dims == 0 and k.upcasted == 0 and k.group_for_reduces == 0 and not k.dont_use_locals, "TC must be the first opt")
   tc, a_src, b_src, choices = tc_choices(k, tc_opt)
   _check(isinstance(axis, int) and 0 <= axis < len(choices), f"TC: axis {axis} is not one of the {len(choices)} (N, M, reduce) choices")
-  _check(use == 2 or k.opts.has_local, f"TC: use {use} needs a target with workgroups (locals)")
-  _check(use != 3 or k.opts.has_shared, "TC: use 3 needs local memory")
+  _check(use != 1 or k.opts.has_local, "TC: use 1 needs a target with workgroups (locals): the lanes are threads")
+  # use 3 stages fragments through local memory; without workgroups one thread holds the whole warp
+  # and stages through a stack array (see codegen/lower_wmma.py)
+  _check(use != 3 or (k.opts.has_shared if k.opts.has_local else getattr(k.opts, "stack_arrays", False)),
+         f"TC: use 3 needs local memory (or, without workgroups, thread-private arrays): {type(k.opts).__name__} has neither")
   n_ax, m_ax, k_ax = choices[axis]
   tiles = dict(zip((n_ax, m_ax, k_ax), tc.dims))
   before = [k.full_shape[a] for a in (n_ax, m_ax, k_ax)]

@@ -25,6 +25,9 @@ class Renderer:
   supports_float4: bool = True
   has_local: bool = True
   has_shared: bool = True
+  # without workgroups (has_local False): fixed-size arrays private to one thread (a C stack array);
+  # TC use 3 stages a warp's fragments there, all its lanes being expanded lanes of one thread
+  stack_arrays: bool = False
   global_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
   local_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
   shared_max: int = 32768

@@ -167,6 +167,7 @@ class CStyleLanguage(Renderer):
     # each thread must fence its own streaming stores: only where the kernel runs one region, or no threads
     if region is None and any(u.op is UOps.RANGE and u.arg[0] == "parallel" for u in uops): streams = frozenset()
     counts: Counter = Counter()
+    arrays: list[str] = []  # DEFINE_LOCALs so far
     def fresh(prefix: str) -> str:
       counts[prefix] += 1
       return f"{prefix}{counts[prefix] - 1}"
@@ -189,6 +190,7 @@ class CStyleLanguage(Renderer):
         args.append((r[u], dt, False))
       elif op is UOps.DEFINE_LOCAL:
         r[u] = u.arg[0]
+        arrays.append(u.arg[0])
         emit(self.render_local(u.arg[0], dt.base if isinstance(dt, PtrDType) else dt, u.arg[1]))
       elif op is UOps.CONST: r[u] = self.render_const(u.arg, dt)
       elif op is UOps.SPECIAL:
@@ -197,13 +199,14 @@ class CStyleLanguage(Renderer):
       elif op is UOps.RANGE:
         n = fresh("ridx" if u.arg[0] == "reduce" else "gidx")
         r[u] = n
+        private = f" private({', '.join(arrays)})" if arrays else ""  # arrays declared outside the threads are per-thread
         if region is not None and u is region[0]:
           assert self.region_pragmas is not None
-          body.append(self.region_pragmas[0])
+          body.append(self.region_pragmas[0] + private)
           emit("{")
           depth += 1
         if region is not None and u is region[1]: body.append(self.region_pragmas[1])  # type: ignore[index]
-        elif u.arg[0] == "parallel" and self.parallel_pragma: body.append(self.parallel_pragma)
+        elif u.arg[0] == "parallel" and self.parallel_pragma: body.append(self.parallel_pragma + private)
         emit(f"for ({self.render_dtype(dt)} {n} = {r[src[0]]}; {n} < {r[src[1]]}; {n}++) {{")
         depth += 1
       elif op is UOps.ENDRANGE:
@@ -330,6 +333,7 @@ class CRenderer(CStyleLanguage):
   local_max = None
   supports_float4 = True
   parallel_pragma = "#pragma omp parallel for"
+  stack_arrays = True
   type_names = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
                 dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
                 dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
@@ -338,6 +342,9 @@ class CRenderer(CStyleLanguage):
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
                           BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
   vector_masks = True  # bool vectors are int vectors (int16 for 16 lanes): a vector compare's -1/0, or 0/1 lanes
+  # the only DEFINE_LOCAL/BARRIER a CPU kernel has: TC use 3's staging of a warp held by one thread
+  def render_local(self, name: str, dt: DType, size: int) -> str: return f"{self.render_dtype(dt)} {name}[{size}];"
+  def render_barrier(self) -> str: return "/* barrier: the warp's lanes all run in this thread, in order */"
   def render_alu(self, op: Any, srcs: list[str], dt: DType, src_dt: DType) -> str:
     if op is BinaryOps.MAX and dt.count > 1: return f"tc_max_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]})"
     if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) and dt.count > 1:

@@ -55,7 +55,9 @@ def worker(cpu: bool) -> None:
       t3 = clock(); fn(*ts).realize(); t4 = clock()
       kern.append(sum(r(list(si.bufs), si.var_vals) or 0.0 for r, si in zip(runners, items)))
       build.append(t1 - t0); realize.append(t2 - t1); call.append(t4 - t3)
-    print(json.dumps({"build": _median(build), "realize": _median(realize), "call": _median(call), "kernels": _median(kern)}), file=out, flush=True)
+    pair = [c / max(k, 1e-9) for c, k in zip(call, kern)]  # each call over the kernels run right after it: load drifts cancel
+    print(json.dumps({"build": _median(build), "realize": _median(realize), "call": _median(call), "kernels": _median(kern),
+                      "pair": _median(pair)}), file=out, flush=True)
 
 class Worker:
   def __init__(self, checkout: str, cpu: bool):
@@ -99,13 +101,14 @@ def main() -> None:
   for w in workers.values(): w.close()
   for k, path in checkouts.items(): print(f"{k}: {path}")
   print(f"medians per round, best of {args.rounds} rounds; {'build/realize/call in process CPU time, ' if args.cpu else ''}"
-        "kernels: the schedule's kernels alone (CompiledRunner, wall time); overhead = call - kernels")
-  print(f"{'case':20s} {'checkout':8s} {'build':>9s} {'realize':>9s} {'call':>9s} {'kernels':>9s} {'overhead':>9s} {'call/kern':>9s}")
+        "kernels: the schedule's kernels alone (CompiledRunner, wall time); overhead = call - kernels; "
+        "pairs: median over calls of (that call / the kernels run right after it)")
+  print(f"{'case':20s} {'checkout':8s} {'build':>9s} {'realize':>9s} {'call':>9s} {'kernels':>9s} {'overhead':>9s} {'call/kern':>9s} {'pairs':>7s}")
   for n in names:
     for k in workers:
       m = best[(k, n)]
       print(f"{n:20s} {k:8s} " + " ".join(f"{m[f]*1e3:6.3f} ms" for f in ("build", "realize", "call", "kernels")) +
-            f" {(m['call'] - m['kernels'])*1e3:6.3f} ms {m['call'] / max(m['kernels'], 1e-9):8.2f}x")
+            f" {(m['call'] - m['kernels'])*1e3:6.3f} ms {m['call'] / max(m['kernels'], 1e-9):8.2f}x {m['pair']:6.2f}x")
     if args.against:
       a, b = best[("this", n)], best[("against", n)]
       print(f"{'':20s} {'ratio':8s} {b['build']/a['build']:8.2f}x {b['realize']/a['realize']:8.2f}x {b['call']/a['call']:8.2f}x   (against / this)")

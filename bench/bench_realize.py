@@ -28,11 +28,17 @@ def worker(cpu: bool) -> None:
   import numpy as np
   from tilecraft import Tensor
   from tilecraft.cli.suite import suite
+  from tilecraft.device import CompiledRunner
   from tilecraft.engine.realize import get_runner
   cases: dict[str, Any] = {c.key: (c.make_inputs, c.tilecraft_fn) for c in suite()}
   cases["matmul 16x16"] = (lambda r: [r.random((16, 16), dtype=np.float32), r.random((16, 16), dtype=np.float32)], lambda a, b: a @ b)
   cases["relu 16x16"] = (lambda r: [r.random((16, 16), dtype=np.float32) for _ in range(3)], lambda a, b, c: (a * b + c).relu())
   clock = time.process_time if cpu else time.perf_counter
+  launch, in_kernels = CompiledRunner.__call__, [0.0]
+  def counted_launch(self: Any, *args: Any, **kw: Any) -> Any:  # this thread's CPU time inside kernel launches
+    c = time.thread_time()
+    try: return launch(self, *args, **kw)
+    finally: in_kernels[0] += time.thread_time() - c
   state: dict[str, Any] = {}
   out, sys.stdout = sys.stdout, sys.stderr
   print(json.dumps({"ready": True}), file=out, flush=True)
@@ -48,16 +54,21 @@ def worker(cpu: bool) -> None:
       state[name] = (fn, ts, items, runners)
     fn, ts, items, runners = state[name]
     n = max(3, calls if name.endswith("16x16") else calls // 20)
-    build, realize, call, kern = [], [], [], []
+    build, realize, call, kern, py = [], [], [], [], []
     for _ in range(n):
       t0 = clock(); o = fn(*ts); t1 = clock(); o.realize(); t2 = clock()
       del o
       t3 = clock(); fn(*ts).realize(); t4 = clock()
       kern.append(sum(r(list(si.bufs), si.var_vals) or 0.0 for r, si in zip(runners, items)))
       build.append(t1 - t0); realize.append(t2 - t1); call.append(t4 - t3)
+      CompiledRunner.__call__, in_kernels[0] = counted_launch, 0.0  # type: ignore[method-assign]
+      try:
+        c0 = time.thread_time(); fn(*ts).realize(); c1 = time.thread_time()
+      finally: CompiledRunner.__call__ = launch  # type: ignore[method-assign]
+      py.append(c1 - c0 - in_kernels[0])
     pair = [c / max(k, 1e-9) for c, k in zip(call, kern)]  # each call over the kernels run right after it: load drifts cancel
     print(json.dumps({"build": _median(build), "realize": _median(realize), "call": _median(call), "kernels": _median(kern),
-                      "pair": _median(pair)}), file=out, flush=True)
+                      "pair": _median(pair), "py": _median(py)}), file=out, flush=True)
 
 class Worker:
   def __init__(self, checkout: str, cpu: bool):
@@ -102,13 +113,17 @@ def main() -> None:
   for k, path in checkouts.items(): print(f"{k}: {path}")
   print(f"medians per round, best of {args.rounds} rounds; {'build/realize/call in process CPU time, ' if args.cpu else ''}"
         "kernels: the schedule's kernels alone (CompiledRunner, wall time); overhead = call - kernels; "
-        "pairs: median over calls of (that call / the kernels run right after it)")
-  print(f"{'case':20s} {'checkout':8s} {'build':>9s} {'realize':>9s} {'call':>9s} {'kernels':>9s} {'overhead':>9s} {'call/kern':>9s} {'pairs':>7s}")
+        "pairs: median over calls of (that call / the kernels run right after it); "
+        "py: the calling thread's CPU time in a call outside its kernel launches (Python: build, schedule, launch bookkeeping; "
+        "steady under load); 1+py/kern: the ratio that implies")
+  print(f"{'case':20s} {'checkout':8s} {'build':>9s} {'realize':>9s} {'call':>9s} {'kernels':>9s} {'overhead':>9s} {'call/kern':>9s} {'pairs':>7s}"
+        f" {'py':>9s} {'1+py/kern':>9s}")
   for n in names:
     for k in workers:
       m = best[(k, n)]
       print(f"{n:20s} {k:8s} " + " ".join(f"{m[f]*1e3:6.3f} ms" for f in ("build", "realize", "call", "kernels")) +
-            f" {(m['call'] - m['kernels'])*1e3:6.3f} ms {m['call'] / max(m['kernels'], 1e-9):8.2f}x {m['pair']:6.2f}x")
+            f" {(m['call'] - m['kernels'])*1e3:6.3f} ms {m['call'] / max(m['kernels'], 1e-9):8.2f}x {m['pair']:6.2f}x"
+            f" {m['py']*1e3:6.3f} ms {1 + m['py'] / max(m['kernels'], 1e-9):8.2f}x")
     if args.against:
       a, b = best[("this", n)], best[("against", n)]
       print(f"{'':20s} {'ratio':8s} {b['build']/a['build']:8.2f}x {b['realize']/a['realize']:8.2f}x {b['call']/a['call']:8.2f}x   (against / this)")

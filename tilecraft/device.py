@@ -424,6 +424,11 @@ class CompiledRunner:
     return tuple(vals)
   def __call__(self, bufs: list[Buffer], var_vals: Optional[dict] = None, wait: bool = True) -> Optional[float]:
     """Run with `bufs` in the program's buffer order (outputs first); seconds taken when `wait`."""
+    handles, kw = self.launch_args(bufs, var_vals)
+    return self.clprg(*handles, wait=wait, **kw)
+  def launch_args(self, bufs: list[Buffer], var_vals: Optional[dict] = None) -> tuple[list, dict]:
+    """The checked arguments of a launch on `bufs`: the memory handles and the keyword arguments of
+    the program call (`self.clprg(*handles, wait=..., **kw)` runs it; each launch needs its own)."""
     if self.p.globals and len(bufs) != len(self.p.globals):
       raise ValueError(f"kernel {self.p.name} takes {len(self.p.globals)} buffers (indices {self.p.globals}), got {len(bufs)}")
     for i, b in enumerate(bufs):
@@ -436,5 +441,5 @@ class CompiledRunner:
     else:
       vals, (gs, ls) = (), self._dims
       global_size, local_size = (None if gs is None else list(gs)), (None if ls is None else list(ls))  # copies: a runtime may edit them
-    return self.clprg(*[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+    return [b._buf for b in bufs], {"global_size": global_size, "local_size": local_size, "vals": vals}
   def __repr__(self) -> str: return f"<CompiledRunner {self.p.name} on {self.dname}>"

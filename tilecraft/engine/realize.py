@@ -59,23 +59,40 @@ def _report_count() -> None:
   if DEBUG >= 1 and kernel_count: print(f"tilecraft: {kernel_count} kernels run")
 
 def run_schedule(schedule: list) -> None:
+  """Run the items in order. Everything that can be is looked up first (memory, loaded runners, checked
+  launch arguments) and outputs are marked realized at the end: a kernel that streamed through memory
+  leaves the caches cold, so between launches runs as little Python as possible. A runner that isn't
+  loaded yet is optimized and compiled when its turn comes (BEAM times it on buffers earlier items filled)."""
   global kernel_count
   debug, settings = int(DEBUG), {}
+  plan: list[tuple[Any, Optional[CompiledRunner], Any]] = []
   for si in schedule:
     for b in si.bufs:
       if not b.is_allocated(): b.allocate()
-    if si.ast.op is MetaOps.COPY:
-      dest, src = si.bufs
-      dest.copyin(src.numpy())
+    runner = args = None
+    if si.ast.op is not MetaOps.COPY:
+      device = si.bufs[0].device
+      if (s := settings.get(device)) is None: s = settings[device] = _settings(device)
+      if (runner := _runners_by_ast.get((si.ast, *s))) is not None: args = runner.launch_args(list(si.bufs), si.var_vals)
+    plan.append((si, runner, args))
+  done = 0
+  try:
+    for si, runner, args in plan:
+      if si.ast.op is MetaOps.COPY:
+        dest, src = si.bufs
+        dest.copyin(src.numpy())
+      else:
+        if runner is None:
+          device = si.bufs[0].device
+          runner = get_runner(si.ast, device, list(si.bufs), settings[device])
+          args = runner.launch_args(list(si.bufs), si.var_vals)
+        kernel_count += 1
+        t = runner.clprg(*args[0], wait=debug >= 2, **args[1])
+        if debug >= 2 and t is not None:
+          p = runner.p
+          ops, mem = sym_eval(p.op_estimate, si.var_vals) if p.op_estimate is not None else 0, sym_eval(p.mem_estimate, si.var_vals)
+          print(f"*** {runner.dname:6s} {kernel_count:4d} {p.name:40s} {t*1e6:9.1f} us  {ops/max(t,1e-9)/1e9:8.2f} GFLOPS  {mem/max(t,1e-9)/1e9:7.2f} GB/s  {list(p.applied_opts)}")
+      done += 1
+  finally:
+    for si, _, _ in plan[:done]:
       for lb in si.outputs: lb.mark_realized()
-      continue
-    device = si.bufs[0].device
-    if (s := settings.get(device)) is None: s = settings[device] = _settings(device)
-    runner = get_runner(si.ast, device, list(si.bufs), s)
-    kernel_count += 1
-    t = runner(list(si.bufs), si.var_vals, wait=debug >= 2)
-    for lb in si.outputs: lb.mark_realized()
-    if debug >= 2 and t is not None:
-      p = runner.p
-      ops, mem = sym_eval(p.op_estimate, si.var_vals) if p.op_estimate is not None else 0, sym_eval(p.mem_estimate, si.var_vals)
-      print(f"*** {device:6s} {kernel_count:4d} {p.name:40s} {t*1e6:9.1f} us  {ops/max(t,1e-9)/1e9:8.2f} GFLOPS  {mem/max(t,1e-9)/1e9:7.2f} GB/s  {list(p.applied_opts)}")

@@ -20,6 +20,18 @@ _C_BINARY = {BinaryOps.ADD: "+", BinaryOps.SUB: "-", BinaryOps.MUL: "*", BinaryO
              BinaryOps.CMPLT: "<", BinaryOps.CMPNE: "!=", BinaryOps.XOR: "^", BinaryOps.OR: "|", BinaryOps.AND: "&",
              BinaryOps.SHL: "<<", BinaryOps.SHR: ">>"}
 
+# C's names for the scalar types (C99 with _Float16; bfloat16 is kept as its bits): the C renderer's,
+# and the base of the CUDA and HIP names, which differ only where noted there
+C_TYPE_NAMES = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+                dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
+                dtypes.float32: "float", dtypes.float64: "double"}
+
+# OpenCL C's names (also Metal's, which has no double)
+CL_TYPE_NAMES = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
+                 dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
+                 dtypes.bfloat16: "ushort", dtypes.float32: "float", dtypes.float64: "double"}
+
 class CStyleLanguage(Renderer):
   kernel_prefix: str = ""
   buffer_prefix: str = ""
@@ -334,10 +346,7 @@ class CRenderer(CStyleLanguage):
   supports_float4 = True
   parallel_pragma = "#pragma omp parallel for"
   stack_arrays = True
-  type_names = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
-                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
-                dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
-                dtypes.float32: "float", dtypes.float64: "double"}
+  type_names = C_TYPE_NAMES
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
                           BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
@@ -463,9 +472,7 @@ class OpenCLRenderer(CStyleLanguage):
   global_max = (2**31 - 1, 65535, 65535)
   local_max = (1024, 1024, 1024)
   shared_max = 32768
-  type_names = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
-                dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
-                dtypes.bfloat16: "ushort", dtypes.float32: "float", dtypes.float64: "double"}
+  type_names = CL_TYPE_NAMES
   vector_dtypes = frozenset({dtypes.float32, dtypes.int32})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
   def __init__(self, half_arith: bool = False, local_max: Optional[tuple] = None, shared_max: Optional[int] = None):

@@ -12,7 +12,7 @@ import numpy as np
 from tilecraft.codegen.uops import UOp
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
-from tilecraft.renderer.cstyle import GPUCStyleLanguage
+from tilecraft.renderer.cstyle import C_TYPE_NAMES, GPUCStyleLanguage
 from tilecraft.renderer.tensor_cores import CUDA_TENSOR_CORES
 
 _H = dtypes.float16
@@ -26,10 +26,7 @@ class CUDARenderer(GPUCStyleLanguage):
   local_max = (1024, 1024, 64)
   shared_max = 49152
   max_threads = 1024
-  type_names = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
-                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
-                dtypes.uint64: "unsigned long long", dtypes.float16: "float", dtypes.bfloat16: "unsigned short",
-                dtypes.float32: "float", dtypes.float64: "double"}
+  type_names = {**C_TYPE_NAMES, dtypes.bool: "bool", dtypes.float16: "float"}  # halves compute in float registers
   special_fmt = {"group": "blockIdx.{d}", "local": "threadIdx.{d}", "global": "(({t})blockIdx.{d}*blockDim.{d}+threadIdx.{d})"}
   inf_fmt = {dtypes.float32: ("__int_as_float(0x7f800000)", "__int_as_float(0x7fc00000)"), _H: ("__int_as_float(0x7f800000)", "__int_as_float(0x7fc00000)"),
              dtypes.float64: ("__longlong_as_double(0x7ff0000000000000ll)", "__longlong_as_double(0x7ff8000000000000ll)")}

@@ -7,7 +7,7 @@ from typing import Any
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, UnaryOps
-from tilecraft.renderer.cstyle import GPUCStyleLanguage
+from tilecraft.renderer.cstyle import C_TYPE_NAMES, GPUCStyleLanguage
 from tilecraft.renderer.tensor_cores import AMD_TENSOR_CORES
 
 _OCML = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}
@@ -20,10 +20,7 @@ class HIPRenderer(GPUCStyleLanguage):
   local_max = (1024, 1024, 1024)
   shared_max = 65536
   max_threads = 1024
-  type_names = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
-                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
-                dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
-                dtypes.float32: "float", dtypes.float64: "double"}
+  type_names = {**C_TYPE_NAMES, dtypes.bool: "bool"}
   vector_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.float16})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
   special_fmt = {"group": "__builtin_amdgcn_workgroup_id_{d}()", "local": "__builtin_amdgcn_workitem_id_{d}()",

@@ -5,7 +5,7 @@ from typing import Any
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import UnaryOps
-from tilecraft.renderer.cstyle import GPUCStyleLanguage
+from tilecraft.renderer.cstyle import CL_TYPE_NAMES, GPUCStyleLanguage
 from tilecraft.renderer.tensor_cores import METAL_TENSOR_CORES
 
 class MetalRenderer(GPUCStyleLanguage):
@@ -15,9 +15,7 @@ class MetalRenderer(GPUCStyleLanguage):
   local_max = (1024, 1024, 1024)
   shared_max = 32768
   max_threads = 1024
-  type_names = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
-                dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
-                dtypes.bfloat16: "ushort", dtypes.float32: "float"}
+  type_names = {dt: name for dt, name in CL_TYPE_NAMES.items() if dt != dtypes.float64}  # Metal has no double
   special_fmt = {"group": "gid.{d}", "local": "lid.{d}", "global": "gpos.{d}"}
   _SPECIAL_ARGS = {"group": "uint3 gid [[threadgroup_position_in_grid]]", "local": "uint3 lid [[thread_position_in_threadgroup]]",
                    "global": "uint3 gpos [[thread_position_in_grid]]"}

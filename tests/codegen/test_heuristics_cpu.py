@@ -43,6 +43,14 @@ def test_matmul_tile_and_blocking(arch, rng):
     # odd sizes the tile doesn't divide fall back to the general rules
     assert (B, 0, 256) not in opts(hand(bench.matmul_ast(25, 20, 16)))
 
+def test_conv_third_reuse_falls_back_to_2_rows(rng):
+  # 10 output rows: 4 doesn't divide them, 2 does
+  ast = bench.conv3x3_ast(8, 16, 10, 8)
+  k = hand(ast)
+  assert (U, 1, 2) in opts(k), opts(k)
+  img, w = rng.random((8, 10, 8), dtype=np.float32), rng.random((16, 8, 3, 3), dtype=np.float32)
+  np.testing.assert_allclose(run(k, [img, w], 16 * 80).reshape(16, 10, 8), bench.numpy_conv3x3(img, w), rtol=1e-4)
+
 def test_matmul_tile_through_tensor(rng):
   a, b = rng.random((96, 300), dtype=np.float32), rng.random((300, 64), dtype=np.float32)
   for arch in ARCHS:
@@ -65,7 +73,7 @@ def test_conv_third_reuse_upcast_and_full_kx_unroll(arch, rng):
   with Context(CPU_ARCH=arch):
     k = hand(ast)
     o = opts(k)
-    assert (U, 1, 2) in o and o[-1] == (R, 2, 0), o  # two output rows share each weight; kx unrolled
+    assert (U, 1, 4) in o and o[-1] == (R, 2, 0), o  # four output rows share each weight; kx unrolled
     img, w = rng.random((8, 8, 8), dtype=np.float32), rng.random((16, 8, 3, 3), dtype=np.float32)
     np.testing.assert_allclose(run(k, [img, w], 16 * 64).reshape(16, 8, 8), bench.numpy_conv3x3(img, w), rtol=1e-4)
 

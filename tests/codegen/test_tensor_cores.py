@@ -152,15 +152,26 @@ def test_use3_cpu_one_thread_holds_the_warp(vendor, rng):
   axis; CUDA and AMD (a 2048 / 4096 multiply-add step, slow to compile) on one parallel matmul."""
   ren = fake(CRenderer, vendor)
   dt = VENDOR_DT[vendor]
-  todo = [(matmul_case(rng, 32, 32, 32, dt), 0)]
-  if vendor == "METAL": todo += [(matmul_case(rng, 61, 67, 45, dt), 2), (conv_case(rng, dt), 1), (cast_case(rng), 1)]
-  for (ast, inputs, want), tc_opt in todo:
+  todo = [(matmul_case(rng, 32, 32, 32, dt), 0, [])]
+  if vendor == "METAL":  # extra opts: a second C tile in registers (UPCAST) and two K tiles per step (UNROLL)
+    todo += [(matmul_case(rng, 32, 32, 32, dt), 0, [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2)]), (matmul_case(rng, 61, 67, 45, dt), 2, []),
+             (conv_case(rng, dt), 1, []), (cast_case(rng), 1, [])]
+  for (ast, inputs, want), tc_opt, extra in todo:
     axes = accepted_axes(ast, ren, tc_opt)
-    for ax in axes if vendor == "METAL" else axes[:1]:
-      k, got = run_tc(ast, inputs, ren, "CPU", 3, ax, tc_opt)
+    for ax in axes if vendor == "METAL" and not extra else axes[:1]:
+      k, got = run_tc(ast, inputs, ren, "CPU", 3, ax, tc_opt, extra)
       src = k.to_program().src
       assert "#pragma omp" not in src or "private(tc" in src, "a stack array shared by OpenMP threads"
       np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=f"axis {ax} {k.colored_shape()}")
+
+@pytest.mark.slow
+@pytest.mark.fuzz
+def test_fuzz_tc_cpu_use2_use3():
+  """The TC fuzzer on CPU (use 2 and 3; use 1 is refused there): random TC-first opt sequences vs numpy.
+  Slow: every use-3 kernel is a big basic block for the C compiler."""
+  from tilecraft.testing.tc_cases import fuzz_tc
+  n, fails = fuzz_tc(fake(CRenderer, "METAL"), "CPU", 30, seed=1)
+  assert n == 30 and not fails, "\n".join(fails[:5])
 
 @pytest.mark.opencl
 @pytest.mark.parametrize("vendor,case", [("AMD", "61x67x45"), ("CUDA", "conv")])

@@ -330,13 +330,12 @@ def test_opencl_grouped_sum_and_max(op, rng):
   k = make(reduce_ast((6, 256), (1,), ReduceOps.MAX), dev.renderer, [Opt(op, 0, 16)])
   np.testing.assert_array_equal(run(k, [x], "OPENCL"), x.max(1))
 
-def test_two_groups_refused_or_correct(rng):
-  """Two GROUPs on one reduce: either refused by apply_opt or rendered and correct."""
-  k = make(matmul(25, 20, 16), GPU, [Opt(OptOps.GROUP, 0, 2)])
-  try: k.apply_opt(Opt(OptOps.GROUP, 0, 2))
-  except KernelOptError: return
-  assert k.colors() == ["blue", "blue", "green", "green", "red"]
-  k.to_program()  # crashes today; render needs no device
+def test_two_groups(rng):
+  """Two GROUPs on one reduce: two green axes, one local buffer holding both, one second stage."""
+  k = make(matmul(25, 20, 16), GPU, [Opt(OptOps.GROUP, 0, 2), Opt(OptOps.GROUP, 0, 2)])
+  assert k.colors() == ["blue", "blue", "green", "green", "red"] and k.group_for_reduces == 2
+  stores = _local_stores(k.get_optimized_ast())
+  assert len(stores) == 1 and stores[0].arg.st.size == 2 * 2
   dev = opencl()
   k = make(matmul(25, 20, 16), dev.renderer, [Opt(OptOps.GROUP, 0, 2), Opt(OptOps.GROUP, 0, 2)])
   inputs, ref = np_matmul(25, 20, 16, rng)

@@ -96,7 +96,7 @@ REFUSALS = [
   ("unroll-yellow-axis", lambda: elementwise((64,)), CPU, [Opt(U, 0, 4)], Opt(R, 0, 2), r"UNROLL.*already upcast"),
   ("unroll-over-32", lambda: matmul(16, 16, 64), GPU, [], Opt(R, 0, 64), r"UNROLL.*over 32"),
   ("unroll-whole-axis-over-32", lambda: matmul(16, 16, 64), CPU, [], Opt(R, 0, 0), r"UNROLL.*over 32"),
-  ("unroll-green-axis", lambda: matmul(16, 16, 16), GPU, [Opt(G, 0, 4)], Opt(R, 0, 2), r"UNROLL.*not a reduce axis"),
+  ("unroll-white-axis", image_reduce, GPU, [Opt(G, 0, 4), Opt(OptOps.UPCASTMID, 0, 4)], Opt(R, 1, 2), r"UNROLL.*UPCASTMID"),
   ("unroll-non-divisor", lambda: matmul(16, 16, 16), CPU, [], Opt(R, 0, 3), r"does not divide"),
   # LOCAL
   ("local-on-cpu", lambda: matmul(16, 16, 16), CPU, [], Opt(L, 0, 4), r"LOCAL.*no local"),
@@ -230,6 +230,9 @@ ACCEPTED = [
   ("padto-cpu", lambda: matmul(25, 16, 16), CPU, [], Opt(PAD, 0, 32)),
   ("swap-globals", lambda: matmul(16, 8, 16), GPU, [], Opt(SW, 0, 1)),
   ("group-single-reduce", lambda: rowreduce(4, 256), GPU, [], Opt(G, 0, 16)),
+  ("unroll-green-axis", lambda: matmul(16, 16, 16), GPU, [Opt(G, 0, 4)], Opt(R, 0, 2)),  # UNROLL counts from first_reduce
+  ("second-group", lambda: rowreduce(4, 256), GPU, [Opt(G, 0, 16)], Opt(GT, 0, 4)),
+  ("second-group-at-shared-max", lambda: rowreduce(4, 256), tiny_shared(64), [Opt(G, 0, 4)], Opt(GT, 0, 4)),
 ]
 
 @pytest.mark.parametrize("build,renderer,pre,opt", [pytest.param(*x[1:], id=x[0]) for x in ACCEPTED])

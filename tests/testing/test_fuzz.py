@@ -71,6 +71,19 @@ def test_random_opts_are_valid_and_refusals_counted():
   assert {o.op for s in seqs for o in s} <= {OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO, OptOps.SWAP, OptOps.BLOCK}
   assert set(FUZZ_OPS) >= {OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS}
 
+def test_sampler_makes_multi_group_lists():
+  """On a GPU target the sampler reaches several group axes on one reduce, and UNROLLs of group axes."""
+  multi = unrolled_group = 0
+  for name in ("sum_axis1_5x7x9", "sum_axis02_5x7x9", "matmul_16x16x16", "sum_all_7x25", "sum_1d_49"):
+    e = ENTRIES[name]
+    for s in sample_opt_sequences(e, fuzz._seeded(0, e.name, "opts"), 20, "PYTHON")[0]:
+      multi += s.kernel.group_for_reduces >= 2
+      k = Kernel(fuzz.guarded(e.ast), opts=Device["PYTHON"].renderer)
+      for o in s:
+        unrolled_group += o.op is OptOps.UNROLL and k.first_reduce + o.axis < k.first_reduce + k.group_for_reduces
+        k.apply_opt(o)
+  assert multi >= 5 and unrolled_group >= 1, (multi, unrolled_group)
+
 # ---- the fuzzer catches broken kernels -----------------------------------------------------------
 
 def _oob_program(ast: LazyOp, body: str):

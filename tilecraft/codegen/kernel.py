@@ -222,7 +222,7 @@ class Kernel:
     amt = opt.amt if opt.amt != 0 else size
     if opt.op is OptOps.PADTO:
       self._padto(axis, amt)
-      if self.group_for_reduces: self._check_shared(1)
+      self._check_workgroup()
       return
     check(isinstance(size, int), f"{opt.op.name}: axis {axis} has symbolic size {size}")
     check(isinstance(amt, int) and amt > 1 if opt.op is not OptOps.LOCAL else amt >= 1, f"{opt.op.name}: amount {amt} must be > 1")
@@ -242,7 +242,6 @@ class Kernel:
       check(not self.dont_use_locals, f"{opt.op.name}: can't group after NOLOCALS")
       check(self.first_reduce + self.group_for_reduces <= axis < self.first_upcast, f"{opt.op.name}: axis {axis} is not a reduce axis")
       check(len(self.reduceops) == 1, f"{opt.op.name}: grouping needs exactly one reduce, kernel has {len(self.reduceops)}")
-      check(self.group_for_reduces == 0, f"{opt.op.name}: the reduce is already grouped (one group axis is supported)")
       check(self.tensor_core is None, f"{opt.op.name}: can't group with tensor cores")
       self._check_shared(amt)
       self._check_threads(amt)
@@ -252,8 +251,11 @@ class Kernel:
     elif opt.op is OptOps.UNROLL:
       check(axis < self.first_upcast, f"UNROLL: axis {axis} is already upcast")
       check(not (self.reduce_block and axis == self.first_reduce), "UNROLL: axis is the reduce's block axis (BLOCK)")
-      check(self.first_reduce + self.group_for_reduces <= axis, f"UNROLL: axis {axis} is not a reduce axis")
+      # a group axis may be unrolled too (UNROLL counts from first_reduce): in part, it stays a group
+      # axis with fewer threads; in full, it leaves the group region
+      check(axis not in self.upcast_in_mid_reduce_axes, f"UNROLL: axis {axis} is an UPCASTMID (output) axis, not a reduce axis")
       check(amt <= 32, f"UNROLL: amount {amt} is over 32")
+      if amt == size and axis < self.first_reduce + self.group_for_reduces: self.group_for_reduces -= 1
       self.shift_to(axis, amt, insert_before=None)
       self.upcasted += 1
       # a fully unrolled reduce axis leaves a size-1 remnant where it was: drop it here, as a reduce axis
@@ -277,7 +279,7 @@ class Kernel:
       self.group_for_reduces += 1
     else: raise KernelOptError(f"unknown opt {opt.op}")
     self.simplify_ones()
-    if self.group_for_reduces: self._check_shared(1)  # later opts (LOCAL, UPCAST, PADTO) grow the staging buffer too
+    self._check_workgroup()
 
   def _block(self, axis: int, amt: int) -> None:
     """BLOCK: split the reduce axis into (size/amt blocks, amt) and make the blocks the first reduce
@@ -295,6 +297,12 @@ class Kernel:
     check(amt < size, f"BLOCK: a block of {amt} is the whole axis of {size}: nothing to block")
     self.shift_to(axis, size // amt, top=True, insert_before=self.first_reduce)
     self.reduce_block = True
+
+  def _check_workgroup(self) -> None:
+    """After any opt: later opts grow what earlier ones fit in (LOCAL, UPCAST and PADTO grow a grouped
+    reduce's staging buffer; PADTO of a local or group axis adds threads)."""
+    if self.group_for_reduces: self._check_shared(1)
+    if self.local_dims or self.group_for_reduces: self._check_threads(1)
 
   def _check_threads(self, amt: int) -> None:
     threads = prod(self.full_shape[self.global_dims:self.first_reduce + self.group_for_reduces]) * amt

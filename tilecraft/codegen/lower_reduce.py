@@ -123,13 +123,14 @@ class ReduceLowering:
     if free: n = UOp.alu(TernaryOps.WHERE, self.sym_bool(sym_and(*free)), n, UOp.const(dt, 0))
     return n
 
-  def _group_ranges(self: Lowerer) -> list[UOp]:
-    """Loops over the group axes for a grouped reduce's second stage (reading local memory)."""
+  def _group_ranges(self: Lowerer) -> list[tuple[int, Variable, UOp]]:
+    """(axis, loop variable, RANGE) for each group axis: the nested loops of a grouped reduce's
+    second stage (reading local memory), outermost first."""
     ranges = []
     for a in self.group_axes:
       if self.shape[a] == 1: continue
       v = Variable(f"gridx{a}", 0, self.shape[a] - 1)
-      r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), UOp.const(dtypes.int32, self.shape[a])) + ((ranges[-1],) if ranges else ()), ("reduce", a))
+      r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), UOp.const(dtypes.int32, self.shape[a])) + ((ranges[-1][2],) if ranges else ()), ("reduce", a))
       self.varmap[v] = r
       ranges.append((a, v, r))
     return ranges

@@ -33,12 +33,26 @@ class OptSequence(list):
   error: Optional[tuple[Opt, str]] = None
   tc_use: int = 0  # use_tensor_cores of its TC opt (0: none)
 
+REGROUP = 0.4  # chance that a candidate on an already grouped reduce is another GROUP/GROUPTOP
+
 def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
-  op = FUZZ_OPS[rng.choice(len(FUZZ_OPS), p=_OP_WEIGHTS / _OP_WEIGHTS.sum())]
+  if k.group_for_reduces and rng.random() < REGROUP: op = OptOps.GROUP if rng.random() < 0.5 else OptOps.GROUPTOP
+  else: op = FUZZ_OPS[rng.choice(len(FUZZ_OPS), p=_OP_WEIGHTS / _OP_WEIGHTS.sum())]
+  if op in (OptOps.GROUP, OptOps.GROUPTOP) and rng.random() < 0.8: return _group_opt(k, op, rng)
   if op is OptOps.NOLOCALS: return Opt(op)
   axis = int(rng.integers(0, k.shape_len + 1))  # one past the end now and then: must be refused
   if op is OptOps.SWAP: return Opt(op, axis, int(rng.integers(0, k.shape_len + 1)))
   return Opt(op, axis, int(AMOUNTS[rng.integers(len(AMOUNTS))]))
+
+def _group_opt(k: Kernel, op: OptOps, rng: np.random.Generator) -> Opt:
+  """A GROUP/GROUPTOP likely to apply, also on a reduce already grouped (a multi-stage local
+  reduction): the axis counts from the first ungrouped reduce axis (one past the last now and then),
+  the amount mostly divides it (0: the whole axis)."""
+  n = k.first_upcast - k.first_reduce - k.group_for_reduces
+  axis = int(rng.integers(0, max(n, 0) + 1))
+  size = k.full_shape[k.first_reduce + k.group_for_reduces + axis] if axis < n else None
+  divisors = [a for a in AMOUNTS if a > 1 and isinstance(size, int) and size % a == 0] + [0]
+  return Opt(op, axis, int(rng.choice(divisors)) if rng.random() < 0.8 else int(AMOUNTS[rng.integers(len(AMOUNTS))]))
 
 def try_opt(k: Kernel, opt: Opt, use: Optional[int] = None) -> tuple[Optional[Kernel], Optional[str]]:
   """Apply opt to a copy of k: (new kernel, None) if valid, (None, None) if refused, (None, error)

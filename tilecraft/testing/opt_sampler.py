@@ -38,7 +38,8 @@ REGROUP = 0.4  # chance that a candidate on an already grouped reduce is another
 def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
   if k.group_for_reduces and rng.random() < REGROUP: op = OptOps.GROUP if rng.random() < 0.5 else OptOps.GROUPTOP
   else: op = FUZZ_OPS[rng.choice(len(FUZZ_OPS), p=_OP_WEIGHTS / _OP_WEIGHTS.sum())]
-  if op in (OptOps.GROUP, OptOps.GROUPTOP) and rng.random() < 0.8: return _group_opt(k, op, rng)
+  # (without local memory every GROUP is refused whatever its axis: those are drawn the plain way)
+  if op in (OptOps.GROUP, OptOps.GROUPTOP) and k.opts.has_local and k.opts.has_shared and rng.random() < 0.8: return _group_opt(k, op, rng)
   if op is OptOps.NOLOCALS: return Opt(op)
   axis = int(rng.integers(0, k.shape_len + 1))  # one past the end now and then: must be refused
   if op is OptOps.SWAP: return Opt(op, axis, int(rng.integers(0, k.shape_len + 1)))

@@ -7,6 +7,7 @@ import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Device
 from tilecraft.dtype import dtypes
+from tilecraft import Context, Tensor
 from tilecraft.testing import fuzz
 from tilecraft.testing.corpus import ST, corpus, kernel, known_bug, ld, store
 from tilecraft.testing.fuzz import (FuzzReport, GuardZoneError, IsolatedRunner, KernelCrash, check_opts, compare,
@@ -244,3 +245,15 @@ def test_fuzz_big_corpus(device: str):
   bad = {n: r for n, r in reps.items() if not r.ok}
   assert not bad, "\n".join(f"{n}: {r.summary()}" for n, r in list(bad.items())[:5])
   assert total.pairs >= min_pairs
+
+def test_program_cache_keys_on_render_settings() -> None:
+  """A program rendered under one setting the renderer reads (CPU_STREAM_MIN_BYTES here; CPU_ARCH
+  likewise) is not handed out under another: the renderer's settings_key is part of the key."""
+  from tilecraft.ops import MetaOps
+  a, b = Tensor(np.ones(4096, np.float32)).realize(), Tensor(np.ones(4096, np.float32)).realize()
+  ast = next(si.ast for si in (a + b).schedule() if si.ast.op is MetaOps.KERNEL)
+  opts = [Opt(OptOps.UPCAST, 0, 8)]
+  plain = get_program(ast, opts)
+  with Context(CPU_STREAM_MIN_BYTES=0): streamed = get_program(ast, opts)
+  assert "stream" not in plain.src and "stream" in streamed.src
+  assert get_program(ast, opts) is plain

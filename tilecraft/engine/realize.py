@@ -32,7 +32,7 @@ def _settings(device: str) -> tuple:
   """What besides the AST picks a device's runner: the renderer (the PYTHON device's follows EMULATE),
   the settings that choose the kernel's opts, and the compiler's flags (CPU_ARCH's -march changes them too)."""
   dev = Device[device]
-  return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(dev.compiler, "flags", ())))
+  return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(dev.compiler, "flags", ()), dev.renderer.settings_key()))
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, settings: Optional[tuple] = None) -> CompiledRunner:
   """The loaded runner of `ast` on `device`, optimized and compiled on first use. `settings` is

@@ -35,6 +35,10 @@ class Renderer:
   tensor_cores: list[TensorCore] = []
   has_transcendentals: bool = True  # False: exp2/log2/sin are rewritten into polynomial code
   def render(self, name: str, uops: list) -> str: raise NotImplementedError(f"{type(self).__name__} cannot render")
+  def settings_key(self) -> tuple:
+    """The values of the settings this renderer reads at render time (so the same kernel renders
+    differently under them): part of every in-process cache key of rendered programs."""
+    return ()
   def __repr__(self) -> str: return f"<{type(self).__name__} device={self.device}>"
 
 @dataclass

@@ -387,6 +387,7 @@ class CRenderer(CStyleLanguage):
   stream_min_bytes = 16 << 20
   _STREAM_CHUNK = {"AVX-512": 64, "AVX2": 32, "AVX": 32, "SSE": 16}  # widest streaming store of the ISA, bytes
   _STREAM_OP = {16: ("_mm_stream_ps", "__m128"), 32: ("_mm256_stream_ps", "__m256"), 64: ("_mm512_stream_ps", "__m512")}
+  def settings_key(self) -> tuple: return (cpu_target().arch, getenv("CPU_STREAM_MIN_BYTES", self.stream_min_bytes))
   def _stream_chunk(self, dt: DType) -> int:
     return min(dt.itemsize, self._STREAM_CHUNK.get(cpu_target().isa, 0))
   def streaming_stores(self, uops: list[UOp]) -> frozenset:

@@ -156,11 +156,13 @@ def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kern
   """The rendered program of `ast` with `opts`, addressing its buffers `front` elements in (run it
   with run_program and the same `front`; the fuzzer's checks use FRONT_GUARD); cached by AST key,
   opts, device, front, the device's current renderer (the PYTHON device's follows EMULATE) and the
+  settings it renders by (CPU_ARCH, ...), and the
   TC use. `kernel`: the same opts already applied to guarded(ast, front) (rebuilt, with its TC use,
   when it was built from another AST)."""
   # a TC opt builds the kernel the TC setting says (use 1, 2 or 3)
   tc_use = (kernel.use_tensor_cores if kernel is not None else int(TC)) if any(o.op is OptOps.TC for o in opts) else 0
-  key = (ast.key, tuple(opts), device, front, Device[device].renderer if kernel is None else kernel.opts, tc_use)
+  ren = Device[device].renderer if kernel is None else kernel.opts
+  key = (ast.key, tuple(opts), device, front, ren, ren.settings_key(), tc_use)
   if (p := _program_cache.get(key)) is not None:
     cache_stats.program_hits += 1
     return p

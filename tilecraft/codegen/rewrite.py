@@ -4,7 +4,7 @@ A rule is (UPat, fn). `fn(**captures)` returns a replacement UOp or None (no cha
 are hash-consed, rebuilding a node with rewritten sources is also common-subexpression elimination.
 """
 from __future__ import annotations
-import sys
+import math, sys
 from typing import Any, Callable, Iterable, Optional, Union
 from tilecraft.codegen.uops import UOp, UOps, exec_alu
 from tilecraft.dtype import DType, dtypes
@@ -111,6 +111,12 @@ def _fold_vector_alu(a: UOp) -> Optional[UOp]:
 
 def _is_int(u: UOp) -> bool: return dtypes.is_int(u.dtype) or u.dtype.scalar() == dtypes.bool
 def _c(u: UOp, v: Any) -> UOp: return UOp.const(u.dtype, v)
+def _adds_nothing(x: UOp, c: Any, sub: bool = False) -> bool:
+  """x + c == x (x - c == x with sub) for every x: c == 0 for ints, but for floats only -0.0 added
+  (+0.0 subtracted), since -0.0 + 0.0 is +0.0."""
+  if c is None or isinstance(c, tuple) or c != 0: return False
+  if not dtypes.is_float(x.dtype.scalar()): return True
+  return math.copysign(1.0, c) > 0 if sub else math.copysign(1.0, c) < 0
 
 X = UPat.var("x")
 constant_folding = PatternMatcher([
@@ -123,11 +129,11 @@ constant_folding = PatternMatcher([
 
 algebraic = PatternMatcher([
   # identities
-  (UPat.alu(BinaryOps.ADD, X, UPat(UOps.CONST, name="c"), commutative=True), lambda x, c: x if c.arg == 0 else None),
-  (UPat.alu(BinaryOps.ADD, X, UPat(UOps.VECTORIZE, name="c"), commutative=True), lambda x, c: x if _splat(c) == 0 and x.dtype == c.dtype else None),
+  (UPat.alu(BinaryOps.ADD, X, UPat(UOps.CONST, name="c"), commutative=True), lambda x, c: x if _adds_nothing(x, c.arg) else None),
+  (UPat.alu(BinaryOps.ADD, X, UPat(UOps.VECTORIZE, name="c"), commutative=True), lambda x, c: x if _adds_nothing(x, _splat(c)) and x.dtype == c.dtype else None),
   (UPat.alu(BinaryOps.MUL, X, UPat(UOps.CONST, name="c"), commutative=True), lambda x, c: x if c.arg == 1 else (_c(x, 0) if c.arg == 0 and _is_int(x) else None)),
   (UPat.alu(BinaryOps.MUL, X, UPat(UOps.VECTORIZE, name="c"), commutative=True), lambda x, c: x if _splat(c) == 1 and x.dtype == c.dtype else None),
-  (UPat.alu(BinaryOps.SUB, X, UPat.cvar("c")), lambda x, c: x if c.arg == 0 else None),
+  (UPat.alu(BinaryOps.SUB, X, UPat.cvar("c")), lambda x, c: x if _adds_nothing(x, c.arg, sub=True) else None),
   (UPat.alu(BinaryOps.IDIV, X, UPat.cvar("c")), lambda x, c: x if c.arg == 1 else None),
   (UPat.alu(BinaryOps.MOD, X, UPat.cvar("c")), lambda x, c: _c(x, 0) if c.arg == 1 and _is_int(x) else None),
   (UPat.alu(BinaryOps.AND, X, UPat.cvar("c"), commutative=True), lambda x, c: x if c.arg is True and x.dtype == dtypes.bool else (c if c.arg is False else None)),

@@ -4,7 +4,8 @@ from __future__ import annotations
 import atexit, bisect, hashlib, importlib, os, re, tempfile, warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
-from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv
+from tilecraft.dtype import ImageDType
+from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv, prod
 
 if TYPE_CHECKING:
   from tilecraft.dtype import DType
@@ -170,6 +171,9 @@ class Allocator:
   """Device memory. The opaque handle returned by alloc is what the runtime's programs take.
   A device implements this; `Compiled` wraps it in a CachingAllocator, which is what Buffers use."""
   def alloc(self, nbytes: int) -> Any: raise NotImplementedError
+  def alloc_image(self, dt: Any) -> Any:
+    """An image buffer of the ImageDType dt (devices with images override this)."""
+    raise NotImplementedError(f"{type(self).__name__}: this device has no image buffers ({dt!r}); images are an OPENCL feature")
   def free(self, opaque: Any) -> None: pass
   def copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError
@@ -196,27 +200,32 @@ class CachingAllocator(Allocator):
   goes to the wrapped allocator."""
   def __init__(self, raw: Allocator, name: str = "", cap_bytes: Optional[int] = None):
     self.raw, self.name, self._cap = raw, name, cap_bytes
-    self._pool: dict[int, list[Any]] = {}  # nbytes -> freed handles; dict order = least recently used size first
+    # (nbytes, image dtype or None) -> freed handles; dict order = least recently used size first. An
+    # image is only reused as an image of the same dtype (its texel layout is part of the handle).
+    self._pool: dict[tuple[int, Any], list[Any]] = {}
     self._pooled: set[int] = set()  # ids of the pooled handles (they are alive: the pool holds them)
     self.pooled_bytes = self.hits = self.misses = self.flushes = 0
   @property
   def cap_bytes(self) -> int: return self._cap if self._cap is not None else alloc_cache_bytes()
-  def alloc(self, nbytes: int) -> Any:
-    if (handles := self._pool.get(nbytes)):
+  def alloc(self, nbytes: int, image: Any = None) -> Any:
+    key = (nbytes, image)
+    if (handles := self._pool.get(key)):
       h = handles.pop()
-      if not handles: del self._pool[nbytes]
+      if not handles: del self._pool[key]
       self._pooled.discard(id(h))
       self.pooled_bytes -= nbytes
       self.hits += 1
       return h
     self.misses += 1
-    try: return self.raw.alloc(nbytes)
+    fresh = (lambda: self.raw.alloc(nbytes)) if image is None else (lambda: self.raw.alloc_image(image))
+    try: return fresh()
+    except NotImplementedError: raise
     except Exception as e:  # noqa: BLE001 - devices fail allocations in their own ways; a flush is cheap and the retry re-raises
       if not self._pool: raise
       if DEBUG >= 2: print(f"allocator {self.name}: allocating {nbytes} bytes failed ({type(e).__name__}); flushing {self.pooled_bytes} pooled bytes and retrying")
       self.flush()
-      return self.raw.alloc(nbytes)
-  def free(self, opaque: Any, nbytes: int = -1) -> None:  # type: ignore[override]
+      return fresh()
+  def free(self, opaque: Any, nbytes: int = -1, image: Any = None) -> None:  # type: ignore[override]
     """Park `opaque` (of `nbytes` bytes) for reuse, or free it when it can't be pooled (unknown or
     zero size, bigger than the cap)."""
     if id(opaque) in self._pooled: raise RuntimeError(f"allocator {self.name}: {opaque!r} freed twice")
@@ -226,15 +235,17 @@ class CachingAllocator(Allocator):
       return
     while self.pooled_bytes + nbytes > cap and self._pool: self._evict_one()
     # (each step leaves the pool consistent: a garbage collection in between may free Buffers into it)
-    self._pool.setdefault(nbytes, []).append(opaque)
+    key = (nbytes, image)
+    self._pool.setdefault(key, []).append(opaque)
     self._pooled.add(id(opaque))
     self.pooled_bytes += nbytes
-    self._pool[nbytes] = self._pool.pop(nbytes)  # this size is now the most recently used
+    self._pool[key] = self._pool.pop(key)  # this size is now the most recently used
   def _evict_one(self) -> None:
-    nbytes = next(iter(self._pool))
-    handles = self._pool[nbytes]
+    key = next(iter(self._pool))
+    nbytes = key[0]
+    handles = self._pool[key]
     h = handles.pop(0)  # the oldest of the least recently used size
-    if not handles: del self._pool[nbytes]
+    if not handles: del self._pool[key]
     self._pooled.discard(id(h))
     self.pooled_bytes -= nbytes
     self.raw.free(h)
@@ -273,7 +284,10 @@ class Buffer:
   def allocate(self) -> Buffer:
     if not self.is_allocated():
       self.allocator = Device[self.device].allocator
-      self._buf = self.allocator.alloc(self.nbytes)
+      if isinstance(self.dtype, ImageDType):
+        if self.size != prod(self.dtype.shape): raise ValueError(f"an image Buffer of {self.dtype!r} holds {prod(self.dtype.shape)} elements, not {self.size}")
+        self._buf = self.allocator.alloc(self.nbytes, image=self.dtype)
+      else: self._buf = self.allocator.alloc(self.nbytes)
     return self
   def _np_count(self, npdt: np.dtype) -> int: return self.nbytes // npdt.itemsize
   def copyin(self, arr: np.ndarray) -> Buffer:
@@ -304,7 +318,7 @@ class Buffer:
     return out
   def __del__(self) -> None:
     if hasattr(self, "_buf"):
-      try: self.allocator.free(self._buf, self.nbytes)
+      try: self.allocator.free(self._buf, self.nbytes, image=self.dtype if isinstance(self.dtype, ImageDType) else None)
       except Exception: pass  # interpreter shutdown
   def __repr__(self) -> str:
     return f"<Buffer {self.device} size={self.size} dtype={self.dtype.name}{'' if self.is_allocated() else ' (unallocated)'}>"
@@ -332,7 +346,7 @@ class Compiled:
 class _NoMemory(Allocator):
   """The allocator of a render-only device: any use raises DeviceUnavailable with the reason."""
   def __init__(self, msg: str): self.msg = msg
-  def alloc(self, nbytes: int) -> Any: raise DeviceUnavailable(self.msg)
+  def alloc(self, nbytes: int, image: Any = None) -> Any: raise DeviceUnavailable(self.msg)
   def copyin(self, dest: Any, src: memoryview) -> None: raise DeviceUnavailable(self.msg)
   def copyout(self, dest: memoryview, src: Any) -> None: raise DeviceUnavailable(self.msg)
 

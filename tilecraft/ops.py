@@ -158,7 +158,7 @@ class LazyOp:
 
 def _own_dtype(x: LazyOp) -> Optional[DType]:
   """The dtype an op sets itself, or None when it takes the dtype of a source."""
-  if x.op in BufferOps: return x.arg.dtype
+  if x.op in BufferOps: return _base(x.arg.dtype)  # an image holds (and its loads give) plain channel values
   if x.op in (UnaryOps.CAST, UnaryOps.BITCAST): return x.arg
   if x.op in COMPARISON_OPS: return dtypes.bool
   if x.op is ReduceOps.WMMA and isinstance(x.arg, tuple) and len(x.arg) > 3 and isinstance(x.arg[3], DType): return x.arg[3]

@@ -180,9 +180,17 @@ def test_image_output_upcast_by_4_is_required():
   k.required_optimizations()
   assert k.applied_opts == [Opt(OptOps.UPCAST, 0, 4)]
   assert "image" in k.applied_opts_reasons[0] and k.colors()[-1] == "yellow"
+  # hand-coded: a small output with a long reduce groups it and keeps the texel's 4 channels threads
+  # through the reduce (UPCASTMID, white); the required upcast then has nothing left to do
   k2 = Kernel(ast, OpenCLRenderer())
   k2.hand_coded_optimizations()
-  assert k2.applied_opts[0] == Opt(OptOps.UPCAST, 0, 4)
+  assert k2.applied_opts[:2] == [Opt(OptOps.GROUPTOP, 0, 16), Opt(OptOps.UPCASTMID, 0, 4)], k2.applied_opts
+  assert "white" in k2.colors() and not any(o.op is OptOps.UPCAST for o in k2.applied_opts)
+  # a big output is not grouped: the required upcast comes first
+  big = LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (LazyOp(ReduceOps.SUM, (load(1, ShapeTracker.from_shape((64, 128, 8))),), (2,)),),
+                                       MemBuffer(0, dtypes.imagef((64, 32, 4)), ShapeTracker.from_shape((64, 128, 1)))),))
+  k3 = Kernel(big, OpenCLRenderer()).hand_coded_optimizations()
+  assert k3.applied_opts[0] == Opt(OptOps.UPCAST, 0, 4) and "required" in k3.applied_opts_reasons[0], k3.applied_opts
 
 def test_symbolic_kernel_is_left_alone():
   n = Variable("n", 1, 256)

@@ -18,14 +18,46 @@ def _try(k: Any, opt: Any, reason: str) -> bool:
   return True
 
 def required_optimizations(k: Any) -> Any:
-  """Opts a kernel can't run without: image outputs are written 4 channels at a time."""
-  if isinstance(k.outbufs[0].dtype, ImageDType):
-    unit = k.sts[0].unit_stride_axes()
+  """Opts a kernel can't run without: image outputs are written a whole texel (4 channels) at a time,
+  so the output's unit-stride axis is upcast by 4, unless UPCASTMID already made it lanes of the
+  reduce's second stage."""
+  for i, ob in enumerate(k.outbufs):
+    if not isinstance(ob.dtype, ImageDType): continue
+    unit = k.sts[i].unit_stride_axes()
+    if any(a in k.upcast_in_mid_reduce_axes or a >= k.first_upcast for a in unit): continue  # already whole texels per thread
     for axis in unit:
-      if axis < k.first_upcast and isinstance(k.full_shape[axis], int) and k.full_shape[axis] % 4 == 0:
-        _try(k, Opt(OptOps.UPCAST, axis, 4), "image output: write 4 channels at once (required)")
+      if axis < k.first_reduce and isinstance(k.full_shape[axis], int) and k.full_shape[axis] % 4 == 0:
+        _try(k, Opt(OptOps.UPCAST, axis, 4), f"image output {i}: write 4 channels (one texel) at once (required)")
         break
   return k
+
+def _image_mid_reduce(k: Any) -> bool:
+  """An image output with a small output and a long reduce (GPUs): group the reduce, and keep the
+  output's 4 channels as threads through the reduce (UPCASTMID), lanes only in its second stage."""
+  ren = k.opts
+  if not (isinstance(k.outbufs[0].dtype, ImageDType) and ren.has_local and ren.has_shared) or k.applied_opts or len(k.reduceops) != 1: return False
+  if any(isinstance(s, Node) for s in k.full_shape) or k.first_reduce >= k.first_upcast or prod(k.full_shape[:k.first_reduce]) > 2048: return False
+  unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce]
+  if len(unit) != 1 or k.full_shape[unit[0]] % 4: return False
+  for amt in (16, 4):
+    if _try(k, Opt(OptOps.GROUPTOP, 0, amt), f"image output, small output ({prod(k.full_shape[:k.first_reduce])}) with a long reduce: group the reduce by {amt}"):
+      break
+  else: return False
+  if not _try(k, Opt(OptOps.UPCASTMID, unit[0], 4), "image output: its 4 channels are threads through the grouped reduce, one texel write after it"):
+    return False
+  return True
+
+def _image_inputs(k: Any) -> None:
+  """Read image inputs a whole texel at a time: the unit-stride axis (by 4) of each image input
+  becomes lanes (UPCAST on an output axis, UNROLL on a reduce axis)."""
+  for i, b in enumerate(k.bufs):
+    if not (isinstance(b, MemBuffer) and b.idx >= len(k.outbufs) and isinstance(b.dtype, ImageDType)): continue
+    unit = [a for a in k.sts[i].unit_stride_axes() if isinstance(k.full_shape[a], int) and k.full_shape[a] % 4 == 0]
+    if not unit or any(a >= k.first_upcast or a in k.upcast_in_mid_reduce_axes for a in unit): continue
+    a = unit[0]
+    if a < k.first_reduce: _try(k, Opt(OptOps.UPCAST, a, 4), f"image input {b.idx}: read a whole texel (4 channels along axis {a}) at once")
+    elif a >= k.first_reduce + k.group_for_reduces:
+      _try(k, Opt(OptOps.UNROLL, a - k.first_reduce, 4), f"image input {b.idx}: read a whole texel (4 channels along reduce axis {a}) at once")
 
 def _vector_width(k: Any) -> int:
   """Float lanes of the target's vectors: 16 with AVX-512, 8 with AVX2, else 4."""
@@ -133,7 +165,11 @@ def _cpu_matvec(k: Any, vw: int) -> bool:
   return True
 
 def hand_coded_optimizations(k: Any) -> Any:
+  image_grouped = _image_mid_reduce(k)
   required_optimizations(k)
+  if image_grouped:
+    _image_inputs(k)
+    return k  # a grouped image reduce: the layout is set
   if _tensor_cores(k): return k
   if any(isinstance(s, Node) for s in k.full_shape): sym = True
   else: sym = False
@@ -157,6 +193,7 @@ def hand_coded_optimizations(k: Any) -> Any:
         break
 
   if sym: return k  # symbolic shapes: leave the layout alone (amounts must divide)
+  _image_inputs(k)
 
   # stack/cat: small masked output axes are upcast so each lane picks its source statically
   for axis in range(k.first_reduce):

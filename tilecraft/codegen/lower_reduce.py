@@ -20,7 +20,11 @@ class ReduceLowering:
     # which loops this reduce runs over: the serial reduce loops, or in a grouped reduce's second
     # stage, loops over the group axes (whose index is then the loop, not the thread id)
     if op.src[0].op is BufferOps.LOAD and op.src[0].src:
-      self._barrier(op.src[0].src[0])  # stage one is lowered with the thread ids
+      # stage one is lowered with the thread ids (white axes too: there they are threads)
+      saved_ids = (self.idx_vars, self.mid)
+      self.idx_vars, self.mid = list(self.thread_vars), None
+      try: self._barrier(op.src[0].src[0])
+      finally: self.idx_vars, self.mid = saved_ids
       group = self._group_ranges()
       saved = list(self.idx_vars)
       for a, v, _ in group: self.idx_vars[a] = v
@@ -128,7 +132,7 @@ class ReduceLowering:
     second stage (reading local memory), outermost first."""
     ranges = []
     for a in self.group_axes:
-      if self.shape[a] == 1: continue
+      if self.shape[a] == 1 or a in self.white: continue  # a white axis is not reduced: `mid` gives its index
       v = Variable(f"gridx{a}", 0, self.shape[a] - 1)
       r = UOp(UOps.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), UOp.const(dtypes.int32, self.shape[a])) + ((ranges[-1][2],) if ranges else ()), ("reduce", a))
       self.varmap[v] = r

@@ -16,7 +16,7 @@ import itertools
 from typing import Any, Optional
 from tilecraft.codegen.rewrite import graph_rewrite, symbolic_rules
 from tilecraft.codegen.uops import UOp, UOps
-from tilecraft.dtype import DType, dtypes
+from tilecraft.dtype import DType, ImageDType, dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import INDEX, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.shapetracker import ShapeTracker
@@ -24,6 +24,7 @@ from tilecraft.shape.symbolic import And, Node, Sum, Variable, sint, sym_and, sy
 from tilecraft.codegen.lower_index import IndexLowering, _ceil, _floor_divmod, _subst
 from tilecraft.codegen.lower_reduce import ReduceLowering
 from tilecraft.codegen.lower_wmma import TensorCoreLowering
+from tilecraft.codegen.lower_image import ImageLowering, ImageLoweringError
 
 def launch_dims(k: Any) -> tuple[Optional[list[sint]], Optional[list[sint]]]:
   """Global and local launch sizes (None on targets without workgroups)."""
@@ -44,7 +45,7 @@ def _fold_dims(dims: list[sint], maxes: Optional[tuple[int, ...]]) -> list[sint]
     if not maxes or n == 1 or all(not isinstance(d, int) or d <= m for d, m in zip(reversed(out), maxes)): return out
     n -= 1
 
-class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
+class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering):
   def __init__(self, k: Any, ast: LazyOp):
     self.k, self.ast, self.ren = k, ast, k.opts
     self.shape = k.full_shape
@@ -52,6 +53,9 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
     self.first_upcast, self.first_reduce, self.group = k.first_upcast, k.first_reduce, k.group_for_reduces
     self.red_axes = list(range(self.first_reduce + self.group, self.first_upcast))
     self.group_axes = list(range(self.first_reduce, self.first_reduce + self.group))
+    # UPCASTMID's (white) axes: thread ids in a grouped reduce's first stage, lanes after it (`mid`)
+    self.white = [a for a in k.upcast_in_mid_reduce_axes if k.full_shape[a] != 1]
+    self.mid: Optional[tuple[int, ...]] = None
     self.upcast_axes = list(range(self.first_upcast, n))
     self.magenta = [a for a in self.upcast_axes if k.full_shape[a] != k.output_shape[a]]
     self.vax = self._pick_vector_axis()
@@ -71,6 +75,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
     # the accumulators start from the earlier blocks' sums, unless their vector lanes are reduce lanes
     self.block_in_acc = self.vax is None or self.vax not in self.magenta
     self._make_index_vars()
+    self.thread_vars: list[sint] = list(self.idx_vars)  # the ids, also while `mid` sets the white axes
 
   # ---- axes ---------------------------------------------------------------------------------------
   def _pick_vector_axis(self) -> Optional[int]:
@@ -239,11 +244,29 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
 
   def buf_uop(self, mb: MemBuffer) -> UOp:
     if mb.idx < 0: return UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"temp{-mb.idx}", mb.st.real_size()))
-    return UOp(UOps.DEFINE_GLOBAL, mb.dtype.ptr(), (), mb.idx)
+    return UOp(UOps.DEFINE_GLOBAL, mb.dtype if isinstance(mb.dtype, ImageDType) else mb.dtype.ptr(), (), mb.idx)
 
   def lower_store(self, op: LazyOp) -> list[UOp]:
-    val = self.lower_op(op.src[0], inner=False)
+    """A STORE's UOps. With white axes, a global store is lowered once per white index (`mid`): the
+    first thread of the group writes the values of all of them."""
     mb: MemBuffer = op.arg
+    combos = list(itertools.product(*[range(self.shape[a]) for a in self.white])) if self.white and mb.idx >= 0 else [None]
+    image = isinstance(mb.dtype, ImageDType)
+    out: list[UOp] = []
+    elems: list = []
+    for combo in combos:
+      saved = (list(self.idx_vars), self.mid)
+      if combo is not None:
+        for a, c in zip(self.white, combo): self.idx_vars[a] = c
+        self.mid = combo
+      try:
+        val = self.lower_op(op.src[0], inner=False)
+        if image: elems += self.image_elems(mb, val)
+        else: out += self._store_lanes(mb, val)
+      finally: self.idx_vars, self.mid = saved
+    return self.image_stores(mb, elems) if image else out
+
+  def _store_lanes(self, mb: MemBuffer, val: dict[tuple, UOp]) -> list[UOp]:
     buf = self.buf_uop(mb)
     out = []
     for lane in self.lanes(False):
@@ -277,15 +300,16 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
     if prev.dtype.count < width: prev = UOp(UOps.VECTORIZE, prev.dtype.vec(width), (prev,) * width)
     return prev
 
-  def _store(self, buf: UOp, idx: sint, valid: sint, v: UOp) -> UOp:
+  def _store(self, buf: UOp, idx: sint, valid: sint, v: UOp) -> UOp: return self._store_at(buf, self.sym_to_uop(idx, dtypes.int32), valid, v)
+  def _store_at(self, buf: UOp, at: UOp, valid: sint, v: UOp) -> UOp:
     if buf.op is UOps.DEFINE_GLOBAL and self.group:  # after a grouped reduce, only the group's first thread writes
-      valid = sym_and(valid, *[sym_lt(self.idx_vars[a], 1) for a in self.group_axes])
-    src = (buf, self.sym_to_uop(idx, dtypes.int32), v)
+      valid = sym_and(valid, *[sym_lt(self.thread_vars[a], 1) for a in self.group_axes])
+    src = (buf, at, v)
     if valid != 1: src += (self.sym_bool(valid),)
     return UOp(UOps.STORE, dtypes.void, src)
 
   def lower_op(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
-    key = ("op", op, inner)
+    key = ("op", op, inner, self.mid)
     if (r := self.memo.get(key)) is not None: return r
     if op.op is BufferOps.LOAD: res = self.lower_load(op, inner)
     elif op.op is BufferOps.CONST: res = self.lower_const(op, inner)
@@ -303,6 +327,9 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering):
     res = {}
     for lane in self.lanes(inner):
       idx, valid = self.index(mb.st, lane)
+      if isinstance(mb.dtype, ImageDType):
+        res[lane] = self.image_load_lane(buf, mb, idx, valid)
+        continue
       kind, data = self.vec_form(idx, valid)
       if kind == "scalar": res[lane] = self._load(buf, *data, mb.dtype, barrier)
       elif kind == "vector": res[lane] = self._load(buf, *data, mb.dtype.vec(self.W), barrier)
@@ -392,9 +419,24 @@ def _alu_vectorizable(ren: Any, op: LazyOp, vals: list[UOp]) -> bool:
 
 def lower_kernel(k: Any) -> UOp:
   """The kernel's UOp graph (a SINK of stores), simplified by the rewrite rules."""
+  check_images(k)
   ast = k.get_optimized_ast()
   sink = Lowerer(k, ast).lower()
   rules = symbolic_rules
   extra = getattr(k.opts, "extra_rewrites", None)
   if extra is not None: rules = rules + extra
   return graph_rewrite(sink, rules)
+
+def check_images(k: Any) -> None:
+  """Image buffers need a target with images, fit its size limit, and are read-only or write-only in a kernel."""
+  imgs = {b.idx: b.dtype for b in k.membufs if b.idx >= 0 and isinstance(b.dtype, ImageDType)}
+  if not imgs: return
+  ren = k.opts
+  if not getattr(ren, "supports_images", False):
+    raise ImageLoweringError(f"{ren.device or type(ren).__name__} has no image buffers ({', '.join(repr(d) for d in imgs.values())}): "
+                             "images are an OPENCL feature (on a device with image support)")
+  wmax, hmax = getattr(ren, "image_max", (0, 0))
+  for i, d in imgs.items():
+    if d.shape[1] > wmax or d.shape[0] > hmax: raise ImageLoweringError(f"buffer {i}: {d!r} is over the device's image limit of {wmax}x{hmax} texels")
+    if i < len(k.outbufs) and any(x.op is BufferOps.LOAD and x.arg.idx == i for x in k.ast.lazyops):
+      raise ImageLoweringError(f"buffer {i}: an image is read-only or write-only in one kernel, this one reads and writes it")

@@ -34,6 +34,10 @@ class Renderer:
   max_threads: int = 1024  # threads in one workgroup (local x group dims together)
   tensor_cores: list[TensorCore] = []
   has_transcendentals: bool = True  # False: exp2/log2/sin are rewritten into polynomial code
+  # OpenCL image2d buffers (imagef/imageh): read/written a float4 texel at a time; image_max is the
+  # device's (width, height) limit in texels
+  supports_images: bool = False
+  image_max: tuple[int, int] = (0, 0)
   def render(self, name: str, uops: list) -> str: raise NotImplementedError(f"{type(self).__name__} cannot render")
   def settings_key(self) -> tuple:
     """The values of the settings this renderer reads at render time (so the same kernel renders

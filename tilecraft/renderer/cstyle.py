@@ -120,6 +120,7 @@ class CStyleLanguage(Renderer):
     params = []
     for n, dt, mutable in args:
       if isinstance(dt, PtrDType): params.append(f"{self.buffer_prefix}{'' if mutable else 'const '}{self.render_dtype(dt)} restrict {n}")
+      elif isinstance(dt, ImageDType): params.append(self.render_image_param(n, dt, mutable))
       else: params.append(f"{self.arg_int_type} {n}")
     return "\n".join(prelude + [f"{self.kernel_prefix}void {name}({', '.join(params)}) {{"] + body + ["}"]) + "\n"
 
@@ -155,6 +156,7 @@ class CStyleLanguage(Renderer):
     return frozenset()
   def render_stream_store(self, buf: str, idx: str, val: str, dt: DType) -> str:
     raise NotImplementedError(f"{type(self).__name__} has no streaming stores")
+  def render_image_param(self, name: str, dt: ImageDType, mutable: bool) -> str: raise NotImplementedError(f"{type(self).__name__} has no image types")
 
   # ---- the walk -----------------------------------------------------------------------------------
   def render(self, name: str, uops: list[UOp]) -> str:
@@ -476,6 +478,8 @@ class OpenCLRenderer(CStyleLanguage):
   type_names = CL_TYPE_NAMES
   vector_dtypes = frozenset({dtypes.float32, dtypes.int32})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG})
+  supports_images = True  # the runtime sets both from the device (8192: the OpenCL 1.2 minimum where images are supported)
+  image_max = (8192, 8192)
   def __init__(self, half_arith: bool = False, local_max: Optional[tuple] = None, shared_max: Optional[int] = None):
     self.half_arith = half_arith
     if local_max is not None: self.local_max = local_max
@@ -500,12 +504,15 @@ class OpenCLRenderer(CStyleLanguage):
     fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
     return f"{fn}({x})"
   def render_vectorize(self, vals: list[str], dt: DType) -> str: return f"(({self.render_dtype(dt)})({','.join(vals)}))"
+  def render_image_param(self, name: str, dt: ImageDType, mutable: bool) -> str: return f"{'write_only' if mutable else 'read_only'} image2d_t {name}"
   def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
+    if isinstance(buf_dt, ImageDType): return f"read_image{'h' if dt.scalar() == dtypes.float16 else 'f'}({buf}, smp, {idx})"  # idx: int2 (x, y)
     base = buf_dt.base if isinstance(buf_dt, PtrDType) else buf_dt
     if base.scalar() == dtypes.float16 and not self.half_arith: return f"vload_half({idx}, {buf})"
     if dt.count > 1: return f"vload{dt.count}(0, {buf}+{idx})"
     return f"{buf}[{idx}]"
   def render_store(self, buf: str, idx: str, val: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
+    if isinstance(buf_dt, ImageDType): return f"write_image{'h' if dt.scalar() == dtypes.float16 else 'f'}({buf}, {idx}, {val});"
     base = buf_dt.base if isinstance(buf_dt, PtrDType) else buf_dt
     if base.scalar() == dtypes.float16 and not self.half_arith: return f"vstore_half({val}, {idx}, {buf});"
     if dt.count > 1: return f"vstore{dt.count}({val}, 0, {buf}+{idx});"
@@ -520,6 +527,8 @@ class OpenCLRenderer(CStyleLanguage):
     lines = []
     if any(u.dtype.scalar() == dtypes.float64 for u in uops): lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     if self.half_arith and any(u.dtype.scalar() == dtypes.float16 for u in uops): lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    if any(u.op is UOps.DEFINE_GLOBAL and isinstance(u.dtype, ImageDType) for u in uops):  # texel reads: integer coords, outside the image reads 0
+      lines.append("__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;")
     if not self.half_arith and any(u.op is UOps.CAST and u.dtype.scalar() == dtypes.float16 for u in uops):
       lines.append("float round_half(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }")
     if any(u.op is UOps.CAST and (u.dtype.scalar() == dtypes.bfloat16 or any(s.dtype.scalar() == dtypes.bfloat16 for s in u.src)) for u in uops):

@@ -36,13 +36,28 @@ class CLAllocator(Allocator):
   def alloc(self, nbytes: int) -> Any:
     ctx, _, _ = _context()
     return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+  def alloc_image(self, dt: Any) -> Any:
+    """An RGBA image2d of dt.shape (height, width, 4) texels: float or half channels."""
+    ctx, dev, _ = _context()
+    if not dev.image_support: raise RuntimeError(f"the OpenCL device {dev.name} has no image support")
+    h, w, _ = dt.shape
+    if w > dev.image2d_max_width or h > dev.image2d_max_height:
+      raise ValueError(f"{dt!r} is over the device's image limit of {dev.image2d_max_width}x{dev.image2d_max_height} texels")
+    ctype = {4: cl.channel_type.FLOAT, 2: cl.channel_type.HALF_FLOAT}[dt.base.itemsize]
+    return cl.create_image(ctx, cl.mem_flags.READ_WRITE, cl.ImageFormat(cl.channel_order.RGBA, ctype), (w, h))
   def free(self, opaque: Any) -> None: opaque.release()
   def copyin(self, dest: Any, src: memoryview) -> None:
     _, _, q = _context()
-    if src.nbytes: cl.enqueue_copy(q, dest, np.frombuffer(src, dtype=np.uint8), is_blocking=True)
+    if not src.nbytes: return
+    host = np.frombuffer(src, dtype=np.uint8)
+    if isinstance(dest, cl.Image): cl.enqueue_copy(q, dest, host, origin=(0, 0), region=tuple(dest.shape), is_blocking=True)
+    else: cl.enqueue_copy(q, dest, host, is_blocking=True)
   def copyout(self, dest: memoryview, src: Any) -> None:
     _, _, q = _context()
-    if dest.nbytes: cl.enqueue_copy(q, np.frombuffer(dest, dtype=np.uint8), src, is_blocking=True)
+    if not dest.nbytes: return
+    host = np.frombuffer(dest, dtype=np.uint8)
+    if isinstance(src, cl.Image): cl.enqueue_copy(q, host, src, origin=(0, 0), region=tuple(src.shape), is_blocking=True)
+    else: cl.enqueue_copy(q, host, src, is_blocking=True)
 
 class CLProgram:
   def __init__(self, name: str, lib: bytes):
@@ -72,6 +87,7 @@ def cl_renderer() -> Any:
   r = OpenCLRenderer(half_arith="cl_khr_fp16" in dev.extensions, local_max=tuple(min(x, dev.max_work_group_size) for x in dev.max_work_item_sizes[:3]),
                      shared_max=min(dev.local_mem_size, 65536))
   r.max_threads = dev.max_work_group_size
+  r.supports_images, r.image_max = bool(dev.image_support), (dev.image2d_max_width, dev.image2d_max_height)
   return r
 
 def open_device() -> Compiled:

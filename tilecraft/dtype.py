@@ -70,7 +70,8 @@ class PtrDType(DType):
 @dataclass(frozen=True, repr=False)
 class ImageDType(DType):
   """An OpenCL image2d of 4 channels: `shape` is (height, width, 4) and `base` the channel type (float or
-  half). Make one with dtypes.imagef/imageh."""
+  half), which is also its scalar() (so value checks treat an image as its channels). Make one with
+  dtypes.imagef/imageh."""
   shape: tuple[int, ...]
   base: DType
 
@@ -84,7 +85,7 @@ def _image(base: DType, shape: tuple[int, ...], name: str) -> ImageDType:
   shape = tuple(shape)
   if len(shape) != 3 or shape[2] != 4 or not all(isinstance(s, int) and s > 0 for s in shape):
     raise ValueError(f"image shape must be (height, width, 4) of positive ints, got {shape}")
-  return ImageDType(base.priority, base.itemsize, name, base.fmt, 1, shape=shape, base=base)
+  return ImageDType(base.priority, base.itemsize, name, base.fmt, 1, shape=shape, base=base, _scalar=base)  # scalar(): the channel type
 
 class dtypes:
   """The supported dtypes (API), under their C names and numpy-style aliases, plus static helpers.
@@ -217,6 +218,7 @@ def least_upper_dtype(*dts: DType) -> DType:
 @functools.lru_cache(maxsize=4096)
 def _least_upper(dts: tuple[DType, ...]) -> DType:
   if not dts: raise ValueError("least_upper_dtype needs at least one dtype")
+  if any(isinstance(d, (PtrDType, ImageDType)) for d in dts): raise ValueError(f"pointers and images don't promote: {dts}")
   if len(counts := {d.count for d in dts}) != 1: raise ValueError(f"can't promote vectors of different widths: {dts}")
   common = frozenset.intersection(*(_upper_set(d.scalar()) for d in dts))
   minimal = [c for c in common if not any(o != c and c in _upper_set(o) for o in common)]

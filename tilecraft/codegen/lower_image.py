@@ -9,14 +9,16 @@ must write whole texels: the 4 channels of each texel have to be lanes of one th
 texel axis upcast by 4, see required_optimizations), else lowering refuses the kernel."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
+from tilecraft.codegen.opt import KernelOptError
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, dtypes
 from tilecraft.ops import BinaryOps, MemBuffer, TernaryOps
 from tilecraft.shape.symbolic import Node, sint
 if TYPE_CHECKING: from tilecraft.codegen.lowerer import Lowerer
 
-class ImageLoweringError(ValueError):
-  """A kernel whose image accesses can't be expressed (a partial texel store, an image on a target without images)."""
+class ImageLoweringError(KernelOptError):
+  """A kernel whose image accesses can't be expressed (a partial texel store, an image on a target
+  without images): the kernel with these opts is refused, as an Opt would be (nothing is run)."""
 
 def texel_dtype(ren: Any, img: ImageDType) -> DType:
   """What one texel read/write carries: half4 where the target computes in half (read_imageh), else float4."""

@@ -23,11 +23,11 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
-from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes
-from tilecraft.helpers import TC, Context
+from tilecraft.dtype import DType, ImageDType, bf16_bits_from_f32, dtypes
+from tilecraft.helpers import TC, Context, prod
 from tilecraft.engine.isolation import Job, Pool
 from tilecraft.engine.verify import SENTINELS, compare, filled, poison, raw_bytes, shift_ast, shift_st, tolerance  # noqa: F401
-from tilecraft.testing.corpus import CorpusEntry, corpus
+from tilecraft.testing.corpus import CorpusEntry, corpus, image_corpus
 from tilecraft.testing.opt_sampler import OptSequence, random_opts
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
 from tilecraft.renderer import Program
@@ -146,10 +146,25 @@ def build_kernel(ast: LazyOp, opts: Sequence[Opt], device: str = "CPU") -> Kerne
   for o in opts: k.apply_opt(o)
   return k
 
+def has_images(ast: LazyOp) -> bool:
+  """Whether a kernel reads or writes an image buffer. Images get no guard zones: an image is exactly
+  its (height, width, 4) texels, and a texel outside it is never touched (reads give 0, writes are
+  to computed coordinates inside it); the sentinel fills still catch stray and missing writes."""
+  return any(isinstance(x.arg, MemBuffer) and isinstance(x.arg.dtype, ImageDType) for x in ast.lazyops if x.op in (BufferOps.LOAD, BufferOps.STORE))
+
+def required_opts(ast: LazyOp, device: str) -> list[Opt]:
+  """The opts a kernel can't run without (image outputs write whole texels): the fuzzer's unoptimized kernel."""
+  if not has_images(ast): return []
+  return list(Kernel(ast, opts=Device[device].renderer).required_optimizations().applied_opts)
+
+def find_entry(name: str, small: bool = True) -> CorpusEntry:
+  """A corpus entry by name, image kernels included."""
+  return corpus(small)[name] if name in corpus(small) else image_corpus()[name]
+
 def guarded(ast: LazyOp, front: int = FRONT_GUARD) -> LazyOp:
   """The AST the fuzzer compiles: ast with every global buffer access `front` elements in, so a
-  front guard zone sits before each buffer's data (engine/verify.py)."""
-  return shift_ast(ast, front)
+  front guard zone sits before each buffer's data (engine/verify.py); image kernels as they are."""
+  return ast if has_images(ast) else shift_ast(ast, front)
 
 def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kernel: Optional[Kernel] = None,
                 front: int = 0) -> Program:
@@ -197,6 +212,7 @@ def run_program(ast: LazyOp, p: Program, inputs: dict[int, np.ndarray], device: 
   GuardZoneError on writes outside what the stores cover (guards included), on a changed input, or
   on an unwritten element."""
   var_vals = dict(var_vals or {})
+  if has_images(ast): front, guard = 0, 0
   views = buffer_views(guarded(ast, front))
   n_out = len(ast.src)
   missing = [i for i in p.globals if i >= n_out and i not in inputs]
@@ -206,6 +222,7 @@ def run_program(ast: LazyOp, p: Program, inputs: dict[int, np.ndarray], device: 
   expected_inputs: dict[int, np.ndarray] = {}
   for i in p.globals:
     dt, need = views[i][0].dtype, buffer_size(views[i])  # need includes the front guard
+    if isinstance(dt, ImageDType): need = prod(dt.shape)
     if i < n_out:
       sizes[i] = need
       bufs[i] = Buffer(device, need + guard, dt).allocate()
@@ -267,7 +284,7 @@ class KernelCrash(RuntimeError):
 def _iso_run(name: str, small: bool, opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
   """Worker side: run corpus entry `name` (rebuilt here: ASTs don't travel between processes)."""
   try:
-    e = corpus(small)[name]
+    e = find_entry(name, small)
     p = get_program(e.ast, opts, device, front=FRONT_GUARD)
     outs = run_program(e.ast, p, inputs, device, e.var_vals[vv_index], guard, FRONT_GUARD)
     return "ok", (outs, _src_hash(p.src), (cache_stats.programs, cache_stats.compiles))
@@ -366,6 +383,7 @@ class _Checker:
     self.entry, self.inputs, self.device, self.guard, self.isolated = entry, inputs, device, guard, isolated
     self.baseline: dict[int, list[np.ndarray]] = {}
     self.srcs: set[str] = set()
+    self.base = required_opts(entry.ast, device)  # the unoptimized kernel's opts
   def _fail(self, opts: list[Opt], kind: str, msg: str, vi: int = 0) -> FuzzFailure:
     return FuzzFailure(self.entry.name, opts, kind, msg, dict(self.entry.var_vals[vi]) if self.entry.var_vals[vi] else {})
   def run(self, opts: list[Opt], vi: int, kernel: Optional[Kernel] = None) -> list[np.ndarray]:
@@ -392,9 +410,9 @@ class _Checker:
       except KernelCrash as ex: return self._fail(opts, "crash", str(ex), vi)
       except Exception as ex:  # noqa: BLE001
         return self._fail(opts, "exception", f"{type(ex).__name__}: {str(ex)[:4000]}\n{traceback.format_exc(limit=8)}", vi)
-      if opts:
+      if opts != self.base:
         if vi not in self.baseline:
-          try: self.baseline[vi] = self.run([], vi)
+          try: self.baseline[vi] = self.run(self.base, vi)
           except Exception as ex:  # noqa: BLE001
             return self._fail([], "exception", f"the unoptimized kernel failed: {type(ex).__name__}: {str(ex)[:2000]}", vi)
         if (msg := compare_outputs(got, self.baseline[vi], e.ast, e.rtol, e.atol)) is not None:
@@ -469,7 +487,7 @@ def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str =
     rep.failures.append(FuzzFailure(entry.name, [], "exception", f"Kernel() raised {type(e).__name__}: {e}"))
     rep.seconds = time.perf_counter() - st
     return rep
-  if (f := checker.check([], k0.copy() if isolated is None else None)) is not None: rep.failures.append(f)
+  if (f := checker.check(checker.base, k0.copy() if isolated is None and not checker.base else None)) is not None: rep.failures.append(f)
   rep.runs += len(entry.var_vals)
   seqs, rep.refusals, apply_fails = sample_opt_sequences(entry, rng, n, device, max_opts, k0, max_lanes)
   rep.failures += apply_fails
@@ -496,6 +514,7 @@ def fuzz_corpus(device: str = "CPU", n_per_kernel: int = 20, seed: int = 0, smal
   """Fuzz every corpus entry (or `names`) with n_per_kernel opt sequences each. With `isolate`,
   kernels run in a worker process, so one that corrupts memory is reported instead of crashing."""
   entries = corpus(small)
+  if getattr(Device[device].renderer, "supports_images", False): entries = {**entries, **image_corpus()}
   if names is not None: entries = {k: entries[k] for k in names}
   out = {}
   iso = IsolatedRunner(small) if isolate else None

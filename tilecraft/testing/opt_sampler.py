@@ -14,10 +14,12 @@ import traceback
 from typing import Optional, Sequence
 import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.dtype import ImageDType
 from tilecraft.helpers import prod
 
-FUZZ_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS, OptOps.BLOCK)
-_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5, 1])
+FUZZ_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS, OptOps.BLOCK,
+            OptOps.UPCASTMID)
+_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5, 1, 0.5])
 # amounts include non-divisors and amounts over the opts' limits (16 for UPCAST, 32 for UNROLL)
 AMOUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64)
 
@@ -43,6 +45,7 @@ def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
   if op is OptOps.NOLOCALS: return Opt(op)
   axis = int(rng.integers(0, k.shape_len + 1))  # one past the end now and then: must be refused
   if op is OptOps.SWAP: return Opt(op, axis, int(rng.integers(0, k.shape_len + 1)))
+  if op is OptOps.UPCASTMID: return Opt(op, axis, 4 if rng.random() < 0.8 else int(AMOUNTS[rng.integers(len(AMOUNTS))]))  # valid only by 4
   return Opt(op, axis, int(AMOUNTS[rng.integers(len(AMOUNTS))]))
 
 def _group_opt(k: Kernel, op: OptOps, rng: np.random.Generator) -> Opt:
@@ -103,8 +106,21 @@ def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max
       seq.append(opt)
       seq.tc_use = kc.use_tensor_cores
       k = kc
+  image_out = any(isinstance(b.dtype, ImageDType) for b in kernel.outbufs)
+  if not kernel.applied_opts and image_out and k.reduceops and rng.random() < 0.4:
+    # an image output's mid-reduce upcast needs a grouped reduce first: try the pair (either may be refused)
+    unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce] or [0]
+    for opt in (Opt(OptOps.GROUPTOP if rng.random() < 0.5 else OptOps.GROUP, 0, int(rng.choice([2, 3, 4, 8, 16]))),
+                Opt(OptOps.UPCASTMID, unit[-1] if rng.random() < 0.8 else int(rng.integers(0, k.shape_len)), 4)):
+      kc, err = try_opt(k, opt)
+      if err is not None:
+        seq.error = (opt, err)
+        break
+      if kc is None: seq.refusals += 1; continue  # noqa: E702
+      seq.append(opt)
+      k = kc
   for _ in range(8 * target):
-    if len(seq) >= target: break
+    if len(seq) >= target or seq.error: break
     opt = random_opt(k, rng)
     kc, err = try_opt(k, opt)
     if err is not None:
@@ -114,6 +130,14 @@ def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max
     if max_lanes is not None and lanes(kc) > max_lanes: continue
     seq.append(opt)
     k = kc
+  if image_out and not seq.error:  # whatever the opts did, finish with what image outputs require (whole texels)
+    kc = k.copy()
+    try: kc.required_optimizations()
+    except Exception as e:  # noqa: BLE001  (required_optimizations only tries opts: anything raised is a bug)
+      seq.error = (Opt(OptOps.UPCAST, 0, 4), f"required_optimizations raised {type(e).__name__}: {e}")
+    else:
+      seq += kc.applied_opts[len(k.applied_opts):]
+      k = kc
   seq.kernel = k  # type: ignore[attr-defined]
   return seq
 

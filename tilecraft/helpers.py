@@ -61,6 +61,7 @@ class _Setting:
 
 DEBUG, NOOPT, BEAM, TC, TC_OPT = _Setting("DEBUG", 0), _Setting("NOOPT", 0), _Setting("BEAM", 0), _Setting("TC", 1), _Setting("TC_OPT", 0)
 CACHELEVEL = _Setting("CACHELEVEL", 2)
+IMAGE = _Setting("IMAGE", 0)  # 1: conv/matmul weights in OpenCL images, 2: their inputs too (frontend/image.py)
 
 def cache_dir() -> str:
   """Where compiled binaries and the search database live (XDG cache dir by default). Only the path:

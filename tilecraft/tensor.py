@@ -15,6 +15,7 @@ from tilecraft.engine.realize import run_schedule
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
 from tilecraft.frontend.compare import ComparisonOps
 from tilecraft.frontend.cumsum import cumsum_rows
+from tilecraft.frontend.image import as_image, image_level
 from tilecraft.frontend.indexing import IndexingOps
 from tilecraft.frontend.math import MathOps
 from tilecraft.frontend.nn import NNOps
@@ -569,6 +570,10 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
       except ValueError: raise ValueError(f"matmul: batch dims of shapes {x.shape} and {y.shape} can't be broadcast together") from None
     dt = least_upper_dtype(x.dtype, y.dtype)
     x, y = x.cast(dt), y.cast(dt)
+    if x.ndim == 2 and y.ndim == 2 and (lvl := image_level(self)):  # IMAGE: the weight (and input) read through images
+      k_, n_ = y.shape
+      if isinstance(n_, int) and n_ % 4 == 0 and (yi := as_image(y, (k_, n_ // 4))) is not None: y = yi
+      if lvl >= 2 and isinstance(k_, int) and k_ % 4 == 0 and (xi := as_image(x, (x.shape[0], k_ // 4))) is not None: x = xi
     xv = x.reshape(*x.shape[:-1], *(1,) * min(y.ndim - 1, 1), x.shape[-1])
     yv = y.reshape(*y.shape[:-2], *(1,) * min(x.ndim - 1, 1), *y.shape[-min(y.ndim, 2):]).transpose(-1, -2) if y.ndim > 1 else y
     out = (xv * yv).sum(-1, dtype=dt if not dtypes.is_int(dt) else None)

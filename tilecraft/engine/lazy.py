@@ -24,6 +24,7 @@ class LazyBuffer:
       self.buffer: Any = None  # a device Buffer once realized (or for data that came from outside)
       self.forced_realize = False
       self.consed_key: Optional[tuple] = None  # its key in the hash-consing table, if it is in there
+      self.image: Optional[DType] = None  # an ImageDType: its buffer is that image (values: dtype), see to_image
     else:
       assert base.base is base, "a view's base must be a base"
 
@@ -113,6 +114,13 @@ class LazyBuffer:
       return self
     out = LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, MetaOps.CONTIGUOUS, None, (self,))
     out.forced_realize = True
+    return out
+
+  def to_image(self, img: DType) -> "LazyBuffer":
+    """A new base holding this view's elements in an image buffer of dtype img (an ImageDType of as
+    many elements); its values keep this dtype, so only the kernels' buffer accesses change."""
+    out = LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, MetaOps.CONTIGUOUS, None, (self,))
+    out.forced_realize, out.image = True, img
     return out
 
   # ---- movement ops (views) -----------------------------------------------------------------------

@@ -64,14 +64,14 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
             else:
               cacheable = False
               break
-          else: parts.append((op, _const_key(b.arg) if op is BufferOps.CONST else b.arg, b.dtype, b.device, b.st, b.forced_realize, tuple(srcs)))
+          else: parts.append((op, _const_key(b.arg) if op is BufferOps.CONST else b.arg, b.dtype, b.device, b.st, b.forced_realize, tuple(srcs), b.image))
       continue
     if id(b) in pos: continue
     if b.op is None:
       pos[id(b)] = ~len(leaves)
       leaves.append(b)
       if b.buffer is None or not b.st.concrete: cacheable = False
-      else: parts.append((None, b.dtype, b.device, b.st))
+      else: parts.append((None, b.dtype, b.device, b.st, b.buffer.dtype))
       continue
     pos[id(b)] = None  # type: ignore[assignment]
     stack.append((b, True))
@@ -167,7 +167,7 @@ class _KernelBuilder:
     if key in self.memo: return self.memo[key]
     if b.op is None or (id(b) in self.realizes and b is not self.out):
       idx, _ = self.inputs.setdefault(id(b), (len(self.inputs) + 1, b))
-      ret = LazyOp(BufferOps.LOAD, (), MemBuffer(idx, b.dtype, self._unbind(st)))
+      ret = LazyOp(BufferOps.LOAD, (), MemBuffer(idx, _buf_dtype(b), self._unbind(st)))
     elif b.op is BufferOps.CONST:
       val = b.arg
       if isinstance(val, Variable) and val.is_bound:
@@ -209,8 +209,13 @@ def _buffer_for(lb: LazyBuffer, var_vals: dict) -> Buffer:
   if b.buffer is None:
     size = prod(b.shape)
     if isinstance(size, Node): size = sym_eval(unbind_all(size)[0], {**_bound_vals(size), **var_vals})
-    b.buffer = Buffer(b.device, int(size), b.dtype)
+    b.buffer = Buffer(b.device, int(size), _buf_dtype(b))
   return b.buffer
+
+def _buf_dtype(b: LazyBuffer) -> Any:
+  """What base b's buffer holds: its image dtype (LazyBuffer.to_image), or its dtype."""
+  if b.buffer is not None: return b.buffer.dtype
+  return b.image if b.image is not None else b.dtype
 
 def _bound_vals(x: Any) -> dict:
   return unbind_all(x)[1] if isinstance(x, Node) else {}
@@ -297,7 +302,7 @@ def _build_schedule(order: list[LazyBuffer], realizes: set[int]) -> list[Schedul
       value = _reshape_leaves(value, kb.reduce.shape, {})
       out_st = out_st.reshape(kb.reduce.shape)
     out_st = kb._unbind(out_st)
-    ast = LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (value,), MemBuffer(0, b.dtype, out_st)),))
+    ast = LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (value,), MemBuffer(0, _buf_dtype(b), out_st)),))
     _verify_once(ast)
     inputs = [lb for _, lb in sorted(kb.inputs.values(), key=lambda x: x[0])]
     items.append(ScheduleItem(ast, tuple(_buffer_for(x, kb.var_vals) for x in (b, *inputs)), kb.var_vals, (b,)))

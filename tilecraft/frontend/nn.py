@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Optional
 from tilecraft.dtype import dtypes, least_upper_dtype
+from tilecraft.frontend.image import as_image, image_level
 from tilecraft.frontend.shapes import pair
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
@@ -68,6 +69,11 @@ class NNOps:
     if cin != cpg * groups or cout % groups: raise ValueError(f"conv2d: input channels {cin} != weight {cpg} x groups {groups}, or {cout} % {groups} != 0")
     st, dl = pair(stride), pair(dilation)
     pd = pair(padding)
+    if groups == 1 and (lvl := image_level(self)):  # IMAGE: weights (and inputs) read through images
+      wi = as_image(weight.permute(2, 3, 1, 0), (kh * kw * cin, cout // 4)) if cout % 4 == 0 else None
+      if wi is not None: weight = wi.permute(3, 2, 0, 1)
+      xi = as_image(self.permute(0, 2, 3, 1), (n * h, w * cin // 4)) if lvl >= 2 and cin % 4 == 0 else None
+      if xi is not None: self = xi.permute(0, 3, 1, 2)  # noqa: PLW0642
     x = self.pad(((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
     win = x._pool((kh, kw), st, dl)  # n, cin, oh, ow, kh, kw
     oh, ow = win.shape[2], win.shape[3]

@@ -6,6 +6,7 @@ from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.codegen.lower_image import ImageLoweringError
 from tilecraft.device import Buffer, Device
 from tilecraft.dtype import dtypes
+from tilecraft.helpers import Context
 from tilecraft.renderer.cstyle import CRenderer, OpenCLRenderer
 from tilecraft.testing.corpus import image_corpus
 from tilecraft.testing.opt_sampler import _kernel_state
@@ -87,14 +88,25 @@ def test_upcastmid_refusals_leave_the_kernel_unchanged():
     assert _kernel_state(k) == before
   with pytest.raises(KernelOptError, match="grouped"): kernel(MATMUL).apply_opt(Opt(MID, 1, 4))
 
-@pytest.mark.parametrize("dev", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("dev", ["CPU", "PYTHON-CUDA"])
 def test_other_targets_refuse_images(dev):
-  k = Kernel(MATMUL.ast, Device[dev].renderer if dev != "CPU" else CRenderer())
-  k.required_optimizations()
-  before = _kernel_state(k)
-  with pytest.raises(ImageLoweringError, match="no image buffers"): k.to_program()
-  assert _kernel_state(k) == before
-  with pytest.raises(NotImplementedError, match="image"): Buffer(dev, 16, dtypes.imagef((1, 4, 4))).allocate()
+  """CPU (and every C-family target but OpenCL), and the emulator when it emulates CUDA: no images."""
+  with Context(EMULATE="CUDA" if dev == "PYTHON-CUDA" else ""):
+    k = Kernel(MATMUL.ast, Device["PYTHON"].renderer if dev != "CPU" else CRenderer())
+    k.required_optimizations()
+    before = _kernel_state(k)
+    with pytest.raises(ImageLoweringError, match="no image buffers"): k.to_program()
+    assert _kernel_state(k) == before
+  if dev == "CPU":
+    with pytest.raises(NotImplementedError, match="image"): Buffer(dev, 16, dtypes.imagef((1, 4, 4))).allocate()
+
+def test_python_emulator_runs_images():
+  """The emulator keeps an image as its flat texels (reads outside give 0, writes outside are an
+  error): the conv with UPCASTMID matches numpy and the required-only kernel there too."""
+  opts = [Opt(G, 1, 4), Opt(MID, 2, 4)]
+  assert (f := check_opts(CONV, opts, entry_inputs(CONV, 1), "PYTHON")) is None, f
+  h = IMAGES["imageh_matmul_4x8x8"]
+  assert (f := check_opts(h, kernel(h, dev="PYTHON").hand_coded_optimizations().applied_opts, entry_inputs(h, 1), "PYTHON")) is None, f
 
 def test_image_over_the_device_limit_is_refused():
   ren = OpenCLRenderer()

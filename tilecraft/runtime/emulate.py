@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 import numpy as np
 from tilecraft.codegen.uops import UOps
-from tilecraft.dtype import DType, PtrDType, bf16_bits_from_f32, dtypes, f32_from_bf16_bits
+from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes, f32_from_bf16_bits
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 
 class EmulatorError(RuntimeError):
@@ -310,6 +310,17 @@ def _addresses(idx: Any, width: int) -> np.ndarray:
   a = np.asarray(idx).astype(np.int64)
   return a[..., None] + np.arange(width) if width > 1 else a
 
+def _texels(mem: Memory, coords: Any) -> tuple[np.ndarray, np.ndarray]:
+  """An image (kept as its flat row-major (height, width, 4) elements) at int2 texel coordinates:
+  the 4 element addresses of each texel, and whether it is inside the image (outside reads 0,
+  as OpenCL's clamp-to-border sampler does; those addresses are 0)."""
+  assert isinstance(mem.dtype, ImageDType)
+  h, w, _ = mem.dtype.shape
+  c = np.asarray(coords).astype(np.int64)
+  x, y = c[..., 0], c[..., 1]
+  inside = (x >= 0) & (x < w) & (y >= 0) & (y < h)
+  return np.where(inside, (y * w + x) * 4, 0)[..., None] + np.arange(4), inside
+
 def _flat(st: Launch, mem: Memory, addr: np.ndarray, width: int) -> np.ndarray:
   """Local memory: the address inside this lane's workgroup block (always per lane)."""
   if not mem.local: return addr
@@ -331,8 +342,11 @@ def _h_load(ins: Ins, i: int, prog: Executable) -> Step:
   def step(st: Launch) -> None:
     mem: Memory = st.vals[bi]
     g, active = _gate(st, gi)
-    addr = _addresses(st.vals[ii], width)
-    _check_bounds(st, mem, addr, active, width, "load")
+    image = isinstance(mem.dtype, ImageDType)
+    if image: addr, inside = _texels(mem, st.vals[ii])
+    else:
+      addr = _addresses(st.vals[ii], width)
+      _check_bounds(st, mem, addr, active, width, "load")
     if active is not None:
       if not active.any():
         st.vals[i] = st.vals[alt] if alt is not None else np.zeros((), np_value_dtype(ins.dtype))
@@ -341,6 +355,7 @@ def _h_load(ins: Ins, i: int, prog: Executable) -> Step:
     flat = _flat(st, mem, addr, width)
     if mem.local: _check_local_read(st, mem, flat, active, width, prog)
     v = mem.data[flat]
+    if image: v = np.where(inside[..., None], v, 0).astype(np_value_dtype(ins.dtype))
     if mem.bf16 and not mem.local: v = f32_from_bf16_bits(v)
     if g is not None: v = np.where(g[:, None] if width > 1 else g, v, st.vals[alt])
     st.vals[i] = v
@@ -366,8 +381,13 @@ def _h_store(ins: Ins, i: int, prog: Executable) -> Step:
     _, active = _gate(st, gi)
     if active is not None and not active.any(): return
     lane_shape = _lane_shape(st, width)
-    addr = _addresses(st.vals[ii], width)
-    _check_bounds(st, mem, addr, active, width, "store")
+    if isinstance(mem.dtype, ImageDType):
+      addr, inside = _texels(mem, st.vals[ii])
+      outside = ~np.broadcast_to(inside, (st.L,))
+      if (outside if active is None else outside & active).any(): raise EmulatorError(f"{prog.name}: write to a texel outside {mem.describe()} (undefined in OpenCL)")
+    else:
+      addr = _addresses(st.vals[ii], width)
+      _check_bounds(st, mem, addr, active, width, "store")
     addr_b, val_b = np.broadcast_to(addr, lane_shape), np.broadcast_to(np.asarray(st.vals[vi]), lane_shape)
     flat = _flat(st, mem, addr_b, width)
     lids = np.broadcast_to(st.lid_flat[:, None], lane_shape) if width > 1 else st.lid_flat

@@ -38,7 +38,7 @@ from tilecraft.shape.symbolic import Variable
 # ---- targets -----------------------------------------------------------------------------------------
 
 _CAPS = ("has_local", "has_shared", "global_max", "local_max", "shared_max", "max_threads", "supports_float4", "vector_dtypes",
-         "vector_alu", "tensor_cores", "has_transcendentals", "extra_rewrites")
+         "vector_alu", "tensor_cores", "has_transcendentals", "extra_rewrites", "supports_images", "image_max")
 EMULATED_TARGETS = ("CUDA", "METAL", "AMD")
 
 class _GenericGPU(Renderer):
@@ -50,6 +50,7 @@ class _GenericGPU(Renderer):
   max_threads = 1024
   vector_dtypes = frozenset({dtypes.float32, dtypes.float16, dtypes.int32})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, BinaryOps.MAX})
+  supports_images, image_max = True, (16384, 16384)  # OpenCL images, emulated (emulate.py: _texels)
 
 def _target_renderer(target: str) -> Renderer:
   """The renderer whose capabilities EMULATE=target takes (the real CUDA / HIP / Metal renderers)."""
@@ -305,6 +306,8 @@ class PythonDevice(Compiled):
 
 def open_python() -> Compiled:
   from tilecraft.runtime.cpu import CPUAllocator  # numpy memory; the same (caching) allocator as the CPU device
-  return PythonDevice("PYTHON", CPUAllocator(), python_renderer, PythonCompiler(), PythonProgram)
+  class EmulatorAllocator(CPUAllocator):
+    def alloc_image(self, dt: Any) -> Any: return self.alloc(dt.shape[0] * dt.shape[1] * 4 * dt.itemsize)  # an image is its flat texels here
+  return PythonDevice("PYTHON", EmulatorAllocator(), python_renderer, PythonCompiler(), PythonProgram)
 
 open_device = open_python  # device.py's registry calls runtime.<name>.open_device

@@ -216,3 +216,19 @@ def test_locals_and_thread_ids_are_refused():
   k = Kernel(kernel(store(0, dtypes.float32, ST((4, 8)), ld(1, dtypes.float32, ST((4, 8))))), opts=r)
   from tilecraft.codegen.kernel import KernelOptError
   with pytest.raises(KernelOptError): k.apply_opt(Opt(OptOps.LOCAL, 0, 2))
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"), reason="streaming stores are x86 only")
+def test_streaming_stores(rng: np.random.Generator):
+  """Big outputs the kernel never reads stream past the caches like the C renderer's: a !nontemporal
+  store where the address is aligned (else a plain one) and a fence before returning; results are
+  exact at every buffer offset, and a small output keeps plain stores."""
+  from tilecraft import Context, Tensor
+  a = rng.standard_normal(4099).astype(np.float32)
+  with Context(CPU_STREAM_MIN_BYTES=0):
+    for off in (0, 1, 3, 4, 16):
+      np.testing.assert_array_equal((Tensor(a[off:off + 4000], device="LLVM") * 2 + 1).numpy(), a[off:off + 4000] * 2 + 1)
+  def add(n: int) -> LazyOp: return kernel(store(0, dtypes.float32, ST((n,)), alu(BinaryOps.ADD, ld(1, dtypes.float32, ST((n,))), ld(2, dtypes.float32, ST((n,))))))
+  big = add(1 << 22)
+  src = get_program(big, [Opt(OptOps.UPCAST, 0, 8)], "LLVM").src
+  assert "!nontemporal" in src and "fence seq_cst" in src and "ptrtoint" in src
+  assert "!nontemporal" not in get_program(add(4096), [Opt(OptOps.UPCAST, 0, 8)], "LLVM").src

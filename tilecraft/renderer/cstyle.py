@@ -273,6 +273,26 @@ class CStyleLanguage(Renderer):
     args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
 
+def streamable_stores(uops: list[UOp], least_bytes: int) -> frozenset:
+  """The vector STOREs that may stream past the caches (the C and LLVM CPU renderers): ungated, at
+  an index that is a multiple of the vector width, outside reduce loops, into an output the kernel
+  never reads, which the kernel writes at least `least_bytes` of (a smaller output may be read back
+  from cache by the next kernel)."""
+  loaded = {u.src[0] for u in uops if u.op is UOps.LOAD}
+  written: Counter = Counter()
+  cands: list[UOp] = []
+  loops: list[UOp] = []
+  for u in uops:
+    if u.op is UOps.RANGE: loops.append(u)
+    elif u.op is UOps.ENDRANGE: loops.pop()
+    elif u.op is UOps.STORE and len(u.src) == 3 and u.src[0].op is UOps.DEFINE_GLOBAL and u.src[0] not in loaded:
+      dt = u.src[2].dtype
+      if dt.count == 1 or dt.itemsize < 16 or dt.itemsize & (dt.itemsize - 1) or not multiple_of(u.src[1], dt.count): continue
+      if any(lp.arg[0] == "reduce" or lp.src[0].op is not UOps.CONST or lp.src[1].op is not UOps.CONST for lp in loops): continue
+      written[u.src[0]] += math.prod(lp.src[1].arg - lp.src[0].arg for lp in loops) * dt.itemsize
+      cands.append(u)
+  return frozenset(u for u in cands if written[u.src[0]] >= least_bytes)
+
 def multiple_of(idx: UOp, n: int) -> bool:
   """Whether the integer index `idx` is provably a multiple of n (every value it can take), from its
   structure: constants, sums of multiples, products with a multiple, shifts by enough bits."""
@@ -394,21 +414,7 @@ class CRenderer(CStyleLanguage):
     return min(dt.itemsize, self._STREAM_CHUNK.get(cpu_target().isa, 0))
   def streaming_stores(self, uops: list[UOp]) -> frozenset:
     if cpu_target().isa not in self._STREAM_CHUNK: return frozenset()
-    loaded = {u.src[0] for u in uops if u.op is UOps.LOAD}
-    written: Counter = Counter()
-    cands: list[UOp] = []
-    loops: list[UOp] = []
-    for u in uops:
-      if u.op is UOps.RANGE: loops.append(u)
-      elif u.op is UOps.ENDRANGE: loops.pop()
-      elif u.op is UOps.STORE and len(u.src) == 3 and u.src[0].op is UOps.DEFINE_GLOBAL and u.src[0] not in loaded:
-        dt = u.src[2].dtype
-        if dt.count == 1 or dt.itemsize < 16 or dt.itemsize & (dt.itemsize - 1) or not multiple_of(u.src[1], dt.count): continue
-        if any(lp.arg[0] == "reduce" or lp.src[0].op is not UOps.CONST or lp.src[1].op is not UOps.CONST for lp in loops): continue
-        written[u.src[0]] += math.prod(lp.src[1].arg - lp.src[0].arg for lp in loops) * dt.itemsize
-        cands.append(u)
-    least = getenv("CPU_STREAM_MIN_BYTES", self.stream_min_bytes)
-    return frozenset(u for u in cands if written[u.src[0]] >= least)
+    return streamable_stores(uops, getenv("CPU_STREAM_MIN_BYTES", self.stream_min_bytes))
   def render_stream_store(self, buf: str, idx: str, val: str, dt: DType) -> str: return f"tc_stream_{self.render_dtype(dt)}({buf}+{idx}, {val});"
   def _stream_helper(self, dt: DType) -> list[str]:
     vt, chunk = self.render_dtype(dt), self._stream_chunk(dt)

@@ -16,14 +16,16 @@ only its chunk-th share of the range, so the runtime can run a kernel on every c
 once per chunk from a thread pool. `@tc_parallel` (1 or 0) tells the runtime whether to.
 """
 from __future__ import annotations
-import math, struct
+import math, platform, struct
 from typing import Any
 import numpy as np
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
+from tilecraft.helpers import getenv
 from tilecraft.host import host_vector_width
+from tilecraft.renderer.cstyle import CRenderer, streamable_stores
 
 _SCALAR = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16", dtypes.int32: "i32",
            dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half", dtypes.bfloat16: "i16",
@@ -104,12 +106,18 @@ class LLVMRenderer(Renderer):
   def vector_width(self) -> int:
     """float32 lanes per SIMD register on this host (the JIT targets the host CPU)."""
     return host_vector_width()
-  def render(self, name: str, uops: list) -> str: return _Writer(name, uops).render()
+  def settings_key(self) -> tuple: return (getenv("CPU_STREAM_MIN_BYTES", CRenderer.stream_min_bytes),)
+  def render(self, name: str, uops: list) -> str:
+    # streaming stores as the C renderer makes them (x86 hosts): `!nontemporal` stores, taken where the
+    # address is aligned to the store (x86 streams only aligned ones), and a fence before returning
+    streams = streamable_stores(uops, getenv("CPU_STREAM_MIN_BYTES", CRenderer.stream_min_bytes)) if platform.machine() in ("x86_64", "AMD64") else frozenset()
+    return _Writer(name, uops, streams).render()
 
 class _Writer:
   """One walk over the linearized UOps, printing SSA instructions into basic blocks."""
-  def __init__(self, name: str, uops: list[UOp]):
-    self.name, self.uops = name, uops
+  def __init__(self, name: str, uops: list[UOp], streams: frozenset = frozenset()):
+    self.name, self.uops, self.streams = name, uops, streams
+    self.streamed = False
     self.r: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.allocas: list[str] = []
@@ -194,7 +202,10 @@ class _Writer:
     out = [f"; tilecraft kernel {self.name}", f"@tc_parallel = constant i32 {int(self.parallel)}"]
     out += sorted(self.decls)
     for h in self.helpers.values(): out += h
-    out += [f'define void @"{self.name}"({", ".join(params)}) nounwind {{', "entry:"] + self.allocas + self.lines + ["  ret void", "}"]
+    # streaming stores are weakly ordered: this thread's must be visible before the kernel returns
+    end = ["  fence seq_cst"] if self.streamed else []
+    out += [f'define void @"{self.name}"({", ".join(params)}) nounwind {{', "entry:"] + self.allocas + self.lines + end + ["  ret void", "}"]
+    if self.streamed: out.append("!0 = !{i32 1}")
     return "\n".join(out) + "\n"
 
   # ---- control flow -------------------------------------------------------------------------------
@@ -270,6 +281,23 @@ class _Writer:
     val, dt = self.r[v], v.dtype
     if dt.scalar() == dtypes.bool: val = self.val(f"zext {ltype(dt)} {val} to {mtype(dt)}")
     p = self.address(buf, idx)
+    if u in self.streams and join is None:
+      # a streaming store where p is aligned to it (up to one SIMD register), else a plain one
+      align = min(dt.itemsize, 4 * host_vector_width())
+      addr = self.val(f"ptrtoint ptr {p} to i64")
+      low = self.val(f"and i64 {addr}, {align - 1}")
+      aligned = self.val(f"icmp eq i64 {low}, 0")
+      nt, plain, done = self.new_label("nt"), self.new_label("st"), self.new_label("stjoin")
+      self.emit(f"br i1 {aligned}, label %{nt}, label %{plain}")
+      self.label(nt)
+      self.emit(f"store {mtype(dt)} {val}, ptr {p}, align {align}, !nontemporal !0")
+      self.emit(f"br label %{done}")
+      self.label(plain)
+      self.emit(f"store {mtype(dt)} {val}, ptr {p}, align {max(dt.scalar().itemsize, 1)}")
+      self.emit(f"br label %{done}")
+      self.label(done)
+      self.streamed = True
+      return
     self.emit(f"store {mtype(dt)} {val}, ptr {p}, align {max(dt.scalar().itemsize, 1)}")
     if join is not None:
       self.emit(f"br label %{join}")

@@ -9,7 +9,7 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.device import Buffer, CompileError, CompiledRunner, Device, DeviceUnavailable
 from tilecraft.dtype import dtypes
 from tilecraft.ops import BinaryOps
-from tilecraft.renderer.cstyle import multiple_of
+from tilecraft.renderer.analysis import multiple_of
 from tilecraft.renderer.cuda import CUDARenderer
 from tilecraft.renderer.hip import HIPRenderer
 from tilecraft.renderer.metal import MetalRenderer

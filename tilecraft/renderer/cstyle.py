@@ -13,6 +13,8 @@ from tilecraft.helpers import getenv
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.host import cpu_target
 from tilecraft.renderer import Renderer
+from tilecraft.renderer.analysis import STREAM_MIN_BYTES, multiple_of, streamable_stores
+from tilecraft.renderer.c_vector_math import vector_exp2, vector_log2
 
 _NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
 
@@ -273,91 +275,6 @@ class CStyleLanguage(Renderer):
     args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
 
-def streamable_stores(uops: list[UOp], least_bytes: int) -> frozenset:
-  """The vector STOREs that may stream past the caches (the C and LLVM CPU renderers): ungated, at
-  an index that is a multiple of the vector width, outside reduce loops, into an output the kernel
-  never reads, which the kernel writes at least `least_bytes` of (a smaller output may be read back
-  from cache by the next kernel)."""
-  loaded = {u.src[0] for u in uops if u.op is UOps.LOAD}
-  written: Counter = Counter()
-  cands: list[UOp] = []
-  loops: list[UOp] = []
-  for u in uops:
-    if u.op is UOps.RANGE: loops.append(u)
-    elif u.op is UOps.ENDRANGE: loops.pop()
-    elif u.op is UOps.STORE and len(u.src) == 3 and u.src[0].op is UOps.DEFINE_GLOBAL and u.src[0] not in loaded:
-      dt = u.src[2].dtype
-      if dt.count == 1 or dt.itemsize < 16 or dt.itemsize & (dt.itemsize - 1) or not multiple_of(u.src[1], dt.count): continue
-      if any(lp.arg[0] == "reduce" or lp.src[0].op is not UOps.CONST or lp.src[1].op is not UOps.CONST for lp in loops): continue
-      written[u.src[0]] += math.prod(lp.src[1].arg - lp.src[0].arg for lp in loops) * dt.itemsize
-      cands.append(u)
-  return frozenset(u for u in cands if written[u.src[0]] >= least_bytes)
-
-def multiple_of(idx: UOp, n: int) -> bool:
-  """Whether the integer index `idx` is provably a multiple of n (every value it can take), from its
-  structure: constants, sums of multiples, products with a multiple, shifts by enough bits."""
-  if n == 1: return True
-  if idx.op is UOps.CONST: return isinstance(idx.arg, int) and idx.arg % n == 0
-  if idx.op is UOps.CAST and dtypes.is_int(idx.dtype) and dtypes.is_int(idx.src[0].dtype): return multiple_of(idx.src[0], n)
-  if idx.op is not UOps.ALU: return False
-  if idx.arg in (BinaryOps.ADD, BinaryOps.SUB): return all(multiple_of(s, n) for s in idx.src)
-  if idx.arg is BinaryOps.MUL: return any(multiple_of(s, n) for s in idx.src)
-  if idx.arg is BinaryOps.SHL and idx.src[1].op is UOps.CONST: return multiple_of(idx.src[0], n) or (1 << max(0, idx.src[1].arg)) % n == 0
-  if idx.arg is TernaryOps.WHERE: return multiple_of(idx.src[1], n) and multiple_of(idx.src[2], n)
-  return False
-
-def _vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
-  """exp2 on a whole vector without library calls (so it stays vectorized): 2^x = 2^n * 2^f with
-  n = floor(x + 1/2), |f| <= 1/2, 2^f by its Taylor series to degree 7 (error below float32
-  rounding), and 2^n built in the exponent bits of two factors. NaN stays NaN."""
-  if scalar != dtypes.float32: return _vector_lanewise(vt, "exp2", scalar)
-  c = [math.log(2) ** k / math.factorial(k) for k in range(8)]
-  poly = f"{c[7]!r}f"
-  for k in range(6, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
-  return [f"static inline {vt} tc_exp2_{vt}({vt} x) {{",
-          f"  {vt} zero = ({vt}){{}};",
-          f"  {vt} xc = tc_sel_{vt}(x < -150.0f, zero - 150.0f, tc_sel_{vt}(x > 129.0f, zero + 129.0f, x));",
-          f"  {vt} y = xc + 0.5f;",
-          f"  {it} n = __builtin_convertvector(y, {it});",
-          f"  n = n + ({it})(__builtin_convertvector(n, {vt}) > y);  /* truncation -> floor */",
-          f"  {vt} f = xc - __builtin_convertvector(n, {vt});",
-          f"  {vt} p = {poly};",
-          f"  {it} n2 = n >> 1, n1 = n - n2;  /* 2^n as two normal powers of two: exact into subnormals and up to inf */",
-          f"  {vt} r = (p * ({vt})((n1 + 127) << 23)) * ({vt})((n2 + 127) << 23);",
-          f"  return tc_sel_{vt}(x != x, x, r);",
-          "}"]
-
-def _vector_log2(vt: str, it: str, scalar: DType) -> list[str]:
-  """log2 on a whole vector without library calls: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
-  log2(m) = 2/ln(2) * atanh(t), t = (m-1)/(m+1), |t| <= 0.172, by its odd series to t^9 (error
-  below float32 rounding). Subnormals are scaled up first; 0 -> -inf, x < 0 -> NaN, inf and NaN stay."""
-  if scalar != dtypes.float32: return _vector_lanewise(vt, "log2", scalar)
-  c = [2 / math.log(2) / k for k in (1, 3, 5, 7, 9)]
-  poly = f"{c[4]!r}f"
-  for k in range(3, -1, -1): poly = f"({poly}*t2+{c[k]!r}f)"
-  return [f"static inline {vt} tc_log2_{vt}({vt} x) {{",
-          f"  {vt} zero = ({vt}){{}};",
-          f"  {it} sub = x < 1.17549435e-38f;",
-          f"  {it} bits = ({it})tc_sel_{vt}(sub, x * 8388608.0f, x);",
-          f"  {it} e = ((bits >> 23) & 255) - 127 - (sub & 23);",
-          f"  {vt} m = ({vt})((bits & 8388607) | 1065353216);  /* mantissa in [1, 2) */",
-          f"  {it} big = m > 1.41421356f;",
-          f"  m = tc_sel_{vt}(big, m * 0.5f, m);",
-          "  e = e + (big & 1);",
-          f"  {vt} t = (m - 1.0f) / (m + 1.0f), t2 = t * t;",
-          f"  {vt} r = __builtin_convertvector(e, {vt}) + t * {poly};",
-          f"  r = tc_sel_{vt}(x == 0.0f, zero - INFINITY, r);",
-          f"  r = tc_sel_{vt}(x < 0.0f, zero + NAN, r);",
-          f"  r = tc_sel_{vt}(x == INFINITY, x, r);",
-          f"  return tc_sel_{vt}(x != x, x, r);",
-          "}"]
-
-def _vector_lanewise(vt: str, fn: str, scalar: DType) -> list[str]:
-  """A math function on a non-float32 vector, lane by lane through the C library."""
-  lanes = int(vt[len(scalar.name):]) if vt.startswith(scalar.name) else 0
-  call = fn if scalar == dtypes.float64 else fn + "f"
-  return [f"static inline {vt} tc_{fn}_{vt}({vt} x) {{ {vt} r; for (int i = 0; i < {lanes}; i++) r[i] = {call}(x[i]); return r; }}"]
-
 class CRenderer(CStyleLanguage):
   """C for the CPU device: gcc/clang vector extensions for vector lanes, OpenMP on the outer loop."""
   device = "CPU"
@@ -406,7 +323,7 @@ class CRenderer(CStyleLanguage):
   store_fence = "_mm_sfence();"
   # bytes one kernel writes to a buffer from which its stores stream (a smaller output may be read
   # back from cache by the next kernel); `CPU_STREAM_MIN_BYTES` overrides it (0: whenever allowed)
-  stream_min_bytes = 16 << 20
+  stream_min_bytes = STREAM_MIN_BYTES
   _STREAM_CHUNK = {"AVX-512": 64, "AVX2": 32, "AVX": 32, "SSE": 16}  # widest streaming store of the ISA, bytes
   _STREAM_OP = {16: ("_mm_stream_ps", "__m128"), 32: ("_mm256_stream_ps", "__m256"), 64: ("_mm512_stream_ps", "__m512")}
   def settings_key(self) -> tuple: return (cpu_target().arch, getenv("CPU_STREAM_MIN_BYTES", self.stream_min_bytes))
@@ -452,8 +369,8 @@ class CRenderer(CStyleLanguage):
         lines.append(f"static inline {vt} tc_max_{vt}({vt} a, {vt} b) {{ return tc_sel_{vt}({keep_a}, a, b); }}  /* NaN-propagating */")
       if d in wheres:  # a bool vector (any nonzero lane is true) as a full lane mask of vt's width
         lines.append(f"static inline {vt} tc_where_{vt}(int{d.count} c, {vt} a, {vt} b) {{ return tc_sel_{vt}(__builtin_convertvector(c != 0, {it}), a, b); }}")
-    for d in sorted(exp2s, key=lambda d: d.count): lines += _vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
-    for d in sorted(log2s, key=lambda d: d.count): lines += _vector_log2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
+    for d in sorted(exp2s, key=lambda d: d.count): lines += vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
+    for d in sorted(log2s, key=lambda d: d.count): lines += vector_log2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     if (streams := {u.src[2].dtype for u in self.streaming_stores(uops)}):
       lines.insert(1, "#include <immintrin.h>")
       for d in sorted(streams, key=lambda d: (d.scalar().name, d.count)): lines += self._stream_helper(d)

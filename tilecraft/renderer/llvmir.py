@@ -25,7 +25,7 @@ from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
 from tilecraft.helpers import getenv
 from tilecraft.host import host_vector_width
-from tilecraft.renderer.cstyle import CRenderer, streamable_stores
+from tilecraft.renderer.analysis import STREAM_MIN_BYTES, streamable_stores
 
 _SCALAR = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16", dtypes.int32: "i32",
            dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half", dtypes.bfloat16: "i16",
@@ -106,11 +106,11 @@ class LLVMRenderer(Renderer):
   def vector_width(self) -> int:
     """float32 lanes per SIMD register on this host (the JIT targets the host CPU)."""
     return host_vector_width()
-  def settings_key(self) -> tuple: return (getenv("CPU_STREAM_MIN_BYTES", CRenderer.stream_min_bytes),)
+  def settings_key(self) -> tuple: return (getenv("CPU_STREAM_MIN_BYTES", STREAM_MIN_BYTES),)
   def render(self, name: str, uops: list) -> str:
     # streaming stores as the C renderer makes them (x86 hosts): `!nontemporal` stores, taken where the
     # address is aligned to the store (x86 streams only aligned ones), and a fence before returning
-    streams = streamable_stores(uops, getenv("CPU_STREAM_MIN_BYTES", CRenderer.stream_min_bytes)) if platform.machine() in ("x86_64", "AMD64") else frozenset()
+    streams = streamable_stores(uops, getenv("CPU_STREAM_MIN_BYTES", STREAM_MIN_BYTES)) if platform.machine() in ("x86_64", "AMD64") else frozenset()
     return _Writer(name, uops, streams).render()
 
 class _Writer:

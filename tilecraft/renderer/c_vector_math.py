@@ -1,0 +1,57 @@
+"""Whole-vector exp2 and log2 for the C renderer, in GCC/Clang vector extensions without library
+calls, so elementwise kernels with transcendentals stay vectorized."""
+from __future__ import annotations
+import math
+from tilecraft.dtype import DType, dtypes
+
+def vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
+  """exp2 on a whole vector without library calls (so it stays vectorized): 2^x = 2^n * 2^f with
+  n = floor(x + 1/2), |f| <= 1/2, 2^f by its Taylor series to degree 7 (error below float32
+  rounding), and 2^n built in the exponent bits of two factors. NaN stays NaN."""
+  if scalar != dtypes.float32: return _vector_lanewise(vt, "exp2", scalar)
+  c = [math.log(2) ** k / math.factorial(k) for k in range(8)]
+  poly = f"{c[7]!r}f"
+  for k in range(6, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
+  return [f"static inline {vt} tc_exp2_{vt}({vt} x) {{",
+          f"  {vt} zero = ({vt}){{}};",
+          f"  {vt} xc = tc_sel_{vt}(x < -150.0f, zero - 150.0f, tc_sel_{vt}(x > 129.0f, zero + 129.0f, x));",
+          f"  {vt} y = xc + 0.5f;",
+          f"  {it} n = __builtin_convertvector(y, {it});",
+          f"  n = n + ({it})(__builtin_convertvector(n, {vt}) > y);  /* truncation -> floor */",
+          f"  {vt} f = xc - __builtin_convertvector(n, {vt});",
+          f"  {vt} p = {poly};",
+          f"  {it} n2 = n >> 1, n1 = n - n2;  /* 2^n as two normal powers of two: exact into subnormals and up to inf */",
+          f"  {vt} r = (p * ({vt})((n1 + 127) << 23)) * ({vt})((n2 + 127) << 23);",
+          f"  return tc_sel_{vt}(x != x, x, r);",
+          "}"]
+
+def vector_log2(vt: str, it: str, scalar: DType) -> list[str]:
+  """log2 on a whole vector without library calls: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+  log2(m) = 2/ln(2) * atanh(t), t = (m-1)/(m+1), |t| <= 0.172, by its odd series to t^9 (error
+  below float32 rounding). Subnormals are scaled up first; 0 -> -inf, x < 0 -> NaN, inf and NaN stay."""
+  if scalar != dtypes.float32: return _vector_lanewise(vt, "log2", scalar)
+  c = [2 / math.log(2) / k for k in (1, 3, 5, 7, 9)]
+  poly = f"{c[4]!r}f"
+  for k in range(3, -1, -1): poly = f"({poly}*t2+{c[k]!r}f)"
+  return [f"static inline {vt} tc_log2_{vt}({vt} x) {{",
+          f"  {vt} zero = ({vt}){{}};",
+          f"  {it} sub = x < 1.17549435e-38f;",
+          f"  {it} bits = ({it})tc_sel_{vt}(sub, x * 8388608.0f, x);",
+          f"  {it} e = ((bits >> 23) & 255) - 127 - (sub & 23);",
+          f"  {vt} m = ({vt})((bits & 8388607) | 1065353216);  /* mantissa in [1, 2) */",
+          f"  {it} big = m > 1.41421356f;",
+          f"  m = tc_sel_{vt}(big, m * 0.5f, m);",
+          "  e = e + (big & 1);",
+          f"  {vt} t = (m - 1.0f) / (m + 1.0f), t2 = t * t;",
+          f"  {vt} r = __builtin_convertvector(e, {vt}) + t * {poly};",
+          f"  r = tc_sel_{vt}(x == 0.0f, zero - INFINITY, r);",
+          f"  r = tc_sel_{vt}(x < 0.0f, zero + NAN, r);",
+          f"  r = tc_sel_{vt}(x == INFINITY, x, r);",
+          f"  return tc_sel_{vt}(x != x, x, r);",
+          "}"]
+
+def _vector_lanewise(vt: str, fn: str, scalar: DType) -> list[str]:
+  """A math function on a non-float32 vector, lane by lane through the C library."""
+  lanes = int(vt[len(scalar.name):]) if vt.startswith(scalar.name) else 0
+  call = fn if scalar == dtypes.float64 else fn + "f"
+  return [f"static inline {vt} tc_{fn}_{vt}({vt} x) {{ {vt} r; for (int i = 0; i < {lanes}; i++) r[i] = {call}(x[i]); return r; }}"]

@@ -24,8 +24,10 @@ def in_ci() -> bool:
   """Whether this run is CI's (env CI=true/1/yes, as CI services and `.ci/run` set it)."""
   return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
-# What `.ci/run` installs on CI's machine: missing there is a failure, not a skip.
-CI_INSTALLS = frozenset({"CPU", "OPENCL", "clang-15", "pytest-timeout"})
+# What `.ci/run` installs on CI's machine: missing there is a failure, not a skip. (apt: PoCL for OPENCL,
+# clang-15 for the HIP compile checks; pip extras: pytest-timeout, NVRTC ("nvrtc") for the CUDA ones.
+# nvcc is not installed there: a test needing nvcc itself skips in CI too.)
+CI_INSTALLS = frozenset({"CPU", "OPENCL", "clang-15", "nvrtc", "pytest-timeout"})
 
 def require_or_skip(name: str, reason: str) -> None:
   """`name` (a device or tool) is missing because of `reason`: skip the test, or in CI, where

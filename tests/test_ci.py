@@ -18,7 +18,7 @@ def test_missing_tool_skips_on_a_developers_machine(conftest, monkeypatch: pytes
 @pytest.mark.parametrize("ci", ["true", "1", "TRUE"])
 def test_missing_tool_fails_in_ci(conftest, monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
   monkeypatch.setenv("CI", ci)
-  for name in ("OPENCL", "clang-15"):
+  for name in ("OPENCL", "clang-15", "nvrtc"):
     with pytest.raises(pytest.fail.Exception, match=f"{name} is required in CI"): conftest.require_or_skip(name, "broken")
   with pytest.raises(pytest.skip.Exception): conftest.require_or_skip("nvcc", "CI doesn't install it")  # not in CI_INSTALLS: still a skip
 
@@ -52,3 +52,14 @@ def test_tests_have_a_time_limit(request: pytest.FixtureRequest, require_or_skip
   """pytest-timeout (in the test extras) with the limit from pyproject.toml."""
   if not request.config.pluginmanager.hasplugin("timeout"): require_or_skip("pytest-timeout", "the plugin is not installed (pip install -e '.[test]')")
   assert float(request.config.getini("timeout")) >= 60
+
+def test_ci_installs_what_ci_installs_lists(conftest) -> None:
+  """Only what `.ci/run` installs may be required in CI."""
+  run = (Path(__file__).parents[1] / ".ci" / "run").read_text()
+  apt = next(l for l in run.splitlines() if "apt-get install" in l)
+  assert "pocl-opencl-icd" in apt and "clang-15" in apt  # OPENCL, clang-15
+  assert "gpucheck" in run and "test" in run  # nvrtc (the gpucheck extra), pytest-timeout (test)
+  pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+  assert "nvidia-cuda-nvrtc" in next(l for l in pyproject.splitlines() if l.startswith("gpucheck"))
+  assert "pytest-timeout" in next(l for l in pyproject.splitlines() if l.startswith("test ="))
+  assert conftest.CI_INSTALLS == {"CPU", "OPENCL", "clang-15", "nvrtc", "pytest-timeout"}

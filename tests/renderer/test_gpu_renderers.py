@@ -1,7 +1,6 @@
 """The CUDA, HIP and Metal renderers: capabilities, the render-only devices, vector alignment, half on
 CUDA, launch bounds, batch compile errors, Metal's structural checks and the CUDA runtime's failure
 modes without a GPU. (Whole-corpus compile checks: test_gpu_compile.py.)"""
-import os
 import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
@@ -17,20 +16,25 @@ from tilecraft.testing.corpus import corpus
 
 F32, I32 = dtypes.float32, dtypes.int32
 
-def need(missing):
-  if missing is None: return
-  if os.environ.get("CI"): pytest.fail(f"CI must have this compiler: {missing}")
-  pytest.skip(missing)
-
 def cuda_compiler(arch="sm_80"):
-  from tilecraft.runtime.cuda import CUDACompiler, cuda_compiler_missing
-  need(cuda_compiler_missing())
+  """(tests calling this take the cuda_compiler_ok fixture: conftest.py here)"""
+  from tilecraft.runtime.cuda import CUDACompiler
   return CUDACompiler(arch)
 
 def hip_compiler():
-  from tilecraft.runtime.hip import HIPCompiler, find_hip_clang
-  need(None if find_hip_clang() else "no clang with the amdgcn target (clang-15)")
+  """(tests calling this take the hip_clang_ok fixture)"""
+  from tilecraft.runtime.hip import HIPCompiler
   return HIPCompiler()
+
+@pytest.mark.parametrize("ci", ["false", "true"])
+@pytest.mark.parametrize("fixture,module,attr,gone", [("cuda_compiler_ok", "cuda", "cuda_compiler_missing", lambda: "no NVRTC, no nvcc"),
+                                                      ("hip_clang_ok", "hip", "find_hip_clang", lambda: None)])
+def test_compiler_fixtures_follow_the_ci_rule(request, monkeypatch, ci, fixture, module, attr, gone):
+  """A missing GPU compiler skips the test, except in CI (CI=true), which installs them: there it fails."""
+  import importlib
+  monkeypatch.setattr(importlib.import_module(f"tilecraft.runtime.{module}"), attr, gone)
+  monkeypatch.setenv("CI", ci)
+  with pytest.raises(pytest.fail.Exception if ci == "true" else pytest.skip.Exception): request.getfixturevalue(fixture)
 
 def test_capabilities():
   c, h, m = CUDARenderer(), HIPRenderer(), MetalRenderer()
@@ -82,7 +86,7 @@ def _vec_copy(offset: int):
   st = UOp(UOps.STORE, dtypes.void, (g0, idx, ld))
   return [g0, g1, sp, UOp.const(I32, 4), idx.src[0], UOp.const(I32, offset), idx, ld, st], idx
 
-def test_vector_accesses_are_split_unless_aligned():
+def test_vector_accesses_are_split_unless_aligned(cuda_compiler_ok):
   for off, aligned in ((0, True), (8, True), (1, False), (6, False)):
     uops, idx = _vec_copy(off)
     assert multiple_of(idx, 4) == aligned and multiple_of(idx, 2) == (off % 2 == 0)
@@ -93,7 +97,7 @@ def test_vector_accesses_are_split_unless_aligned():
   srcs = [CUDARenderer().render(f"copy{off}", _vec_copy(off)[0]) for off in (0, 1)]
   cuda_compiler().compile_batch(srcs)
 
-def test_half_on_cuda_rounds_every_op():
+def test_half_on_cuda_rounds_every_op(cuda_compiler_ok):
   e = corpus()["arith_half"]
   src = Kernel(e.ast, opts=CUDARenderer()).to_program().src
   assert "cuda_fp16" not in src and "#include" not in src
@@ -125,7 +129,7 @@ def test_wmma_hook_refuses_without_tensor_cores():
   for ren in (GPUCStyleLanguage(), OpenCLRenderer()):
     with pytest.raises(NotImplementedError, match="tensor cores"): ren.render_wmma(UOp(UOps.WMMA, F32), [])
 
-def test_batch_compile_error_names_the_kernel():
+def test_batch_compile_error_names_the_kernel(cuda_compiler_ok, hip_clang_ok):
   good = [Kernel(corpus()[n].ast, opts=HIPRenderer()).to_program().src for n in ("ew_7", "sum_all_7x25", "matmul_16x16x16")]
   broken = good[1].replace("acc0 = ", "acc0 = undeclared_thing + ", 1)
   hip = hip_compiler()

@@ -2,14 +2,9 @@
 size, padding, batch, conv and axis choice) renders to CUDA C with inline `mma.sync` that compiles
 for sm_80 and sm_90, to HIP that compiles for gfx1100 with `v_wmma` in the assembly, and to Metal
 with `simdgroup_multiply_accumulate` that passes the structural checks. Batched, disk-cached."""
-import functools, os
+import functools
 import pytest
 from tilecraft.testing.tc_cases import tc_kernels
-
-def need(missing):
-  if missing is None: return
-  if os.environ.get("CI"): pytest.fail(f"CI must have this compiler: {missing}")
-  pytest.skip(missing)
 
 @functools.lru_cache(maxsize=None)
 def sources(target):
@@ -24,16 +19,14 @@ def sources(target):
   return out
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_cuda_tc_kernels_compile(arch):
-  from tilecraft.runtime.cuda import CUDACompiler, cuda_compiler_missing
-  need(cuda_compiler_missing())
+def test_cuda_tc_kernels_compile(arch, cuda_compiler_ok):
+  from tilecraft.runtime.cuda import CUDACompiler
   srcs = sources("CUDA")
   assert len(srcs) >= 12 and all("mma.sync.aligned.m16n8k16.row.col.f32" in s for s in srcs)
   assert CUDACompiler(arch).compile_batch(srcs)[:4] == b"\x7fELF"
 
-def test_hip_tc_kernels_compile_to_v_wmma():
-  from tilecraft.runtime.hip import HIPCompiler, find_hip_clang
-  need(None if find_hip_clang() else "no clang with the amdgcn target (clang-15)")
+def test_hip_tc_kernels_compile_to_v_wmma(hip_clang_ok):
+  from tilecraft.runtime.hip import HIPCompiler
   srcs = sources("AMD")
   asm = HIPCompiler().compile_batch(srcs).decode()
   assert asm.count(".amdhsa_kernel ") == len(srcs) >= 12

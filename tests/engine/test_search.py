@@ -384,6 +384,27 @@ def test_worker_build_matches_parent_render_symbolic():
   assert status == "ok", payload
   assert payload["src"] == src and payload["vals"] == [64]
 
+def test_worker_build_recompiles_a_cached_binary_that_does_not_load(tmp_path, monkeypatch):
+  """The build job goes through the checked cache entry point (compile_and_load): a cached binary with
+  a valid checksum that fails to load is rebuilt, not handed to the timing jobs (where every run of
+  the candidate would fail)."""
+  from tilecraft.device import diskcache_get, diskcache_put
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  ast = ew_ast(64)
+  k = cpu_kernel(ast)
+  src = k.to_program(name_override="kern").src
+  comp = Device["CPU"].compiler
+  diskcache_put("binaries", comp.cache_key(src), b"\x7fELF but not a shared object")
+  w = worker.SearchWorker()
+  w.blobs.update({"ast:x": ast, "ren:x": k.opts})
+  status, payload = w.build("ast:x", "ren:x", ast.key.hex(), "CPU", [], "kern", {}, 0, True)
+  assert status == "ok" and payload["src"] == src
+  assert payload["lib"][:4] == b"\x7fELF" and len(payload["lib"]) > 100 and diskcache_get("binaries", comp.cache_key(src)) == payload["lib"]
+  x, y = np.arange(64, dtype=np.float32), np.full(64, 2, dtype=np.float32)
+  bufs = [Buffer("CPU", 64, dtypes.float32).allocate()] + [Buffer("CPU", 64, dtypes.float32).allocate().copyin(a) for a in (x, y)]
+  w.run_once("CPU", ("kern", payload["lib"], payload["gs"], payload["ls"], payload["vals"]), bufs)
+  np.testing.assert_allclose(bufs[0].numpy(), np.maximum(x * y + 1, 0))
+
 def test_segfault_and_hang_are_skipped_and_result_is_correct(cachedb, monkeypatch):
   n = 4096
   ast = ew_ast(n)

@@ -71,7 +71,10 @@ class SearchWorker:
     t1 = time.perf_counter()
     n_uops = len(p.uops or [])
     if max_uops and n_uops > max_uops: return ("skip", f"{n_uops} uops is over the cap of {max_uops}")
-    lib = Device[device].compiler.compile_cached(p.src) if do_compile else None
+    lib = None
+    if do_compile:  # loaded here: a cached binary that doesn't load is a miss (rebuilt), not a failed candidate
+      lib, prg = Device[device].compiler.compile_and_load(p.src, lambda b: Device[device].runtime(p.name, b))
+      lru_put(self.progs, (device, p.name, hashlib.sha256(lib).digest()), prg, 64)
     vv = {v: var_vals[v.expr] for v in p.vars}
     gs, ls = p.launch_dims(vv)
     ops = p.op_estimate if isinstance(p.op_estimate, int) else sym_eval(p.op_estimate, vv)

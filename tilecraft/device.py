@@ -27,28 +27,31 @@ class DeviceUnavailable(RuntimeError):
 # ---- disk cache ----------------------------------------------------------------------------------
 # One entry per file: cache_dir()/<table>/<sha256(key)>. An entry holds its full key next to the
 # payload and starts with a magic and the sha256 of both, so a truncated or garbled entry, or one
-# copied over from another key, reads as a miss instead of the wrong bytes. A cache directory that
-# can't be created or written (read-only, full, not a directory) turns the cache off for the process,
-# with one warning: kernels still compile and run.
+# copied over from another key, reads as a miss instead of the wrong bytes. A cache that can't be
+# used (a directory that can't be created or written: read-only, full, not a directory; or a file
+# of another cache, like the search's database) is turned off for the process with one warning, by
+# disk_cache_unusable, the one place every on-disk cache reports that: kernels still compile and run.
 _MAGIC = b"TCDC2\n"
-_cache_off: dict[str, str] = {}  # cache dir -> why it was turned off
+_cache_off: dict[str, str] = {}  # cache dir (or file) -> why it was turned off
 _cache_ok: set[str] = set()  # cache dirs that exist and are writable
-_OFF_ENV = "_TILECRAFT_DISKCACHE_OFF"  # tells worker processes started later: off, and already warned about
+_OFF_ENV = "_TILECRAFT_DISKCACHE_OFF"  # tells worker processes started later: these are off, and already warned about
 
-def _is_off() -> bool:
-  """Whether the disk cache is off for this process: its directory can't be created or written. Checked
-  once per directory (the first compiler to open does it, before any worker process starts)."""
-  d = cache_dir()
+def disk_cache_off(where: Optional[str] = None) -> bool:
+  """Whether the cache at `where` (default: the kernel cache, cache_dir()) is off for this process.
+  Only for the kernel cache dir this checks (once, the first compiler to open does it, before any
+  worker process starts) that it can be created and written; others are off once reported unusable."""
+  d = where or cache_dir()
   if d in _cache_off: return True
-  if d in _cache_ok: return False
-  if os.environ.get(_OFF_ENV) == d:
+  if os.environ.get(_OFF_ENV) and d in os.environ[_OFF_ENV].split(os.pathsep):
     _cache_off[d] = "off in the parent process"
     return True
+  if where is not None and where != cache_dir(): return False
+  if d in _cache_ok: return False
   try:
     os.makedirs(d, exist_ok=True)
     if not os.access(d, os.W_OK | os.X_OK): raise PermissionError(f"{d} is not writable")
   except OSError as e:
-    _turn_cache_off(e)
+    disk_cache_unusable(e)
     return True
   _cache_ok.add(d)
   return False
@@ -56,11 +59,14 @@ def _is_off() -> bool:
 def _diskcache_path(table: str, key: str) -> str:
   return os.path.join(cache_dir(), table, hashlib.sha256(key.encode()).hexdigest())
 
-def _turn_cache_off(e: OSError) -> None:
-  if (d := cache_dir()) not in _cache_off:
-    _cache_off[d] = f"{type(e).__name__}: {e}"
-    os.environ[_OFF_ENV] = d
-    warnings.warn(f"tilecraft: the disk cache in {d} is not usable ({_cache_off[d]}); running without it", RuntimeWarning, stacklevel=3)
+def disk_cache_unusable(e: Exception, where: Optional[str] = None) -> None:
+  """The cache at `where` (default: cache_dir()) can't be used because of `e`: off for this process
+  (and the worker processes it starts later), with one warning the first time."""
+  d = where or cache_dir()
+  if d in _cache_off: return
+  _cache_off[d] = f"{type(e).__name__}: {e}"
+  os.environ[_OFF_ENV] = os.pathsep.join(filter(None, [os.environ.get(_OFF_ENV), d]))
+  warnings.warn(f"tilecraft: the disk cache in {d} is not usable ({_cache_off[d]}); running without it", RuntimeWarning, stacklevel=3)
 
 def _drop(path: str, why: str) -> None:
   if DEBUG >= 1: print(f"diskcache: dropping {why} entry {path}")
@@ -69,7 +75,7 @@ def _drop(path: str, why: str) -> None:
 
 def diskcache_get(table: str, key: str) -> Optional[bytes]:
   """The bytes stored under (table, key), or None on a miss, a bad entry, a disabled cache or CACHELEVEL=0."""
-  if CACHELEVEL <= 0 or _is_off(): return None
+  if CACHELEVEL <= 0 or disk_cache_off(): return None
   path = _diskcache_path(table, key)
   try:
     with open(path, "rb") as f: data = f.read()
@@ -87,7 +93,7 @@ def diskcache_get(table: str, key: str) -> Optional[bytes]:
 def diskcache_put(table: str, key: str, value: bytes) -> None:
   """Store value under (table, key) atomically (temp file + rename); a no-op when CACHELEVEL=0.
   Any OSError (no directory, read-only, disk full) turns the cache off with one warning."""
-  if CACHELEVEL <= 0 or _is_off(): return
+  if CACHELEVEL <= 0 or disk_cache_off(): return
   k = key.encode()
   body = len(k).to_bytes(4, "little") + k + value
   tmp = None
@@ -98,7 +104,7 @@ def diskcache_put(table: str, key: str, value: bytes) -> None:
     with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(body).digest() + body)
     os.replace(tmp, path)
     tmp = None
-  except OSError as e: _turn_cache_off(e)
+  except OSError as e: disk_cache_unusable(e)
   finally:
     if tmp is not None:
       try: os.unlink(tmp)
@@ -115,7 +121,7 @@ class Compiler:
   error_line: str = r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal )?error"
   def __init__(self, cachekey: Optional[str] = None):
     self.cachekey = cachekey
-    if cachekey is not None and CACHELEVEL > 0: _is_off()  # find out (and warn) now, before worker processes start
+    if cachekey is not None and CACHELEVEL > 0: disk_cache_off()  # find out (and warn) now, before worker processes start
   def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} cannot compile")
   def cache_key(self, src: str) -> str:
     """The full key of src's binary: compiler identity, flags and the source itself."""
@@ -157,7 +163,7 @@ class Compiler:
       try: return lib, load(lib)
       except Exception as e:  # noqa: BLE001 -- any failure to load a cached binary means: rebuild it
         if DEBUG >= 1: print(f"diskcache: a cached binary failed to load ({type(e).__name__}: {e}); recompiling")
-        if not _is_off():
+        if not disk_cache_off():
           try: os.unlink(_diskcache_path("binaries", key))
           except OSError: pass
     lib = self.compile(src)

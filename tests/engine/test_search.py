@@ -352,6 +352,33 @@ def test_corrupted_cache_is_reported_and_rebuilt(fake_pool, cachedb):
   k2 = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert search.last_report.cache_hit and k2.applied_opts == k.applied_opts
 
+@pytest.mark.parametrize("where", ["cache-dir", "cachedb"])
+def test_unusable_search_cache_warns_once_like_the_kernel_cache(fake_pool, tmp_path, monkeypatch, where):
+  """One mechanism, one warning: an unusable cache dir is reported once for the kernel cache and the
+  search's database together; an unusable CACHEDB elsewhere once, and the search goes on without it."""
+  import warnings
+  from tilecraft import device as device_mod
+  monkeypatch.setattr(device_mod, "_cache_off", {})
+  monkeypatch.setattr(device_mod, "_cache_ok", set())
+  monkeypatch.delenv(device_mod._OFF_ENV, raising=False)
+  (tmp_path / "file").write_text("not a directory")
+  if where == "cache-dir": monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+  else: monkeypatch.setenv("CACHEDB", str(tmp_path / "file" / "search.db"))
+  search.close_cache_dbs()
+  ast = matmul_ast(16, 16, 16)
+  target = (Opt(OptOps.UPCAST, 0, 4),)
+  fake_pool(_times_favoring(target, hand_opts(ast)))
+  with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    for _ in range(2):
+      assert tuple(search.beam_search(cpu_kernel(ast), None, 2, progress=False).applied_opts) == target
+      assert not search.last_report.cache_hit
+    device_mod.diskcache_put("t", "k", b"x")
+  msgs = [str(x.message) for x in w if "cache" in str(x.message)]
+  assert len(msgs) == 1 and "not usable" in msgs[0] and "running without it" in msgs[0], msgs
+  assert ("search.db" in msgs[0]) == (where == "cachedb")
+  search.close_cache_dbs()
+
 def test_cache_corrupted_mid_file(tmp_path):
   path = str(tmp_path / "s.db")
   db = search.SearchDB(path)

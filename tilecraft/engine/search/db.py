@@ -4,6 +4,7 @@ one row per timed candidate so a repeat search (say, with a wider beam) starts w
 from __future__ import annotations
 import math, os, sqlite3, time, warnings
 from typing import Any, Callable, Optional
+from tilecraft.device import disk_cache_off, disk_cache_unusable
 from tilecraft.helpers import cache_dir, getenv
 
 _SCHEMA = 1
@@ -14,7 +15,10 @@ def cache_db_path() -> str:
 
 class SearchDB:
   """Search results and per-candidate timings in one sqlite file. A file that is not a database, or
-  fails sqlite's quick_check, is moved aside to `<path>.corrupt` with a warning and rebuilt."""
+  fails sqlite's quick_check, is moved aside to `<path>.corrupt` with a warning and rebuilt; one that
+  can't be used (its directory unwritable, the disk full, locked) is off for the process, reported by
+  the disk cache's one mechanism (tilecraft.device.disk_cache_unusable: one warning, none when the
+  kernel cache already found the directory unusable)."""
   def __init__(self, path: str):
     self.path = path
     self.conn: Optional[sqlite3.Connection] = None
@@ -43,6 +47,9 @@ class SearchDB:
 
   def _open(self) -> Optional[sqlite3.Connection]:
     if self.broken: return None
+    if disk_cache_off(os.path.dirname(os.path.abspath(self.path))) or disk_cache_off(self.path):  # already reported
+      self.broken = True
+      return None
     if self.conn is None:
       try: self.conn = self._connect()
       except sqlite3.DatabaseError as e:
@@ -63,7 +70,8 @@ class SearchDB:
     warnings.warn(f"search cache {self.path} is corrupted ({err}); moved it to {bad} and started a new one", RuntimeWarning, stacklevel=4)
 
   def _give_up(self, err: Exception) -> Optional[sqlite3.Connection]:
-    warnings.warn(f"search cache {self.path} can't be used ({err}); searching without it", RuntimeWarning, stacklevel=4)
+    """Searching without the cache: reported like any unusable disk cache (one warning per process)."""
+    disk_cache_unusable(err, self.path)
     self.broken = True
     return None
 

@@ -2,10 +2,61 @@
 with real workgroups, local memory and barriers. `Program.global_size` counts workgroups; the
 launch multiplies it by the local size (OpenCL counts work-items)."""
 from __future__ import annotations
-import functools
+import atexit, fcntl, functools, os, shutil, tempfile
 from typing import Any, Optional
 import numpy as np
-from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable
+from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable, disk_cache_off
+from tilecraft.helpers import CACHELEVEL, cache_dir
+
+# ---- PoCL's kernel cache: one directory per process ------------------------------------------------
+# PoCL (3.1, Debian 12) keeps what it compiles in a cache directory (POCL_CACHE_DIR, default
+# ~/.cache/pocl) that is not safe to share between processes running at once: serializing a
+# program's binary (clGetProgramInfo BINARIES, what CLCompiler returns and tilecraft caches) walks
+# the program's cache directory while another process that builds or loads the same source writes
+# into it, and can pack an empty file; building from such a binary aborts in PoCL
+# (`pocl_binary.c: ... Assertion 'len > 0'`, `pocl_llvm_wg.cc: program->data[device_i]`) or crashes.
+# Parallel tests and the fuzzer's and the search's worker processes do exactly that. So each process
+# gets a cache directory of its own before PoCL starts: the first of cache_dir()/pocl/<n> that no
+# live process holds (an exclusive flock held for the process's life, released by the kernel even
+# when it is killed), so PoCL's work is still reused by later processes; a private temporary one
+# when all are held or tilecraft's disk cache is off. A POCL_CACHE_DIR set by the user is left alone.
+POCL_SLOTS = 32
+_SLOT_OWNER_ENV = "_TILECRAFT_POCL_CACHE_PID"  # which process claimed the POCL_CACHE_DIR in the environment
+_slot_lock: Optional[int] = None  # the fd holding this process's slot (never closed)
+
+def claim_pocl_cache_dir() -> Optional[str]:
+  """Point POCL_CACHE_DIR at a cache directory only this process uses (see above); returns it, or
+  None when the user set POCL_CACHE_DIR. Must run before PoCL is initialized (the first platform query)."""
+  global _slot_lock
+  owner = os.environ.get(_SLOT_OWNER_ENV)
+  if owner is None and os.environ.get("POCL_CACHE_DIR"): return None  # the user's choice
+  if owner == str(os.getpid()): return os.environ["POCL_CACHE_DIR"]
+  path: Optional[str] = None
+  if CACHELEVEL > 0 and not disk_cache_off():
+    base = os.path.join(cache_dir(), "pocl")
+    try:
+      os.makedirs(base, exist_ok=True)
+      for n in range(POCL_SLOTS):
+        fd = os.open(os.path.join(base, f"{n}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+          os.close(fd)
+          continue
+        _slot_lock, path = fd, os.path.join(base, str(n))
+        break
+    except OSError: pass  # an unusable cache dir: a private one below
+  if path is None:  # PoCL dlopens the kernels it builds from there: not on a noexec mount
+    from tilecraft.runtime.cpu import _is_noexec, _lib_dirs
+    for d in [d for d in _lib_dirs() if not _is_noexec(d)]:
+      try: path = tempfile.mkdtemp(prefix="tilecraft-pocl-", dir=d)
+      except OSError: continue
+      atexit.register(shutil.rmtree, path, True)
+      break
+    if path is None: return None  # nowhere to put one: PoCL's default
+  os.environ["POCL_CACHE_DIR"], os.environ[_SLOT_OWNER_ENV] = path, str(os.getpid())
+  return path
+
+claim_pocl_cache_dir()
 
 try: import pyopencl as cl
 except ImportError as e: raise ImportError("the OPENCL device needs pyopencl: pip install 'tilecraft[opencl]'") from e

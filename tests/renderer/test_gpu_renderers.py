@@ -1,6 +1,7 @@
 """The CUDA, HIP and Metal renderers: capabilities, the render-only devices, vector alignment, half on
 CUDA, launch bounds, batch compile errors, Metal's structural checks and the CUDA runtime's failure
 modes without a GPU. (Whole-corpus compile checks: test_gpu_compile.py.)"""
+import re
 import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
@@ -151,6 +152,30 @@ def test_metal_structural_checks():
   assert any("not a complete statement" in p for p in metal_problems(src.replace(";\n", "\n", 2)))
   with pytest.raises(CompileError, match="structural checks"): MetalCompiler().compile(src.replace("kernel void", "void"))
   with pytest.raises(NotImplementedError, match="no double"): Kernel(corpus()["unary_double"].ast, opts=MetalRenderer()).to_program()
+
+def test_metal_64bit_ints_are_long_with_l_literals():
+  """Metal's 64-bit ints are long / ulong (no long long): index math past 2^31 renders `long` and
+  l / ul literals, and the structural checks refuse an ll literal."""
+  from tilecraft import Tensor
+  from tilecraft.runtime.metal import metal_problems
+  ren = MetalRenderer()
+  assert [ren.render_const(x, dt) for x, dt in ((5, dtypes.int64), (-2**63, dtypes.int64), (2**64 - 1, dtypes.uint64))] == \
+         ["5l", "(-9223372036854775807l-1)", "18446744073709551615ul"]
+  M, S = 10**9 + 7, 7 * 10**8 + 1  # offsets past 2^31 through a stride over a tiny buffer (tests/codegen/test_lowerer.py)
+  strided = Tensor(np.array([3., 5., 7.], np.float32), device="CPU").reshape(3, 1).expand(3, M).reshape(3 * M)[::S] + 0
+  big = Tensor.empty(2**31 + 5, dtype=dtypes.uint8, device="CPU")
+  srcs = {}
+  for name, t in (("strided", strided), ("index", big[2**31 + 3] + 1), ("count", Tensor.ones(2**32 + 6, dtype=dtypes.int64, device="CPU").sum())):
+    k = Kernel(t.schedule()[-1].ast, opts=ren)
+    for opts in ("required", "hand"):
+      src = (k.copy().required_optimizations() if opts == "required" else k.copy().hand_coded_optimizations()).to_program().src
+      assert metal_problems(src) == [] and "long long" not in src and not re.search(r"\d(ll|LL)\b", src), (name, opts, src)
+      srcs[name, opts] = src
+  assert "(long)" in srcs["strided", "hand"] and "[2147483651l]" in srcs["index", "required"], srcs
+  assert re.search(r"\b\d{10,}l\b", srcs["count", "required"]), srcs["count", "required"]
+  bad = srcs["index", "required"].replace("[2147483651l]", "[2147483651ll]")
+  assert any("ll suffix" in p for p in metal_problems(bad)), metal_problems(bad)
+  assert any("ll suffix" in p for p in metal_problems(bad.replace("2147483651ll", "0x80000003ull")))
 
 @pytest.mark.opencl
 def test_grids_fit_the_targets_limits():

@@ -9,6 +9,8 @@ from tilecraft.device import CompileError, Compiled, Compiler, render_only_devic
 _FOREIGN = ("__global__", "__shared__", "__syncthreads", "blockIdx", "threadIdx", "__builtin_amdgcn", "__attribute__((shared",
             "double", "long long", "restrict", "#pragma", "__launch_bounds__", "__device__", "extern \"C\"")
 _IDS = {"gid": "threadgroup_position_in_grid", "lid": "thread_position_in_threadgroup", "gpos": "thread_position_in_grid"}
+# Metal's 64-bit ints are `long` / `ulong` (the MSL spec has no long long): literals take l / ul, never ll
+_LL_LITERAL = re.compile(r"\b(?:0[xX][0-9a-fA-F]+|\d+)(?:[uU]?(?:ll|LL)|(?:ll|LL)[uU])\b")
 
 def metal_problems(src: str) -> list[str]:
   """What is structurally wrong with a rendered Metal kernel (empty when nothing is found)."""
@@ -28,6 +30,7 @@ def metal_problems(src: str) -> list[str]:
   bufs = [int(b) for b in re.findall(r"\[\[buffer\((\d+)\)\]\]", code)]
   if sorted(bufs) != list(range(len(bufs))): out.append(f"buffer indices {bufs} are not 0..{len(bufs) - 1}, each once")
   out += [f"uses {w!r}, which is not Metal" for w in _FOREIGN if w in code]
+  if (lits := _LL_LITERAL.findall(code)): out.append(f"64-bit literal(s) {sorted(set(lits))[:3]} with the ll suffix (Metal has no long long: l / ul)")
   for var, attr in _IDS.items():
     if re.search(rf"\b{var}\.[xyz]\b", code) and f"[[{attr}]]" not in code: out.append(f"uses {var} without a [[{attr}]] argument")
   body = code[code.find("{", code.find("kernel void")) + 1:] if "kernel void" in code else ""

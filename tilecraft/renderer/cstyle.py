@@ -39,6 +39,10 @@ class CStyleLanguage(Renderer):
   buffer_prefix: str = ""
   arg_int_type: str = "long long"
   int64_suffix: str = "ll"  # the literal suffix of a 64-bit int
+  # Whether signed int overflow wraps in the target's compiler (the CPU's gcc/clang -fwrapv). Where
+  # it doesn't (OpenCL C, CUDA, HIP, Metal: undefined behaviour), `wrapping_alus` names the signed
+  # arithmetic on data that is rendered through unsigned types, which wrap by definition.
+  wraps_signed: bool = False
   type_names: dict[DType, str] = {}
   float4_ctor: str = "({vt}){{{vals}}}"
   parallel_pragma: Optional[str] = None
@@ -95,6 +99,37 @@ class CStyleLanguage(Renderer):
     sym = _C_BINARY[op]
     if dt.scalar() == dtypes.bool and op in (BinaryOps.AND, BinaryOps.OR): sym *= 2
     return f"({a[0]}{sym}{a[1]})"
+
+  # ---- signed overflow ----------------------------------------------------------------------------
+  # numpy wraps int32/int64 arithmetic; C-style kernel languages make signed overflow undefined, and
+  # their compilers use that (PoCL folded (a+b)<a to b<0 and (a+1)>a to true, wrong for INT_MAX).
+  # So signed add, sub, mul, neg, shl and int mulacc on loaded data -- and whatever is computed from
+  # it, accumulators included -- run in the unsigned type of the same width (wraps by definition)
+  # and convert back (two's complement on every target here). Index math (ids, loop counters,
+  # constants) stays signed, so its nsw-based optimizations stay: the lowerer gives it a width it
+  # can't overflow (int64 wherever a value can pass 2^31).
+  _WRAPPING_OPS = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.SHL, UnaryOps.NEG, TernaryOps.MULACC})
+  def wrapping_alus(self, uops: list[UOp]) -> frozenset:
+    """The ALUs to render with wrapping arithmetic (see above): none where signed overflow wraps."""
+    if self.wraps_signed: return frozenset()
+    data: set[UOp] = set()
+    out: set[UOp] = set()
+    for u in uops:
+      if u.op is UOps.LOAD or (u.op not in (UOps.STORE, UOps.DEFINE_ACC) and any(s in data for s in u.src)): data.add(u)
+      if u.op is UOps.PHI and u.src[1] in data: data.add(u.src[0])  # the accumulator holds data from here on
+      if u.op is UOps.ALU and u.arg in self._WRAPPING_OPS and u.dtype.scalar() in (dtypes.int32, dtypes.int64) and u in data: out.add(u)
+    return frozenset(out)
+  def render_as(self, x: str, dt: DType, src_dt: DType) -> str:
+    """x (src_dt) as dt, an int type of the same width: the same bits (a C cast, modular on every target here)."""
+    return f"(({self.render_dtype(dt)})({x}))"
+  def render_wrapping_alu(self, op: Any, srcs: list[str], dt: DType) -> str:
+    udt = unsigned_of(dt)
+    a = [self.render_as(x, udt, dt) for x in srcs]
+    if op is UnaryOps.NEG: e = f"({self.render_const(0, udt.scalar())}-{a[0]})"
+    elif op is TernaryOps.MULACC: e = f"(({a[0]}*{a[1]})+{a[2]})"
+    elif op is BinaryOps.SHL: e = f"({a[0]}<<({srcs[1]}))"
+    else: e = f"({a[0]}{_C_BINARY[op]}{a[1]})"
+    return self.render_as(e, dt, udt)
 
   def render_math(self, op: Any, x: str, dt: DType) -> str:
     fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
@@ -182,6 +217,7 @@ class CStyleLanguage(Renderer):
     region = self.parallel_region(uops, streams)
     # each thread must fence its own streaming stores: only where the kernel runs one region, or no threads
     if region is None and any(u.op is UOps.RANGE and u.arg[0] == "parallel" for u in uops): streams = frozenset()
+    wrapping = self.wrapping_alus(uops)
     counts: Counter = Counter()
     arrays: list[str] = []  # DEFINE_LOCALs so far
     def fresh(prefix: str) -> str:
@@ -256,7 +292,8 @@ class CStyleLanguage(Renderer):
         else: line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype, multiple_of(src[1], src[2].dtype.count))
         emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
       elif op is UOps.ALU:
-        expr = self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype)
+        if u in wrapping: expr = self.render_wrapping_alu(u.arg, [r[s] for s in src], dt)
+        else: expr = self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype)
         # C computes narrow ints in int: wrap each result back to its type, as numpy does
         if dt.count == 1 and dt in _NARROW_INTS and u.arg not in (BinaryOps.CMPLT, BinaryOps.CMPNE): expr = f"(({self.render_dtype(dt)}){expr})"
         define(u, expr, "alu")
@@ -275,6 +312,11 @@ class CStyleLanguage(Renderer):
     args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
 
+def unsigned_of(dt: DType) -> DType:
+  """The unsigned int type (vector) of int32/int64 dtype dt's width."""
+  u = dtypes.uint32 if dt.scalar() == dtypes.int32 else dtypes.uint64
+  return u.vec(dt.count) if dt.count > 1 else u
+
 class CRenderer(CStyleLanguage):
   """C for the CPU device: gcc/clang vector extensions for vector lanes, OpenMP on the outer loop."""
   device = "CPU"
@@ -285,6 +327,7 @@ class CRenderer(CStyleLanguage):
   supports_float4 = True
   parallel_pragma = "#pragma omp parallel for"
   stack_arrays = True
+  wraps_signed = True  # built with -fwrapv (runtime/cpu.py)
   type_names = C_TYPE_NAMES
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
@@ -460,6 +503,7 @@ class OpenCLRenderer(CStyleLanguage):
                 "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }"]
     return lines
   def render_bitcast(self, x: str, dt: DType, src_dt: DType) -> str: return f"as_{self.render_dtype(dt)}({x})"
+  def render_as(self, x: str, dt: DType, src_dt: DType) -> str: return self.render_bitcast(x, dt, src_dt)  # vectors too
 
 class GPUCStyleLanguage(CStyleLanguage):
   """What the GPU dialects (CUDA, HIP, Metal) share: a grid of workgroups of threads, local memory,
@@ -538,6 +582,7 @@ class GPUCStyleLanguage(CStyleLanguage):
   def prelude(self, uops: list[UOp]) -> list[str]:
     lines = self.header(uops)
     vecs = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
+    vecs |= {unsigned_of(u.dtype) for u in self.wrapping_alus(uops) if u.dtype.count > 1}  # what vector arithmetic on data wraps in
     # one definition per rendered name (CUDA holds half values in float registers: half4 and float4 are one type)
     lines += list(dict.fromkeys(self.vector_def(v) for v in sorted(vecs, key=lambda d: (d.scalar().name, d.count))
                                 if not any(self.render_dtype(w) == self.render_dtype(v) and (w.scalar().name, w.count) < (v.scalar().name, v.count) for w in vecs)))

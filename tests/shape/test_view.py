@@ -185,3 +185,27 @@ def test_movement_errors(make):
   with pytest.raises(ValueError, match="sizes"): x.reshape((7,))
   with pytest.raises(ValueError, match="sizes"): x.reshape((2, 2))
   with pytest.raises(ValueError, match="negative"): x.reshape((-6, -1))
+
+def test_all_invalid_stays_invalid_without_dims() -> None:
+  """A view with no valid element keeps that when reshaped to shape () (mask () is the 0-d
+  all-invalid form; an unmasked 0-d view has mask None), through every route a kernel takes."""
+  from tilecraft.shape.shapetracker import ShapeTracker
+  from tilecraft.shape.view import View
+  bad = View.create((1,), (0,), 0, ((0, 0),))
+  assert bad.is_all_invalid
+  zero_d = bad.reshape(())
+  assert zero_d.is_all_invalid and zero_d.expr(())[1] == 0
+  assert View.create((), (), 0, ()).is_all_invalid and not View.create(()).is_all_invalid
+  assert ShapeTracker((bad, View.create(()))).simplify().expr_idxs()[1] == 0
+  assert zero_d.reshape((1, 1)).is_all_invalid and zero_d.permute(()).is_all_invalid
+
+def test_padded_then_shrunk_to_the_padding_gives_the_fill() -> None:
+  """Regression (found by the tensor fuzzer): shrinking a padded tensor to only padding, then to a
+  0-d or size-1 kernel, read the buffer instead of the fill."""
+  import numpy as np
+  from tilecraft import Tensor
+  x = np.array([2.0, 3.0], np.float32)
+  assert Tensor(x).pad(((0, 1),), value=1.5).shrink(((2, 3),)).numpy().tolist() == [1.5]
+  assert Tensor(x).pad(((1, 1),)).shrink(((0, 1),)).sum().numpy() == 0.0
+  assert Tensor(x).pad(((0, 1),)).shrink(((2, 3),)).reshape(()).numpy() == 0.0
+  assert Tensor(np.zeros(0, np.float32)).sum().reshape(1).pad(((0, 1),), value=1.5).shrink(((1, 2),)).numpy().tolist() == [1.5]

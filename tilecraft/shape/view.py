@@ -9,7 +9,8 @@ Canonical form (what `View.create` returns):
 - a mask is clipped to the shape (int bounds) and a full mask is None;
 - a dim whose mask keeps exactly one element has stride 0 (its address is folded into the offset);
 - a view with no valid element (an empty dim or an empty mask range) is the all-invalid view:
-  strides 0, offset 0, mask (0, 0) on every dim;
+  strides 0, offset 0, mask (0, 0) on every dim; with no dims (shape ()), mask () (an unmasked
+  view's mask is None, so () can only mean "invalid": a 0-d view of an all-invalid one stays invalid);
 - `contiguous` is True exactly for unmasked row-major views at offset 0.
 """
 from __future__ import annotations
@@ -101,6 +102,7 @@ class View:
     if mask is not None:
       mask = tuple((b, e) for b, e in mask)
       if len(mask) != len(shape): raise ValueError(f"mask {mask} doesn't match shape {shape}")
+      if not mask: return _all_invalid(shape)  # a 0-d view's mask is None (valid) or () (invalid)
       # clip int bounds to the shape
       mask = tuple((max(b, 0) if isinstance(b, int) else b, min(e, s) if isinstance(e, int) and isinstance(s, int) else e)
                    for (b, e), s in zip(mask, shape))
@@ -122,7 +124,7 @@ class View:
   @property
   def is_all_invalid(self) -> bool:
     """True when no element is valid (canonical form: every mask range is (0, 0))."""
-    return self.mask is not None and any(_known_lt(b, e) is False for b, e in self.mask)
+    return self.mask is not None and (not self.mask or any(_known_lt(b, e) is False for b, e in self.mask))
   @functools.cached_property
   def concrete(self) -> bool:
     """No symbolic shape, stride, offset or mask."""
@@ -136,6 +138,7 @@ class View:
     if len(idxs) != len(self.shape): raise ValueError(f"{len(idxs)} indices for a view of shape {self.shape}")
     idx = sym_sum([self.offset] + [i * st for i, st in zip(idxs, self.strides) if not _eq(st, 0)])
     if self.mask is None: return idx, 1
+    if not self.mask: return 0, 0  # the 0-d all-invalid view
     conds: list[sint] = []
     for i, (b, e), s in zip(idxs, self.mask, self.shape):
       if not _eq(b, 0): conds.append(1 - sym_lt(i, b))

@@ -324,3 +324,24 @@ def test_worker_processes_inherit_cache_off_silently(cache_home, monkeypatch):
     warnings.simplefilter("error")
     diskcache_put("t", "k", b"x")
     assert diskcache_get("t", "k") is None and not (cache_home / "t").exists()
+
+def test_run_compiler_reruns_a_crashed_compiler_once(tmp_path) -> None:
+  """A compiler crash (a signal, or the LLVM/GCC crash banner) is run once more with a warning; an
+  ordinary compile error is not rerun; a second crash is returned as it is."""
+  import sys, warnings
+  from tilecraft.device import run_compiler
+  count = tmp_path / "count"
+  def fake(behaviour: str) -> list[str]:
+    code = (f"import pathlib, sys, os, signal\np = pathlib.Path({str(count)!r})\nn = int(p.read_text()) if p.exists() else 0\n"
+            f"p.write_text(str(n + 1))\nb = {behaviour!r}\n"
+            "if b == 'banner' or (b == 'once' and n == 0): sys.stderr.write('PLEASE submit a bug report\\n'); sys.exit(1)\n"
+            "if b == 'signal' and n == 0: os.kill(os.getpid(), signal.SIGSEGV)\n"
+            "if b == 'error': sys.stderr.write('error: bad\\n'); sys.exit(1)\n")
+    return [sys.executable, "-c", code]
+  for behaviour, runs, rc in [("once", 2, 0), ("signal", 2, 0), ("error", 1, 1), ("banner", 2, 1)]:
+    count.unlink(missing_ok=True)
+    with warnings.catch_warnings(record=True) as w:
+      warnings.simplefilter("always")
+      res = run_compiler(fake(behaviour), input="src")
+    assert (int(count.read_text()), res.returncode) == (runs, rc), behaviour
+    assert (len(w) == 1) == (runs == 2), behaviour

@@ -1,7 +1,7 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, bisect, hashlib, importlib, os, re, tempfile, warnings
+import atexit, bisect, hashlib, importlib, os, re, subprocess, tempfile, warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
@@ -20,6 +20,25 @@ class CompileError(RuntimeError):
     numbered = "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), start=1))
     super().__init__(f"{msg}\n--- compiler output ---\n{stderr.rstrip()}\n--- source ---\n{numbered}")
   def __reduce__(self) -> tuple: return (CompileError, (self.msg, self.src, self.stderr))  # survives worker processes
+
+_CRASH_BANNERS = ("PLEASE submit a bug report", "internal compiler error")  # LLVM's and GCC's crash handlers
+
+def _crashed(res: subprocess.CompletedProcess) -> bool:
+  out = res.stderr if isinstance(res.stderr, str) else (res.stderr or b"").decode(errors="replace")
+  return res.returncode < 0 or (res.returncode != 0 and any(b in out for b in _CRASH_BANNERS))
+
+def run_compiler(args: list[str], input: Union[str, bytes, None] = None, timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+  """Run an external compiler (output captured; text when `input` is text or absent). A compiler that
+  crashed -- killed by a signal, or printing LLVM's or GCC's crash banner -- is run once more, with a
+  warning: such a crash is a bug of the compiler that need not repeat (clang-15 once corrupted its heap
+  on a large HIP module under load, and compiled the same module cleanly after) and says nothing about
+  the source. A second crash is returned as it is, so the caller reports it with the source."""
+  text = not isinstance(input, bytes)
+  res = subprocess.run(args, input=input, capture_output=True, text=text, timeout=timeout)
+  if _crashed(res):
+    warnings.warn(f"{os.path.basename(args[0])} crashed (exit {res.returncode}); running it once more")
+    res = subprocess.run(args, input=input, capture_output=True, text=text, timeout=timeout)
+  return res
 
 class DeviceUnavailable(RuntimeError):
   """A known device that can't be opened here (not implemented yet, or its driver is missing)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes, functools, os, subprocess, tempfile, time, warnings
 from typing import Any, Optional
 import numpy as np
-from tilecraft.device import Allocator, CompileError, Compiled, Compiler
+from tilecraft.device import Allocator, CompileError, Compiled, Compiler, run_compiler
 from tilecraft.helpers import DEBUG, cache_dir
 from tilecraft.host import CPUTarget, _compiler_identity, cpu_arch, cpu_target, find_c_compiler
 from tilecraft.renderer.cstyle import CRenderer
@@ -47,7 +47,7 @@ class CPUCompiler(Compiler):
     try:
       self.target  # an unknown CPU_ARCH fails here, naming it, not as a compile error of the kernel
       args = [self.cc, *self._flags(openmp), "-x", "c", "-", "-o", out, "-lm"]
-      r = subprocess.run(args, input=src.encode(), capture_output=True)
+      r = run_compiler(args, input=src.encode())
       if r.returncode != 0: return None, r.stderr.decode(errors="replace")
       with open(out, "rb") as f: return f.read(), r.stderr.decode(errors="replace")
     finally:

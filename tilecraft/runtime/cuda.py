@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes, ctypes.util, functools, glob, os, shutil, subprocess, sys, tempfile
 from typing import Any, Optional
 import numpy as np
-from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable, render_only_device
+from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable, render_only_device, run_compiler
 from tilecraft.helpers import getenv
 
 # ---- compilers -----------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ class CUDACompiler(Compiler):
     with tempfile.TemporaryDirectory(prefix="tilecraft-cuda-") as d:
       cu, out = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel.cubin")
       with open(cu, "w") as f: f.write(src)
-      try: res = subprocess.run([nvcc, "-cubin", *self.flags, "-o", out, cu], capture_output=True, text=True, timeout=600)
+      try: res = run_compiler([nvcc, "-cubin", *self.flags, "-o", out, cu], timeout=600)
       except subprocess.TimeoutExpired as e: raise CompileError(f"nvcc timed out ({self.arch})", src, str(e)) from e
       if res.returncode != 0: raise CompileError(f"nvcc failed for {self.arch}", src, res.stderr + res.stdout)
       with open(out, "rb") as f: return f.read()

@@ -3,7 +3,7 @@ the device libraries (`-nogpulib -nogpuinc`, `-S` needs no linker). There is no 
 from __future__ import annotations
 import functools, os, shutil, subprocess, tempfile
 from typing import Optional
-from tilecraft.device import CompileError, Compiled, Compiler, DeviceUnavailable, render_only_device
+from tilecraft.device import CompileError, Compiled, Compiler, DeviceUnavailable, render_only_device, run_compiler
 
 @functools.cache
 def find_hip_clang() -> Optional[str]:
@@ -30,7 +30,7 @@ class HIPCompiler(Compiler):
     if self.clang is None: raise DeviceUnavailable("no clang with the amdgcn target for HIP (install clang-15 or set HIP_CLANG)")
     with tempfile.TemporaryDirectory(prefix="tilecraft-hip-") as d:
       out = os.path.join(d, "kernel.s")
-      try: res = subprocess.run([self.clang, *self.flags, "-o", out, "-"], input=src, capture_output=True, text=True, timeout=600)
+      try: res = run_compiler([self.clang, *self.flags, "-o", out, "-"], input=src, timeout=600)
       except subprocess.TimeoutExpired as e: raise CompileError(f"clang timed out ({self.arch})", src, str(e)) from e
       if res.returncode != 0: raise CompileError(f"clang failed to compile HIP for {self.arch}", src, res.stderr + res.stdout)
       with open(out, "rb") as f: return f.read()

@@ -52,7 +52,7 @@ class _GenericGPU(Renderer):
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, BinaryOps.MAX})
   supports_images, image_max = True, (16384, 16384)  # OpenCL images, emulated (emulate.py: _texels)
 
-def _target_renderer(target: str) -> Renderer:
+def target_renderer(target: str) -> Renderer:
   """The renderer whose capabilities EMULATE=target takes (the real CUDA / HIP / Metal renderers)."""
   if target == "": return _GenericGPU()
   if target == "CUDA":
@@ -71,7 +71,7 @@ class PythonRenderer(Renderer):
   device = "PYTHON"
   def __init__(self, target: str = ""):
     self.target = target
-    self.base = _target_renderer(target)
+    self.base = target_renderer(target)
     for a in _CAPS:
       if hasattr(self.base, a): setattr(self, a, getattr(self.base, a))
   def render(self, name: str, uops: list) -> str:

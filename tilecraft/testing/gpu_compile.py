@@ -10,24 +10,12 @@ from tilecraft.codegen.kernel import Kernel, Opt
 from tilecraft.device import Compiler
 from tilecraft.dtype import dtypes
 from tilecraft.renderer import Program, Renderer
+from tilecraft.runtime.python import target_renderer
 from tilecraft.testing.corpus import CorpusEntry, corpus
 from tilecraft.testing.fuzz import _seeded, sample_opt_sequences, stable_name
 
 # EMULATE target -> (seed, opt sequences per corpus kernel) of the emulator's default fuzz run
 EMULATOR_FUZZ: dict[str, tuple[int, int]] = {"": (0, 7), "CUDA": (1, 7), "METAL": (2, 7), "AMD": (3, 7)}
-
-def target_renderer(target: str) -> Renderer:
-  """The real renderer of an emulated target."""
-  if target == "CUDA":
-    from tilecraft.renderer.cuda import CUDARenderer
-    return CUDARenderer()
-  if target == "AMD":
-    from tilecraft.renderer.hip import HIPRenderer
-    return HIPRenderer()
-  if target == "METAL":
-    from tilecraft.renderer.metal import MetalRenderer
-    return MetalRenderer()
-  raise ValueError(f"no real renderer for EMULATE={target!r} (CUDA, AMD, METAL)")
 
 def renders_on(entry: CorpusEntry, ren: Renderer) -> bool:
   """Whether the target has every dtype the kernel uses (Metal has no float64)."""

@@ -58,3 +58,47 @@ def test_wrapping_sources_compile_for_cuda_and_hip(cuda_compiler_ok, hip_clang_o
   from tilecraft.runtime.hip import HIPCompiler
   CUDACompiler("sm_80").compile_batch(_srcs(CUDARenderer()))
   HIPCompiler().compile_batch(_srcs(HIPRenderer()))
+
+# ---- values computed from thread ids alone (no loads) -------------------------------------------
+def _id_only(dev, dt, shift):
+  x = Tensor.arange(8, device=dev, dtype=dt) * (1 << shift)
+  return [x + 7, ((x * 3) < 5).cast(dtypes.int32) + (-x < 0).cast(dtypes.int32) * 2]
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("np_dt,dt,shift", [(np.int32, dtypes.int32, 30), (np.int64, dtypes.int64, 62)], ids=["int32", "int64"])
+def test_id_only_overflow_wraps_like_numpy_on_opencl(np_dt, dt, shift):
+  """arange(8) * 2**30 overflows int32 without touching data: numpy wraps it, so must the kernel."""
+  x = np.arange(8, dtype=np_dt) * np_dt(1 << shift)
+  with np.errstate(over="ignore"): want = [x + np_dt(7), ((x * np_dt(3)) < 5).astype(np.int32) + (-x < 0).astype(np.int32) * 2]
+  for got, w in zip(_id_only("OPENCL", dt, shift), want): np.testing.assert_array_equal(got.numpy(), w)
+
+@pytest.mark.parametrize("ren,unsigned", [(OpenCLRenderer(), "as_uint"), (CUDARenderer(), "unsigned"),
+                                          (HIPRenderer(), "unsigned"), (MetalRenderer(), "uint")], ids=lambda x: type(x).__name__)
+def test_id_only_overflow_renders_unsigned(ren, unsigned):
+  """The id-only products that can pass INT_MAX (and what is computed from them) wrap; the id
+  arithmetic that provably fits stays signed."""
+  from tilecraft.codegen.uops import UOps
+  from tilecraft.ops import BinaryOps, UnaryOps
+  for si in _id_only("CPU", dtypes.int32, 30)[1].schedule():
+    k = Kernel(si.ast, opts=ren).hand_coded_optimizations()
+    src = k.to_program().src
+    wrapped = ren.wrapping_alus(k.uops)
+    muls = [u for u in k.uops if u.op is UOps.ALU and u.arg is BinaryOps.MUL and u.dtype.scalar() == dtypes.int32]
+    big = [u for u in muls if any(1073741824 in (s.arg if isinstance(s.arg, tuple) else (s.arg,)) for s in u.src + tuple(x for s in u.src for x in s.src) if s.op is UOps.CONST)]
+    assert big and all(u in wrapped for u in big), src
+    assert any(u.arg is UnaryOps.NEG for u in wrapped), src  # -x of a wrapped value
+    assert not any(u.arg is BinaryOps.MUL and u.src[1].op is UOps.CONST and u.src[1].arg == 4 for u in wrapped), src  # lidx0*4: an address
+    assert unsigned in src, src
+
+def test_index_math_of_the_corpus_stays_signed():
+  """Interval analysis proves every corpus kernel's index math fits its type: no ALU that an
+  address is computed from renders through the unsigned type (testing/corpus.py, hand-coded opts)."""
+  from tilecraft.codegen.uops import UOps
+  from tilecraft.testing.corpus import corpus
+  ren = OpenCLRenderer()
+  for name, e in corpus(small=True).items():
+    k = Kernel(e.ast, opts=ren).hand_coded_optimizations().linearize()
+    addr, todo = set(), [u.src[1] for u in k.uops if u.op in (UOps.LOAD, UOps.STORE) and len(u.src) > 1]
+    while todo:
+      if (u := todo.pop()) not in addr and u.op is not UOps.LOAD: addr.add(u); todo.extend(u.src)
+    assert not addr & ren.wrapping_alus(k.uops), name

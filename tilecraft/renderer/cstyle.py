@@ -13,7 +13,7 @@ from tilecraft.helpers import getenv
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.host import cpu_target
 from tilecraft.renderer import Renderer
-from tilecraft.renderer.analysis import STREAM_MIN_BYTES, multiple_of, streamable_stores
+from tilecraft.renderer.analysis import STREAM_MIN_BYTES, multiple_of, overflowing_int_alus, streamable_stores
 from tilecraft.renderer.c_vector_math import vector_exp2, vector_log2
 
 _NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
@@ -107,7 +107,8 @@ class CStyleLanguage(Renderer):
   # it, accumulators included -- run in the unsigned type of the same width (wraps by definition)
   # and convert back (two's complement on every target here). Index math (ids, loop counters,
   # constants) stays signed, so its nsw-based optimizations stay: the lowerer gives it a width it
-  # can't overflow (int64 wherever a value can pass 2^31).
+  # can't overflow (int64 wherever a value can pass 2^31). Values computed from ids alone that can
+  # still overflow (arange(n) * 2**30) are found by interval arithmetic (analysis.overflowing_int_alus).
   _WRAPPING_OPS = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.SHL, UnaryOps.NEG, TernaryOps.MULACC})
   def wrapping_alus(self, uops: list[UOp]) -> frozenset:
     """The ALUs to render with wrapping arithmetic (see above): none where signed overflow wraps."""
@@ -118,7 +119,8 @@ class CStyleLanguage(Renderer):
       if u.op is UOps.LOAD or (u.op not in (UOps.STORE, UOps.DEFINE_ACC) and any(s in data for s in u.src)): data.add(u)
       if u.op is UOps.PHI and u.src[1] in data: data.add(u.src[0])  # the accumulator holds data from here on
       if u.op is UOps.ALU and u.arg in self._WRAPPING_OPS and u.dtype.scalar() in (dtypes.int32, dtypes.int64) and u in data: out.add(u)
-    return frozenset(out)
+    # and values computed without data that can still overflow (arange(n) * 2**30 in int32)
+    return frozenset(out) | overflowing_int_alus(uops, self._WRAPPING_OPS)
   def render_as(self, x: str, dt: DType, src_dt: DType) -> str:
     """x (src_dt) as dt, an int type of the same width: the same bits (a C cast, modular on every target here)."""
     return f"(({self.render_dtype(dt)})({x}))"

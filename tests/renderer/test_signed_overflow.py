@@ -102,3 +102,15 @@ def test_index_math_of_the_corpus_stays_signed():
     while todo:
       if (u := todo.pop()) not in addr and u.op is not UOps.LOAD: addr.add(u); todo.extend(u.src)
     assert not addr & ren.wrapping_alus(k.uops), name
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("np_dt", [np.int32, np.int64], ids=["int32", "int64"])
+def test_min_over_minus_one_wraps_like_numpy_on_opencl(np_dt):
+  """MIN // -1 overflows (the hardware traps or gives garbage); numpy wraps to MIN, and MIN % -1 is 0."""
+  lo = np.iinfo(np_dt).min
+  a = np.array([lo, lo, lo + 1, 7, -7, lo, 0, 5], np_dt)
+  b = np.array([-1, 1, -1, -1, 2, 0, -1, -2], np_dt)
+  with np.errstate(all="ignore"): want = (a // b, a % b)
+  ta, tb = Tensor(a, device="OPENCL"), Tensor(b, device="OPENCL")
+  np.testing.assert_array_equal((ta // tb).numpy(), want[0])
+  np.testing.assert_array_equal((ta % tb).numpy(), want[1])

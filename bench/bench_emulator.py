@@ -7,7 +7,7 @@ PYTHON (EMULATE=CUDA) in under 5 s on one core.
 Run: python bench/bench_emulator.py [--quick]
 """
 from __future__ import annotations
-import os, sys, time
+import os, sys
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import best_of, conv3x3_ast, elementwise_ast, matmul_ast  # noqa: E402
@@ -16,7 +16,7 @@ from tilecraft.device import Buffer, CompiledRunner, Device  # noqa: E402
 from tilecraft.dtype import dtypes  # noqa: E402
 from tilecraft.testing.fuzz import buffer_size, buffer_views  # noqa: E402
 from tilecraft.helpers import Context  # noqa: E402
-from tilecraft.ops import BinaryOps, LazyOp, ReduceOps  # noqa: E402
+from tilecraft.ops import LazyOp, ReduceOps  # noqa: E402
 from tilecraft.testing.corpus import ST, kernel, ld, red, store  # noqa: E402
 
 def sum_rows_ast(M: int, N: int) -> LazyOp:

@@ -12,7 +12,6 @@ from tilecraft.codegen.tensor_cores import tc_choices
 from tilecraft.dtype import dtypes
 from tilecraft.testing.fuzz import run_program
 from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps
-from tilecraft.renderer import TensorCore
 from tilecraft.renderer.cstyle import CRenderer, OpenCLRenderer
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.renderer.tensor_cores import (TENSOR_CORES, Fragment, TensorCoreLayout, check_layout, fragments_to_tiles, tiles_to_fragment,

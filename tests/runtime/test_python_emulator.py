@@ -13,13 +13,12 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.device import Buffer, CompileError, CompiledRunner, Device
 from tilecraft.dtype import DType, dtypes
 from tilecraft.testing import fuzz
-from tilecraft.testing.corpus import ST, alu, cast, corpus, kernel, known_bug, ld, red, store
+from tilecraft.testing.corpus import ST, alu, cast, corpus, kernel, known_bug, ld, store
 from tilecraft.helpers import Context
-from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.ops import BinaryOps
 from tilecraft.renderer import Program
 from tilecraft.runtime.emulate import HANDLERS, EmulatorError, OutOfBoundsError
 from tilecraft.runtime.python import PythonRenderer, instructions, parse_listing, render_listing
-from tilecraft.shape.symbolic import Variable
 
 ENTRIES = corpus()
 I32 = dtypes.int32

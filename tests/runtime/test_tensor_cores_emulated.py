@@ -6,7 +6,7 @@ choice; use 2 and 3 as well; and the differential fuzzer with TC-first opt seque
 import os, subprocess, sys
 import numpy as np
 import pytest
-from tilecraft.codegen.kernel import Opt, OptOps
+from tilecraft.codegen.kernel import OptOps
 from tilecraft.codegen.uops import UOps
 from tilecraft.device import Device
 from tilecraft.dtype import dtypes

@@ -6,7 +6,7 @@ corpus entries listed as known bugs (tilecraft.testing.corpus.KNOWN_BUGS) are re
 expected and don't fail the run unless --strict.
 Exit codes: 0 all passed, 1 a failure, 2 bad arguments or an unusable device."""
 from __future__ import annotations
-import argparse, json, sys, time
+import argparse, json, time
 from typing import Any
 from tilecraft.cli import CLIError, Progress, open_device
 

@@ -476,7 +476,7 @@ def _h_alu(ins: Ins, i: int, prog: Executable) -> Step:
 
 @handler(UOps.CAST)
 def _h_cast(ins: Ins, i: int, prog: Executable) -> Step:
-  s, dt, sdt = ins.src[0], ins.dtype, prog.ins[ins.src[0]].dtype
+  s, dt = ins.src[0], ins.dtype
   out = np_value_dtype(dt)
   def step(st: Launch) -> None:
     x = np.asarray(st.vals[s])

@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast as pyast, collections, functools
 from enum import Enum
 from typing import Any, Optional
-import numpy as np
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.device import CompileError, Compiled, Compiler
 from tilecraft.dtype import DType, PtrDType, dtypes

@@ -1,7 +1,7 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, bisect, hashlib, importlib, os, re, subprocess, tempfile, warnings
+import atexit, bisect, functools, hashlib, importlib, os, re, subprocess, tempfile, warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
@@ -206,6 +206,12 @@ class Allocator:
 def alloc_cache_bytes() -> int:
   """The caching allocator's bound: `ALLOC_CACHE_MB` (default 512; 0 turns the cache off)."""
   val = getenv("ALLOC_CACHE_MB", "512")
+  try: hash(val)
+  except TypeError: raise ValueError(f"ALLOC_CACHE_MB must be a number of megabytes >= 0, got {val!r}") from None
+  return _mb_to_bytes(val)
+
+@functools.lru_cache(maxsize=16)
+def _mb_to_bytes(val: Any) -> int:  # (every free asks for the bound)
   try: mb = float(val)
   except (TypeError, ValueError): mb = -1.0
   if not 0 <= mb < float("inf"): raise ValueError(f"ALLOC_CACHE_MB must be a number of megabytes >= 0, got {val!r}")
@@ -361,8 +367,10 @@ class Compiled:
     self._renderer, self._synchronize, self.render_only = renderer, synchronize, render_only
   @property
   def renderer(self) -> Renderer:
+    if (r := self.__dict__.get("_made_renderer")) is not None: return r
     from tilecraft.renderer import Renderer
     if not isinstance(self._renderer, Renderer): self._renderer = self._renderer()
+    self._made_renderer = self._renderer
     return self._renderer
   def synchronize(self) -> None:
     if self._synchronize is not None: self._synchronize()
@@ -407,6 +415,7 @@ class _Device:
     if (cname := name.strip().upper()) not in DEVICES: raise ValueError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
     return cname
   def __getitem__(self, name: str) -> Compiled:
+    if (dev := self._opened.get(name)) is not None: return dev  # (a canonical name: asked on every realize)
     cname = self.canonicalize(name)
     if cname not in self._opened:
       if (factory := _device_factories.get(cname)) is None:

@@ -24,16 +24,37 @@ _overrides: dict[str, list[Any]] = {}
 class SettingError(ValueError):
   """An environment variable whose value doesn't parse as its setting's type."""
 
+# os.environ's own mapping, read directly: os.environ.get encodes the name and decodes the value on
+# every call, and the settings are read on every realize. Writes through os.environ (monkeypatch,
+# `os.environ[k] = v`) update this mapping, so a changed variable is seen at the next read.
+_env_data: Any = getattr(os.environ, "_data", None)
+_env_encode: Any = getattr(os.environ, "encodekey", None)
+_env_keys: dict[str, Any] = {}  # setting name -> its key in _env_data
+_parsed: dict[tuple, Any] = {}  # (raw value, type of the default) -> the parsed value
+
+def _raw_env(name: str) -> Any:
+  """The variable's raw value (bytes on POSIX, str on Windows), or None when it is unset."""
+  if _env_data is None or _env_encode is None: return os.environ.get(name)
+  if (k := _env_keys.get(name)) is None: k = _env_keys[name] = _env_encode(name)
+  return _env_data.get(k)
+
 def getenv(name: str, default: Any = 0) -> Any:
   """The current value of a setting: the innermost Context override, else the env var, else default.
   A value that isn't of the default's type raises SettingError naming the variable."""
-  if _overrides.get(name): return _overrides[name][-1]
-  val = os.environ.get(name)
-  if val is None: return default
-  if isinstance(default, bool): return val not in ("", "0", "false", "False")
-  try: return type(default)(val)
-  except ValueError:
-    raise SettingError(f"environment variable {name}={val!r} is not a valid {type(default).__name__} (e.g. {name}={default!r})") from None
+  if (o := _overrides.get(name)): return o[-1]
+  raw = _raw_env(name)
+  if raw is None: return default
+  kind = type(default)
+  if (hit := _parsed.get((raw, kind))) is not None: return hit
+  val = raw if isinstance(raw, str) else os.fsdecode(raw)
+  if kind is bool: ret: Any = val not in ("", "0", "false", "False")
+  else:
+    try: ret = kind(val)
+    except ValueError:
+      raise SettingError(f"environment variable {name}={val!r} is not a valid {kind.__name__} (e.g. {name}={default!r})") from None
+  if len(_parsed) >= 1024: _parsed.clear()
+  _parsed[(raw, kind)] = ret
+  return ret
 
 class Context(contextlib.ContextDecorator):
   """`with Context(DEBUG=2, BEAM=0): ...` overrides settings for the block (API)."""

@@ -16,7 +16,7 @@ def find_c_compiler() -> str:
   if (choice := getenv("CPU_COMPILER", "")):
     if (path := _which(choice)): return path
     warnings.warn(f"CPU_COMPILER={choice} not found, falling back to {os.environ.get('CC') or 'gcc'}")
-  for cc in (os.environ.get("CC"), "gcc", "cc"):
+  for cc in (getenv("CC", ""), "gcc", "cc"):
     if cc and (path := _which(cc)): return path
   raise RuntimeError("no C compiler found: install gcc or set CC")
 
@@ -47,8 +47,11 @@ class CPUTarget:
 def cpu_arch() -> str:
   """The -march CPU kernels are built for: `CPU_ARCH` (env or Context), default native."""
   arch = str(getenv("CPU_ARCH", "") or "native")
-  if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", arch): raise ValueError(f"CPU_ARCH={arch!r} is not a valid -march name")
+  if not _valid_arch(arch): raise ValueError(f"CPU_ARCH={arch!r} is not a valid -march name")
   return arch
+
+@functools.lru_cache(maxsize=64)
+def _valid_arch(arch: str) -> bool: return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", arch) is not None  # (asked on every realize)
 
 @functools.cache
 def _arch_target(cc: str, arch: str) -> CPUTarget:

@@ -91,3 +91,42 @@ def test_larger_matmul_conv(device: str, rng: np.random.Generator) -> None:
   check(lambda x, y: x @ y, np.matmul, a, b, device=device, atol=1e-3, rtol=1e-4)
   x, w = randf(rng, 2, 8, 17, 15), randf(rng, 16, 4, 3, 3)
   check(lambda p, q: p.conv2d(q, stride=2, padding=1, groups=2), lambda p, q: np_conv2d(p, q, None, 2, 1, 1, 2), x, w, device=device, atol=1e-3)
+
+def test_pool_windows_are_memoized_per_view_and_arguments(rng: np.random.Generator) -> None:
+  """conv2d/pooling windows (NNOps._pool, memo_views): a repeated call is one lookup, the view is of
+  the caller's own base, and different views or arguments never share a cached view."""
+  from tilecraft.frontend.nn import NNOps
+  cache = NNOps._pool.cache
+  a, b, w = randf(rng, 1, 2, 6, 7), randf(rng, 1, 2, 6, 7), randf(rng, 3, 2, 3, 3)
+  ta, tb, tw = Tensor(a).realize(), Tensor(b).realize(), Tensor(w).realize()
+  cache.clear()
+  first = ta.conv2d(tw, padding=1).numpy()
+  n = len(cache)
+  assert n >= 1
+  again = ta.conv2d(tw, padding=1)  # a hit
+  assert len(cache) == n
+  np.testing.assert_allclose(again.numpy(), first, rtol=1e-6)
+  np.testing.assert_allclose(tb.conv2d(tw, padding=1).numpy(), np_conv2d(b, w, None, 1, 1, 1, 1), rtol=1e-5, atol=1e-5)  # b's own base
+  # other arguments, other views of the same base: each its own entry, each right
+  np.testing.assert_allclose(ta.conv2d(tw, padding=1, stride=2).numpy(), np_conv2d(a, w, None, 2, 1, 1, 1), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(ta.conv2d(tw, padding=0, dilation=(2, 1)).numpy(), np_conv2d(a, w, None, 1, 0, (2, 1), 1), rtol=1e-5, atol=1e-5)
+  flipped = ta.flip(3)
+  np.testing.assert_allclose(flipped.conv2d(tw, padding=1).numpy(), np_conv2d(a[..., ::-1].copy(), w, None, 1, 1, 1, 1), rtol=1e-5, atol=1e-5)
+  assert len(cache) >= n + 3
+  # arguments that are not plain ints are never looked up: a float window still fails, after a hit on the int one
+  with pytest.raises(ValueError, match="kernel size"): ta._pool((3.0, 3), (1, 1), (1, 1))
+  m = len(cache)
+  ta._pool((True, 3), (1, 1), (1, 1))  # (a bool is an int to the checks, but never a key: True == 1)
+  assert len(cache) == m
+
+def test_views_of_symbolic_shapes_are_not_memoized(rng: np.random.Generator) -> None:
+  from tilecraft import Variable
+  from tilecraft.frontend.shapes import memo_views
+  @memo_views
+  def swap(t: Tensor, a: int) -> Tensor: return t.permute(1, 0).shrink(((a, 5), None))
+  x = Tensor(randf(rng, 8, 5)).realize()
+  v = x.shrink(((0, Variable("n", 1, 8).bind(6)), (0, 5)))
+  assert swap(v, 1).shape[0] == 4 and len(swap.cache) == 0
+  np.testing.assert_array_equal(swap(x, 2).numpy(), x.numpy().T[2:])
+  np.testing.assert_array_equal(swap(x, 2).numpy(), x.numpy().T[2:])
+  assert len(swap.cache) == 1

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any, Optional
 from tilecraft.dtype import dtypes, least_upper_dtype
 from tilecraft.frontend.image import as_image, image_level
-from tilecraft.frontend.shapes import pair
+from tilecraft.frontend.shapes import memo_views, pair
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
 class NNOps:
@@ -36,6 +36,7 @@ class NNOps:
     return xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()
 
   # ---- convolution and pooling ---------------------------------------------------------------------
+  @memo_views
   def _pool(self: Tensor, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
     """(..., *out_spatial, *k) windows over the last len(k) dims, as views (no copies)."""
     nd = len(k)

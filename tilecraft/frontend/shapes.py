@@ -33,3 +33,28 @@ def broadcast_shape(a: tuple, b: tuple) -> tuple:
     elif isinstance(x, int) and x == 1: out.append(y)
     else: raise ValueError(f"shapes {a} and {b} can't be broadcast together (dim {i - n} is {x} vs {y})")
   return tuple(out)
+
+def _plain(x: Any) -> bool:
+  """x is an int (not a bool, numpy int or symbolic dim) or a tuple of such, nested."""
+  return type(x) is int or (type(x) is tuple and all(_plain(y) for y in x))
+
+def memo_views(fn: Any) -> Any:
+  """Memoize a Tensor method made of movement ops only (`fn(self, *args)` is a view of self's base):
+  its result is a function of self's view and the arguments, so a user's loop, which calls it with
+  the same ones on every call, gets the view in one lookup instead of a dozen movement ops. Only
+  concrete views with plain-int arguments are memoized (a bound Variable compares equal to any other
+  binding of it; 3.0 == 3 but isn't a valid size), and only results that are a view of self's base."""
+  cache: dict[tuple, Any] = {}
+  def memoized(self: Any, *args: Any) -> Any:
+    lb = self.lazydata
+    if not (lb.st.concrete and _plain(args)): return fn(self, *args)
+    key = (lb.st, args)
+    if (st := cache.get(key)) is not None: return type(self)(lb._view(st))
+    out = fn(self, *args)
+    if out.lazydata.base is lb.base:
+      if len(cache) >= 1024: cache.clear()
+      cache[key] = out.lazydata.st
+    return out
+  memoized.__name__, memoized.__qualname__, memoized.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+  memoized.cache = cache  # type: ignore[attr-defined]
+  return memoized

@@ -19,7 +19,8 @@ import argparse, json, os, subprocess, sys, time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["matmul 16x16", "relu 16x16", "matmul_256", "conv2d_64x56", "softmax_4096x1024", "sum_16M", "elementwise_16M"]
+CASES = ["matmul 16x16", "relu 16x16", "matmul_256", "matmul_512", "matvec_4096", "conv2d_64x56", "softmax_4096x1024", "layernorm_4096x1024",
+         "sum_16M", "elementwise_16M"]
 
 def _median(xs: list[float]) -> float: return sorted(xs)[len(xs) // 2]
 

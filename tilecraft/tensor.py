@@ -83,7 +83,7 @@ def _lb_const(val: Any, dt: DType, device: str, shape: tuple = ()) -> LazyBuffer
   else:
     val = dtypes.as_const(val, dt)
     base = hash_consed(("CONST", _const_key(val, dt), dt, device, ()), lambda: LazyBuffer.const(val, dt, device))
-  return base.reshape((1,) * len(shape)).expand(shape) if shape else base
+  return base._view(base.st.reshape((1,) * len(shape)).expand(shape)) if shape else base
 
 def _lb_e(op: Any, srcs: Sequence[LazyBuffer], arg: Any = None, dtype: Optional[DType] = None) -> LazyBuffer:
   if _is_zero(srcs[0].shape):
@@ -115,6 +115,14 @@ def _py_dtype(x: Any) -> DType:
   if isinstance(x, float): return dtypes.default_float
   if isinstance(x, Variable): return dtypes.int32
   raise TypeError(f"no tensor dtype for a python {type(x).__name__}")
+
+_PY_SCALARS = (bool, int, float)  # exactly these types (numpy scalars subclass float and int, but aren't weak)
+
+def _tensor_of(lb: LazyBuffer) -> "Tensor":
+  """Tensor(lb), for the hot paths: nothing to check or convert."""
+  t = object.__new__(Tensor)
+  t.lazydata = lb
+  return t
 
 class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   __slots__ = ("lazydata",)
@@ -282,25 +290,33 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   # ---- broadcasting and elementwise ---------------------------------------------------------------
   def _const_like(self, x: Scalar, dtype: Optional[DType] = None) -> "Tensor":
     return Tensor(_lb_const(x, dtype or self.dtype, self.device, self.shape))
+  def _scalar_dtype(self, x: Scalar, cmp: bool = False) -> DType:
+    """The dtype a python scalar combined with this tensor takes (see _to_tensor), checked on the device."""
+    if isinstance(x, bool): dt = self.dtype
+    elif isinstance(x, int):
+      if self.dtype == dtypes.bool: dt = _py_dtype(x)
+      elif dtypes.is_int(self.dtype) and not int(dtypes.min(self.dtype)) <= x <= int(dtypes.max(self.dtype)):
+        if not cmp: raise OverflowError(f"python integer {x} out of bounds for {self.dtype.name}")
+        dt = least_upper_dtype(self.dtype, _py_dtype(x) if x >= 0 else dtypes.int64)
+      else: dt = self.dtype
+    else: dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
+    return _check_dtype(self.device, dt)
   def _to_tensor(self, x: Any, cmp: bool = False) -> "Tensor":
     """x as a tensor on this device. Python scalars are weak (numpy 2, NEP 50): they take this tensor's
     dtype when their kind fits it; an int that doesn't fit an int dtype is an OverflowError, except in
     comparisons, which widen to compare exactly."""
     if isinstance(x, Tensor): return x
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-      if isinstance(x, bool): dt = self.dtype
-      elif isinstance(x, int):
-        if self.dtype == dtypes.bool: dt = _py_dtype(x)
-        elif dtypes.is_int(self.dtype) and not int(dtypes.min(self.dtype)) <= x <= int(dtypes.max(self.dtype)):
-          if not cmp: raise OverflowError(f"python integer {x} out of bounds for {self.dtype.name}")
-          dt = least_upper_dtype(self.dtype, _py_dtype(x) if x >= 0 else dtypes.int64)
-        else: dt = self.dtype
-      else: dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
-      return Tensor(_lb_const(x, _check_dtype(self.device, dt), self.device))
+      return Tensor(_lb_const(x, self._scalar_dtype(x, cmp), self.device))
     if isinstance(x, Variable): return Tensor(_lb_const(x, dtypes.int32, self.device))
     if isinstance(x, (np.ndarray, np.generic, list, tuple)): return Tensor(x, device=self.device)
     raise TypeError(f"can't combine a Tensor with {type(x).__name__}")
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True, cmp: bool = False) -> tuple["Tensor", "Tensor"]:
+    if type(y) in _PY_SCALARS and match_dtype:  # the common `x * 2.0`: the constant made at x's shape, in one view
+      dt = self._scalar_dtype(y, cmp)
+      x = self if dt == self.dtype else self.cast(dt)
+      yt = _tensor_of(_lb_const(y, dt, self.device, self.shape))
+      return (yt, x) if reverse else (x, yt)
     weak = isinstance(y, (bool, int, float)) and not isinstance(y, np.generic)
     yt = self._to_tensor(y, cmp)
     x, y = (yt, self) if reverse else (self, yt)

@@ -41,7 +41,7 @@ class LazyBuffer:
     instead of recomputing it. It leaves the hash-consing table (its sources are dropped)."""
     b = self.base
     if b.op is None or b.op is BufferOps.CONST or b.buffer is None or not b.buffer.is_allocated(): return
-    if (key := b.consed_key) is not None and _consed.get(key) is b: del _consed[key]
+    if (key := b.consed_key) is not None and (r := _consed.get(key)) is not None and r() is b: del _consed[key]
     b.op, b.arg, b.srcs = None, None, ()
   def __repr__(self) -> str:
     b = self.base
@@ -142,22 +142,38 @@ class LazyBuffer:
 # once. Keys hold ids of the sources, which the cached value keeps alive; a value that gets
 # realized drops its sources, so it leaves the table first (mark_realized). Symbolic views are not
 # keyed: Variables bound to different values compare equal.
-_consed: "weakref.WeakValueDictionary[tuple, LazyBuffer]" = weakref.WeakValueDictionary()
+# The table holds plain weak references (no callbacks: a user's loop adds a dozen entries per call,
+# and a WeakValueDictionary's keyed references cost a Python call to make and another to remove).
+# Dead entries are swept when the table has doubled since the last sweep. A dead entry's key may
+# hold ids that new objects reuse: its reference is dead, so it is a miss and gets replaced; a live
+# value keeps its sources alive, so the ids in its key are theirs.
+_consed: dict[tuple, "weakref.ref[LazyBuffer]"] = {}
+_sweep_at = 1024
+
+def consed(key: tuple) -> Optional[LazyBuffer]:
+  """The live LazyBuffer stored under key, if any."""
+  return r() if (r := _consed.get(key)) is not None else None
+
+def _sweep() -> None:
+  global _sweep_at
+  for k in [k for k, r in _consed.items() if r() is None]: del _consed[k]
+  _sweep_at = max(1024, 2 * len(_consed))
 
 def source_key(lb: LazyBuffer) -> Optional[tuple]:
   """How a source appears in a key: its base's identity plus the view, or None (not keyable)."""
-  if lb.is_view:
-    if lb.st.vars(): return None
-    return (id(lb.base), lb.st)
+  if (b := lb._base) is not None:
+    if not lb.st.concrete: return None
+    return (id(b), lb.st)
   return (id(lb), None)
 
 def hash_consed(key: Optional[tuple], make: Callable[[], LazyBuffer]) -> LazyBuffer:
   """The live, unrealized LazyBuffer stored under key, else make() (stored under key if it is a new
   op). A key whose last item is a tuple of source keys with a None in it is not cached."""
-  if key is None or any(k is None for k in key[-1]): return make()
-  if (hit := _consed.get(key)) is not None and not hit.realized: return hit
+  if key is None or None in key[-1]: return make()
+  if (r := _consed.get(key)) is not None and (hit := r()) is not None and not (hit.buffer is not None and hit.op is None): return hit
   ret = make()
-  if not ret.is_view and ret.op is not None and ret.consed_key is None:
-    _consed[key] = ret
+  if ret._base is None and ret.op is not None and ret.consed_key is None:
+    if len(_consed) >= _sweep_at: _sweep()
+    _consed[key] = weakref.ref(ret)
     ret.consed_key = key
   return ret

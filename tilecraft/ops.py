@@ -227,10 +227,12 @@ def verify_ast(ast: LazyOp) -> dict[LazyOp, ShapeTracker]:
                             f"outputs must be numbered 0..{len(ast.src)-1} in order")
   out_idx = {o.arg.idx: o.arg.st for o in ast.src}
   sts: dict[LazyOp, ShapeTracker] = {}
+  # per op: the shapes of reduced values broadcast into it (a dependent reduce, see _verify_op)
+  bcast: dict[LazyOp, frozenset] = {}
   for op in _postorder(ast):
     if op is ast: continue
     if op.op is MetaOps.KERNEL: raise InvalidASTError("KERNEL may only be the root")
-    sts[op] = _verify_op(op, sts, out_idx)
+    sts[op] = _verify_op(op, sts, out_idx, bcast)
   out_shapes = [sts[o].shape for o in ast.src]
   if any(len(s) != len(out_shapes[0]) or not all(_same(a, b) for a, b in zip(s, out_shapes[0])) for s in out_shapes):
     raise InvalidASTError(f"mismatched output sizes: the kernel's STOREs have shapes {out_shapes}; all outputs must have one shape")
@@ -246,8 +248,9 @@ def verify_ast(ast: LazyOp) -> dict[LazyOp, ShapeTracker]:
 
 def _same(a: sint, b: sint) -> bool: return (a == b) if isinstance(a, int) == isinstance(b, int) else False
 
-def _verify_op(op: LazyOp, sts: dict[LazyOp, ShapeTracker], out_idx: dict[int, ShapeTracker]) -> ShapeTracker:
+def _verify_op(op: LazyOp, sts: dict[LazyOp, ShapeTracker], out_idx: dict[int, ShapeTracker], bcast: dict[LazyOp, frozenset]) -> ShapeTracker:
   name = op.op.name
+  bcast[op] = frozenset().union(*[bcast[s] for s in op.src]) if op.src and op.op not in ReduceOps else frozenset()
   if op.op in (BufferOps.LOAD, BufferOps.CONST):
     want = MemBuffer if op.op is BufferOps.LOAD else ConstBuffer
     if not isinstance(op.arg, want): raise InvalidASTError(f"{name} needs a {want.__name__} arg, got {op.arg!r}")
@@ -262,20 +265,38 @@ def _verify_op(op: LazyOp, sts: dict[LazyOp, ShapeTracker], out_idx: dict[int, S
   src_sts = [sts[s] for s in op.src]
   if not src_sts: raise InvalidASTError(f"{name} needs sources")
   shapes = [st.shape for st in src_sts]
-  for s in shapes[1:]:
-    if s != shapes[0]:
-      broadcastable = len(s) == len(shapes[0]) and all(_same(a, b) or _same(a, 1) or _same(b, 1) for a, b in zip(s, shapes[0]))
-      kind = "implicit expand" if broadcastable else "implicit reshape"
-      raise InvalidASTError(f"{kind}: {name} has sources of shapes {shapes}; every source of an op must have the same shape")
+  if any(s != shapes[0] for s in shapes[1:]):
+    # a dependent reduce: a value computed by a reduce may be broadcast over that reduce's axes into
+    # the source of another reduce over the same axes (softmax's sum(exp(x - max(x)))); the enclosing
+    # reduce checks the axes, and nothing broadcast may reach a STORE
+    full = max(shapes, key=lambda s: sum(not _same(d, 1) for d in s))
+    for s, src in zip(shapes, op.src):
+      if s == full: continue
+      broadcastable = len(s) == len(full) and all(_same(a, b) or _same(a, 1) for a, b in zip(s, full))
+      if broadcastable and op.op not in ReduceOps and op.op not in BufferOps and any(x.op in ReduceOps for x in src.lazyops):
+        bcast[op] = bcast[op] | {s}
+        continue
+      kind = "implicit expand" if broadcastable or (len(s) == len(full) and all(_same(a, b) or _same(b, 1) for a, b in zip(s, full))) else "implicit reshape"
+      raise InvalidASTError(f"{kind}: {name} has sources of shapes {shapes}; every source of an op must have the same shape "
+                            "(only a reduced value may be broadcast, into another reduce over the same axes)")
+    src_sts = [src_sts[shapes.index(full)]]
+    shapes = [full]
   if op.op in ReduceOps:
     axes = op.arg[-1] if op.op is ReduceOps.WMMA and isinstance(op.arg, tuple) and op.arg else op.arg
     if not isinstance(axes, tuple) or any(isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(shapes[0]) for a in axes) \
         or len(set(axes)) != len(axes):
       raise InvalidASTError(f"bad reduce axes: {name} axes {axes!r} must be a tuple of distinct axes of shape {shapes[0]}")
     if op.op is not ReduceOps.WMMA and len(op.src) != 1: raise InvalidASTError(f"{name} reduces one source, got {len(op.src)}")
-    return ShapeTracker.from_shape(src_sts[0].reduce(axes))
+    out = src_sts[0].reduce(axes)
+    if bad := [s for s in bcast[op.src[0]] if s != out]:
+      raise InvalidASTError(f"implicit expand: a reduced value of shape {bad[0]} is broadcast into {name} over axes {axes} of shape {shapes[0]}; "
+                            f"a value may only be broadcast into a reduce over the axes it was reduced over (shape {out})")
+    if op.op is ReduceOps.WMMA and bcast[op.src[0]]: raise InvalidASTError("WMMA: no broadcast reduced values in its operands")
+    return ShapeTracker.from_shape(out)
   if op.op is BufferOps.STORE:
     if not isinstance(op.arg, MemBuffer): raise InvalidASTError(f"STORE needs a MemBuffer arg, got {op.arg!r}")
+    if bcast[op]: raise InvalidASTError(f"implicit expand: a reduced value of shape {sorted(bcast[op])[0]} is broadcast into a STORE of shape {shapes[0]}; "
+                                        "a reduced value may only be broadcast into another reduce over its axes")
     if len(op.src) != 1: raise InvalidASTError(f"STORE stores one value, got {len(op.src)}")
     if _base(op.src[0].dtype) != _base(op.arg.dtype):
       raise InvalidASTError(f"mixed dtypes: STORE of a {op.src[0].dtype} value into a {op.arg.dtype} buffer; cast explicitly")

@@ -336,6 +336,7 @@ class Kernel:
       check(all(r.op is ReduceOps.SUM for r in self.reduceops), "PADTO: padding a reduce axis needs SUM reduces (MAX would see the padding)")
       for r in self.reduceops:
         check(not any(x.op in UNSAFE_PAD_OPS for x in r.src[0].lazyops), "PADTO: the reduce is fed by an op with f(0) != 0 (unsafe to pad)")
+      check(not self.dependent_reduce(), "PADTO: a reduce reads another reduce's result (the padding would not add 0: (0 - mean)^2 != 0)")
     new = round_up(size, amt)
     check(amt > 1, "PADTO: amount must be > 1")
     check(new <= 4 * size, f"PADTO: padding {size} to {new} is more than 4x the work")
@@ -347,6 +348,12 @@ class Kernel:
         return one.expand(tuple(new if i == axis else s for i, s in enumerate(st.shape)))
       return st.pad(tuple((0, new - size) if i == axis else (0, 0) for i in range(len(st.shape))))
     self.sts = [pad(st) for st in self.sts]
+
+  def dependent_reduce(self) -> bool:
+    """Some reduce reads another reduce's result, broadcast over the same axes (softmax's
+    sum(exp(x - max(x))), a variance around the mean): the lowering runs a second loop over the
+    reduce axes after the first one (see lower_reduce.py)."""
+    return any(x.op in ReduceOps for r in self.reduceops for x in r.src[0].lazyops)
 
   def const_sum_reduce(self) -> bool:
     """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in

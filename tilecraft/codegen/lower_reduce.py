@@ -31,6 +31,7 @@ class ReduceLowering:
       src = self.lower_op(op.src[0], inner=True)
       self.idx_vars = saved
       ranges = [r for _, _, r in group]
+    elif any(x.op in ReduceOps for x in op.src[0].lazyops): src, ranges = self._dependent_loops(op, red_axes)
     else:
       src = self.lower_op(op.src[0], inner=True)
       ranges = [r for r in self.reduce_ranges if r.arg[1] in red_axes]
@@ -61,6 +62,26 @@ class ReduceLowering:
       for lane, v in res.items():
         if v.dtype.count > 1: res[lane] = self._horizontal(op.op, v)
     return res
+  def _dependent_loops(self: Lowerer, op: LazyOp, red_axes: set) -> tuple[dict[tuple, UOp], list[UOp]]:
+    """A reduce that reads another reduce's result (broadcast over the same axes) can only start once
+    that result is known: it gets loops of its own over the reduce axes, after the first ones (the
+    data it reads again is still in cache). Its source is lowered with their variables."""
+    self.loops += 1
+    n = self.loops
+    saved = (list(self.idx_vars), self.loop)
+    parent, ranges = self.outer_range, []
+    for a in self.red_axes:
+      if not isinstance(self.base_vars[a], Variable): continue  # size 1
+      v = Variable(f"ridx{a}_{n}", 0, _ceil(self.shape[a]) - 1)
+      r = self._range(self.shape[a], parent, ("reduce", a, n))
+      self.varmap[v], self.idx_vars[a] = r, v
+      parent = r
+      ranges.append(r)
+    self.loop = n
+    try: src = self.lower_op(op.src[0], inner=True)
+    finally: self.idx_vars, self.loop = saved
+    return src, [r for r in ranges if r.arg[1] in red_axes]
+
   def _horizontal(self: Lowerer, op: Any, v: UOp) -> UOp:
     parts = [v.gep(i) for i in range(v.dtype.count)]
     while len(parts) > 1: parts = [self._combine(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]

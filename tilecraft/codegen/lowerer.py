@@ -74,8 +74,12 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering):
     self.block_range: Optional[UOp] = None
     # the accumulators start from the earlier blocks' sums, unless their vector lanes are reduce lanes
     self.block_in_acc = self.vax is None or self.vax not in self.magenta
+    # a dependent reduce (one that reads another reduce's result) runs its own loops over the reduce
+    # axes: `loop` numbers the loops whose variables idx_vars holds now (0: the kernel's reduce loops)
+    self.loop, self.loops = 0, 0
     self._make_index_vars()
     self.thread_vars: list[sint] = list(self.idx_vars)  # the ids, also while `mid` sets the white axes
+    self.base_vars: list[sint] = list(self.idx_vars)
 
   # ---- axes ---------------------------------------------------------------------------------------
   def _pick_vector_axis(self) -> Optional[int]:
@@ -309,9 +313,19 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering):
     return UOp(UOps.STORE, dtypes.void, src)
 
   def lower_op(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
-    key = ("op", op, inner, self.mid)
+    key = ("op", op, inner, self.mid, self.loop)
     if (r := self.memo.get(key)) is not None: return r
-    if op.op is BufferOps.LOAD: res = self.lower_load(op, inner)
+    if op.op in ReduceOps and (inner or self.loop):
+      # a reduce read inside another reduce (broadcast over its axes): lowered once, on the kernel's
+      # own reduce loops, and the same value used for every unrolled lane of the reader
+      saved = (list(self.idx_vars), self.loop)
+      for a in self.red_axes: self.idx_vars[a] = self.base_vars[a]
+      self.loop = 0
+      try: outer = self.lower_op(op, False)
+      finally: self.idx_vars, self.loop = saved
+      mag = [a in self.magenta for a in self.lane_axes]
+      res = {lane: outer[tuple(0 if m else i for m, i in zip(mag, lane))] for lane in self.lanes(inner)}
+    elif op.op is BufferOps.LOAD: res = self.lower_load(op, inner)
     elif op.op is BufferOps.CONST: res = self.lower_const(op, inner)
     elif op.op in ReduceOps: res = self.lower_reduce(op)
     else:

@@ -344,6 +344,41 @@ def _two_reduce_different_inputs() -> CorpusEntry:
                      lambda x, vv: [(x[1] * x[2][None]).sum(1, keepdims=True) * np.exp2(x[1]).max(1, keepdims=True)],
                      tags=("reduce", "multi_reduce"))
 
+_LOG2E = 1.4426950408889634
+
+def _softmax_stats(rows: int, cols: int, special: bool = False) -> CorpusEntry:
+  """A dependent reduce: max(x) and sum(exp(x - max(x))) per row in one kernel (softmax's statistics),
+  the sum reading the max broadcast over the row. `special` puts -inf, +-1e30, equal and NaN rows in."""
+  shape, out = (rows, cols), (rows, 1)
+  x = ld(2, _F, ST(shape))
+  m = red(ReduceOps.MAX, x, (1,))
+  e = alu(UnaryOps.EXP2, alu(BinaryOps.MUL, alu(BinaryOps.ADD, x, alu(UnaryOps.NEG, m)), const(_LOG2E, _F, ST(shape))))
+  ast = kernel(store(0, _F, ST(out), red(ReduceOps.SUM, e, (1,))), store(1, _F, ST(out), m))
+  def make(rng: np.random.Generator) -> Inputs:
+    a = rand(rng, _F, shape, -4, 4)
+    if special:
+      a[0] = -np.inf; a[1, ::3] = -np.inf; a[2] = 1e30; a[2, 1::2] = -1e30; a[3] = 0.5; a[4, cols // 2] = np.nan
+    return {2: a}
+  def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]:
+    a = x[2].astype(np.float64)
+    with np.errstate(invalid="ignore"):
+      mx = a.max(1, keepdims=True)
+      return [np.exp(a - mx).sum(1, keepdims=True).astype(np.float32), mx.astype(np.float32)]
+  return CorpusEntry(f"softmax_stats_{rows}x{cols}" + ("_special" if special else ""), ast, make, ref, rtol=1e-5, atol=1e-6,
+                     tags=("reduce", "multi_reduce", "dependent_reduce", "multi_output"))
+
+def _variance_rows() -> CorpusEntry:
+  """A dependent reduce with a scaled inner reduce: sum((x - mean)^2) / n per row over axis 0 of a
+  permuted (column-major) input, the mean a post-reduce value broadcast into the second sum."""
+  shape = (9, 13)
+  x = ld(1, _F, ST((13, 9)).permute((1, 0)))
+  mean = alu(BinaryOps.MUL, red(ReduceOps.SUM, x, (1,)), const(1 / 13, _F, ST((9, 1))))
+  d = alu(BinaryOps.ADD, x, alu(UnaryOps.NEG, mean))
+  ast = kernel(store(0, _F, ST((9, 1)), alu(BinaryOps.MUL, red(ReduceOps.SUM, alu(BinaryOps.MUL, d, d), (1,)), const(1 / 13, _F, ST((9, 1))))))
+  return CorpusEntry("variance_rows_9x13", ast, lambda rng: {1: rand(rng, _F, (13, 9), -3, 3)},
+                     lambda x, vv: [x[1].astype(np.float64).T.var(1, keepdims=True).astype(np.float32)], rtol=1e-5, atol=1e-5,
+                     tags=("reduce", "multi_reduce", "dependent_reduce"))
+
 def _pad_2d() -> CorpusEntry:
   a = ld(1, _F, ST((5, 7)).pad(((1, 1), (2, 2))))
   b = ld(2, _F, ST((7, 11)))
@@ -532,6 +567,7 @@ def corpus(small: bool = True) -> dict[str, CorpusEntry]:
     _reduce_int(ReduceOps.SUM), _reduce_int(ReduceOps.MAX), _reduce_half(),
     _matmul(16, 16, 16), _matmul(7, 25, 49), _matmul(1, 49, 25), _matmul(25, 1, 7),
     _multi_output(), _multi_output_reduce(), _two_reduce(), _two_reduce_different_inputs(),
+    _softmax_stats(6, 40), _softmax_stats(5, 16, special=True), _variance_rows(),
     _pad_2d(), _shrink_flip_stride(), _pad_reduce_exp2(), _masked_flip_reduce(),
     _conv(1, 4, 3, 8, 3, 1, 1, False), _conv(2, 2, 2, 8, 3, 2, 1, True),
     _arange(25, dtypes.int32, 1), _arange(50, dtypes.float32, 2.0),

@@ -208,6 +208,25 @@ def test_rejects_implicit_reshape():
   bad(kernel(store(0, alu(BinaryOps.ADD, ld(1, (4, 5)), ld(2, (5, 4))), (4, 5))), "implicit reshape")
   bad(kernel(store(0, ld(1, (4, 5)), (20,))), "implicit reshape")
 
+def test_dependent_reduce_is_valid():
+  """A reduced value may be broadcast over its axes into another reduce over the same axes (softmax's
+  sum(exp(x - max(x)))); the kernel's shape is the input's."""
+  x = ld(2, (4, 5))
+  m = red(ReduceOps.MAX, x, (1,))
+  d = alu(BinaryOps.ADD, x, alu(UnaryOps.NEG, m))
+  sts = verify_ast(kernel(store(0, red(ReduceOps.SUM, alu(UnaryOps.EXP2, d), (1,)), (4, 1)), store(1, m, (4, 1))))
+  assert sts[d].shape == (4, 5) and sts[m].shape == (4, 1)
+
+def test_rejects_broadcast_reduced_values_elsewhere():
+  x = ld(1, (4, 5))
+  m = red(ReduceOps.MAX, x, (1,))
+  d = alu(BinaryOps.ADD, x, alu(UnaryOps.NEG, m))
+  bad(kernel(store(0, d, (4, 5))), "implicit expand", "STORE")  # the broadcast reaches the output: no reduce around it
+  y = ld(1, (4, 5, 6))
+  m2 = red(ReduceOps.MAX, y, (1,))  # (4, 1, 6), broadcast into a reduce over axis 2
+  bad(kernel(store(0, red(ReduceOps.SUM, alu(BinaryOps.ADD, y, m2), (2,)), (4, 5, 1))), "implicit expand", "over axes (2,)")
+  bad(kernel(store(0, red(ReduceOps.SUM, alu(BinaryOps.ADD, x, ld(2, (4, 1))), (1,)), (4, 1))), "implicit expand")  # a load isn't a reduced value
+
 def test_rejects_implicit_expand():
   bad(kernel(store(0, alu(BinaryOps.ADD, ld(1, (4, 5)), ld(2, (4, 1))), (4, 5))), "implicit expand")
   bad(kernel(store(0, alu(BinaryOps.ADD, ld(2, (1, 5)), ld(3, (4, 5))), (4, 5))), "implicit expand")

@@ -33,8 +33,9 @@ def sum_ast(n: int):
   return Tensor.empty(n).sum().schedule()[0].ast
 
 def layernorm_asts(rows: int, cols: int):
-  """The two reduce kernels of Tensor.layernorm(): the mean, and rsqrt(var + eps) reading the mean."""
-  sched = [si.ast for si in Tensor.empty(rows, cols).layernorm().schedule()]
+  """The two reduce kernels of Tensor.layernorm() on a GPU-like device (PYTHON): the mean, and rsqrt(var + eps)
+  reading the mean (on the CPU the scheduler fuses the two into one kernel with dependent reduces)."""
+  sched = [si.ast for si in Tensor.empty(rows, cols, device="PYTHON").layernorm().schedule()]
   reduces = [a for a in sched if any(x.op in ReduceOps for x in a.lazyops)]
   assert len(reduces) == 2
   return sorted(reduces, key=lambda a: len({x.arg.idx for x in a.lazyops if x.op is BufferOps.LOAD}))

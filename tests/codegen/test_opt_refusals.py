@@ -45,6 +45,18 @@ def two_reduces(n):
   st = ShapeTracker.from_shape((n,))
   return kernel(LazyOp(BinaryOps.ADD, (LazyOp(ReduceOps.SUM, (load(1, st),), (0,)), LazyOp(ReduceOps.MAX, (load(1, st),), (0,)))), (1,))
 
+def softmax_stats(rows, cols):
+  """out = sum(exp2(x - max(x))) per row: a reduce reading another reduce's result (a dependent reduce)."""
+  x = load(1, ShapeTracker.from_shape((rows, cols)))
+  m = LazyOp(ReduceOps.MAX, (x,), (1,))
+  return kernel(LazyOp(ReduceOps.SUM, (LazyOp(UnaryOps.EXP2, (LazyOp(BinaryOps.ADD, (x, LazyOp(UnaryOps.NEG, (m,)))),)),), (1,)), (rows, 1))
+
+def variance(rows, cols):
+  """out = sum((x - sum(x))^2) per row: a dependent reduce with only pad-safe ops, still not padded."""
+  x = load(1, ShapeTracker.from_shape((rows, cols)))
+  d = LazyOp(BinaryOps.ADD, (x, LazyOp(UnaryOps.NEG, (LazyOp(ReduceOps.SUM, (x,), (1,)),))))
+  return kernel(LazyOp(ReduceOps.SUM, (LazyOp(BinaryOps.MUL, (d, d)),), (1,)), (rows, 1))
+
 def image_reduce():
   """A SUM whose output buffer is an imagef((8, 8, 4)): kernel shape (256, 64)."""
   st = ShapeTracker.from_shape((8, 32, 64))
@@ -151,6 +163,11 @@ REFUSALS = [
   ("block-whole-axis", lambda: matmul(16, 16, 64), CPU, [], Opt(OptOps.BLOCK, 0, 64), r"BLOCK.*whole axis"),
   ("block-twice", lambda: matmul(16, 16, 64), CPU, [Opt(OptOps.BLOCK, 0, 16)], Opt(OptOps.BLOCK, 1, 4), r"BLOCK.*already blocked"),
   ("block-not-reduce", lambda: matmul(16, 16, 64), CPU, [Opt(R, 0, 4)], Opt(OptOps.BLOCK, 1, 2), r"BLOCK.*not a \(serial\) reduce axis"),
+  # dependent reduces (a reduce reading another's result): no padding of the reduce, no grouping, no blocks, no tensor cores
+  ("padto-dependent-reduce", lambda: variance(4, 25), CPU, [], Opt(PAD, 1, 32), r"PADTO: a reduce reads another reduce's result"),
+  ("padto-dependent-reduce-unsafe", lambda: softmax_stats(4, 25), GPU, [], Opt(PAD, 1, 32), r"PADTO.*(MAX|f\(0\))"),
+  ("group-dependent-reduce", lambda: softmax_stats(4, 64), GPU, [], Opt(G, 0, 4), r"GROUP.*exactly one reduce"),
+  ("block-dependent-reduce", lambda: variance(4, 64), CPU, [], Opt(OptOps.BLOCK, 0, 16), r"BLOCK.*exactly one SUM"),
   # TC
   ("tc-no-tensor-cores-gpu", lambda: matmul(16, 16, 16), GPU, [], Opt(OptOps.TC, 0, 0), r"TC.*tensor cores"),
   ("tc-no-tensor-cores-cpu", lambda: matmul(16, 16, 16), CPU, [], Opt(OptOps.TC, 0, 0), r"TC.*tensor cores"),

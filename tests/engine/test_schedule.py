@@ -196,3 +196,69 @@ def test_run_schedule_marks_its_outputs_realized() -> None:
   lb = (Tensor(np.ones(4, np.float32)) * 3).exp2().lazydata
   run_schedule(create_schedule([lb]))
   assert lb.realized and create_schedule([lb]) == []
+
+# ---- dependent reduces: one kernel for a reduce and the reduce that reads it (issue 14) ----------------
+
+def _readers(t: Tensor, buf: Any) -> int:
+  """How many of t's kernels read buffer `buf`."""
+  return sum(1 for si in t.schedule() if si.ast.op is MetaOps.KERNEL and any(b is buf for b in si.inputs))
+
+def test_softmax_reads_its_input_twice(rng: np.random.Generator) -> None:
+  """On the CPU the max and the sum of exp(x - max) are one kernel (two outputs), the output a second one."""
+  (x, xn) = T(rng, 6, 40)
+  x.realize()
+  buf = x.lazydata.base.buffer
+  # (each case builds its own graph: the max is one node in all three, realized by the first that runs)
+  for out, want in [(x.softmax(1), np.exp(xn - xn.max(1, keepdims=True)) / np.exp(xn - xn.max(1, keepdims=True)).sum(1, keepdims=True)),
+                    ((x * 1).log_softmax(1), (xn - xn.max(1, keepdims=True)) - np.log(np.exp(xn - xn.max(1, keepdims=True)).sum(1, keepdims=True)))]:
+    assert n_kernels(out) == 2 and _readers(out, buf) == 2
+    stats = out.schedule()[0].ast
+    assert len(stats.src) == 2 and {r.op for r in stats.lazyops if r.op in ReduceOps} == {ReduceOps.MAX, ReduceOps.SUM}
+    close(out, want)
+  lse = (x + 0).logsumexp(1)
+  assert n_kernels(lse) == 1 and _readers(lse, buf) == 1
+  close(lse, np.log(np.exp(xn - xn.max(1, keepdims=True)).sum(1)) + xn.max(1))
+
+def test_variance_and_layernorm_fuse_their_reduces(rng: np.random.Generator) -> None:
+  (x, xn) = T(rng, 5, 33)
+  assert n_kernels(x.var(1)) == 1 and n_kernels(x.std(1, correction=1)) == 1
+  close(x.var(1), xn.var(1))
+  close(x.std(1, correction=1), xn.std(1, ddof=1))
+  out = x.layernorm()
+  assert n_kernels(out) == 2
+  close(out, (xn - xn.mean(-1, keepdims=True)) / np.sqrt(xn.var(-1, keepdims=True) + 1e-5), 1e-4)
+
+def test_dependent_reduces_stay_apart_where_they_cant_fuse(rng: np.random.Generator, monkeypatch: Any) -> None:
+  from tilecraft.engine import schedule
+  (x, xn) = T(rng, 6, 40)
+  want = np.exp(xn - xn.max(1, keepdims=True))
+  want = want / want.sum(1, keepdims=True)
+  # on a device with workgroups (there the separate reduces can be grouped); rows over FUSE_REDUCE_MAX
+  assert n_kernels(Tensor(xn, device="PYTHON").softmax(1)) == 3
+  monkeypatch.setattr(schedule, "FUSE_REDUCE_MAX", 32)
+  schedule._templates.clear()
+  out = x.softmax(1)
+  assert n_kernels(out) == 3
+  close(out, want)
+  monkeypatch.undo()
+  schedule._templates.clear()
+  # the max is also read flipped after the reduce: not something the fused kernel can give, so it is loaded
+  m = x.max(1, keepdim=True)
+  s = (x - m).exp().sum(1) + m[::-1].reshape(6)
+  assert n_kernels(s) == 2
+  close(s, np.exp(xn - xn.max(1, keepdims=True)).sum(1) + xn.max(1)[::-1])
+  # a reduce over other axes than the max's reads it as an input
+  y = (x - x.max(1, keepdim=True)).sum(0)
+  assert n_kernels(y) == 2
+  close(y, (xn - xn.max(1, keepdims=True)).sum(0))
+
+def test_fused_schedule_is_cached_and_reruns_right(rng: np.random.Generator) -> None:
+  from tilecraft.engine import schedule
+  for _ in range(3):
+    (x, xn) = T(rng, 4, 24)
+    out = x.softmax(1)
+    sched = out.schedule()
+    assert len(sched) == 2 and len(sched[0].outputs) == 2
+    e = np.exp(xn - xn.max(1, keepdims=True))
+    close(out, e / e.sum(1, keepdims=True))
+  assert any(len(it[2]) == 2 for t in schedule._templates.values() for it in t.items)

@@ -4,7 +4,10 @@ Fusion rules:
 - elementwise ops fuse into whatever reads them (and are recomputed in each reader while cheap);
 - a reduce fuses with the elementwise ops that feed it, and with the elementwise ops that consume
   its result at the same number of elements (through reshapes only);
-- movement ops fold into the views of each kernel's loads.
+- movement ops fold into the views of each kernel's loads;
+- on targets without workgroups, a realized reduced value read (broadcast over its axes) under a
+  reduce like its own is computed by that reduce's kernel too, and stored as an extra output
+  (dependent reduces: softmax's max and sum(exp(x - max)) are one kernel; see _fused_value).
 A value is realized (gets a buffer and its own kernel) when it is requested, read through an
 expanding view (the same element used many times), padded through an op with f(0) != 0, a reduce
 read by more than one kernel or by another reduce, or forced with contiguous().
@@ -13,8 +16,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
-from tilecraft.device import Buffer
-from tilecraft.helpers import prod
+from tilecraft.device import Buffer, Device
+from tilecraft.helpers import getenv, prod
 from tilecraft.ops import (UNSAFE_PAD_OPS, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps, TernaryOps,
                            UnaryOps, _const_key, verify_ast)
 from tilecraft.engine.lazy import LazyBuffer
@@ -148,13 +151,35 @@ def _is_expanding(v: LazyBuffer) -> bool:
   if size > base_size: return True
   return any(st == 0 and s != 1 for st, s in zip(v.st.real_strides(ignore_valid=True), v.st.shape))
 
+class _NoFuse(Exception):
+  """A reduced value fused into a later kernel is read in a way that kernel can't compute: build again without that fusion."""
+  def __init__(self, lb: LazyBuffer): self.lb = lb
+
+class _Refuse(Exception):
+  """A value this kernel reads was LOADed before the kernel decided to compute it itself: build the kernel again."""
+  def __init__(self, lb: LazyBuffer): self.lb = lb
+
+# Dependent reduces (a reduce reading another reduce's result broadcast over the same axes, e.g.
+# softmax's sum(exp(x - max(x)))) fuse into one kernel that stores both values: the row is read from
+# memory once and the second loop re-reads it from cache. Only on targets whose reduces are serial
+# loops (no workgroups: CPU, LLVM), where nothing is lost; on GPUs the separate kernels can group
+# their reduces, which a kernel with dependent reduces can't. And only for rows that fit in cache.
+FUSE_REDUCE_MAX = 1 << 15  # elements per reduced output
+FUSE_REDUCES = getenv("FUSE_REDUCES", 1)  # 0: every dependent reduce in a kernel of its own
+
 class _KernelBuilder:
-  def __init__(self, out: LazyBuffer, realizes: set[int]):
+  def __init__(self, out: LazyBuffer, realizes: set[int], fusable: Optional[set[int]] = None, prefused: frozenset = frozenset()):
     self.out, self.realizes = out, realizes
     self.inputs: dict[int, tuple[int, LazyBuffer]] = {}
     self.var_vals: dict[Variable, int] = {}
     self.reduce: Optional[LazyBuffer] = None
     self.memo: dict[tuple, LazyOp] = {}
+    # realized reduced values this kernel may compute itself (see FUSE_REDUCE_MAX), those it does
+    # (the kernel's extra outputs, in order) with their values, and the realized values it loads
+    self.fusable, self.prefused = fusable or set(), prefused
+    self.fused: dict[int, tuple[LazyBuffer, LazyOp]] = {}
+    self.loaded: set[int] = set()
+    self.building: set[int] = set()
 
   def _unbind(self, st: ShapeTracker) -> ShapeTracker:
     st, vals = st.unbind()
@@ -165,7 +190,15 @@ class _KernelBuilder:
     """The AST computing base b, viewed through st (b's shape -> the kernel's space)."""
     key = (id(b), st, under_reduce)
     if key in self.memo: return self.memo[key]
-    if b.op is None or (id(b) in self.realizes and b is not self.out):
+    if b.op is not None and id(b) in self.realizes and b is not self.out and id(b) not in self.building and \
+        (id(b) in self.fused or id(b) in self.prefused or (under_reduce and id(b) in self.fusable)):
+      ret = self._fused_value(b, st, under_reduce)
+      if ret is not None:
+        self.memo[key] = ret
+        return ret
+    if b.op is None or (id(b) in self.realizes and b is not self.out and id(b) not in self.building):
+      if id(b) in self.fused or id(b) in self.prefused: raise _NoFuse(b)  # read here in a way the fused value can't give
+      self.loaded.add(id(b))
       idx, _ = self.inputs.setdefault(id(b), (len(self.inputs) + 1, b))
       ret = LazyOp(BufferOps.LOAD, (), MemBuffer(idx, _buf_dtype(b), self._unbind(st)))
     elif b.op is BufferOps.CONST:
@@ -190,6 +223,39 @@ class _KernelBuilder:
     else: raise RuntimeError(f"scheduler can't fuse {b.op}")
     self.memo[key] = ret
     return ret
+
+  def _fused_value(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> Optional[LazyOp]:
+    """The value of realized b computed in this kernel (a dependent reduce), or None to load it. Under
+    this kernel's reduce, b must be a value of a reduce like it, broadcast over its axes; after the
+    reduce, read element for element."""
+    red = self.reduce
+    if red is None or (r := _only_reduce(b, self.realizes)) is None or r.arg != red.arg or r.shape != red.shape or r.srcs[0].shape != red.srcs[0].shape:
+      return None
+    if prod(b.shape) != prod(red.shape): return None
+    want = ShapeTracker.from_shape(b.shape).reshape(red.shape)
+    if under_reduce: want = want.expand(red.srcs[0].shape)
+    elif not _is_reshape(st, b.shape): return None
+    if under_reduce and not (len(st.views) == 1 and st.views == want.views): return None
+    if id(b) not in self.fused:
+      if id(b) in self.loaded: raise _Refuse(b)  # read before as an input: build again, computing it from the start
+      self.building.add(id(b))
+      try: val = self.build(b, ShapeTracker.from_shape(b.shape).reshape(red.shape), False)
+      finally: self.building.discard(id(b)); self.reduce = red  # noqa: E702
+      self.fused[id(b)] = (b, val)
+    return self.fused[id(b)][1]
+
+def _only_reduce(b: LazyBuffer, realizes: set[int]) -> Optional[LazyBuffer]:
+  """The one reduce b's kernel would compute (b itself, or the reduce under b's elementwise ops), or None."""
+  found: list[LazyBuffer] = []
+  stack, seen = [b], set()
+  while stack:
+    x = stack.pop()
+    if id(x) in seen or x.op is None or (id(x) in realizes and x is not b): continue
+    seen.add(id(x))
+    if x.op in ReduceOps: found.append(x); continue
+    if x.op not in ELEMENTWISE_OPS and x.op is not BufferOps.CONST: return None
+    stack.extend(s.base for s in x.srcs)
+  return found[0] if len(found) == 1 else None
 
 def _is_reshape(st: ShapeTracker, shape: tuple) -> bool:
   """st reads its base (of `shape`) element for element in order: a pure reshape."""
@@ -231,10 +297,14 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
     except TypeError: key = t = None  # an op argument that can't be part of a key
     if t is not None: return t.instantiate(order, leaves)
   realizes = _decide_realizes(order, outs)
+  nofuse: set[int] = set()
   for _ in range(10000):
-    try: items = _build_schedule(order, realizes)
+    try: items = _build_schedule(order, realizes, nofuse)
     except _Restart as r:
       realizes.add(id(r.lb))
+      continue
+    except _NoFuse as r:
+      nofuse.add(id(r.lb))
       continue
     if key is not None and (t := _Template.of(items, order, leaves)) is not None:
       if len(_templates) >= 1024: _templates.clear()
@@ -255,8 +325,8 @@ _CACHEABLE = ELEMENTWISE_OPS | set(ReduceOps) | {BufferOps.CONST}
 
 @dataclass(frozen=True)
 class _Template:
-  # per item: its AST, where its buffers come from (>= 0: that node of the order; < 0: leaf ~p), its output node
-  items: tuple[tuple[LazyOp, tuple[int, ...], int], ...]
+  # per item: its AST, where its buffers come from (>= 0: that node of the order; < 0: leaf ~p), its output nodes
+  items: tuple[tuple[LazyOp, tuple[int, ...], tuple[int, ...]], ...]
   @staticmethod
   def of(items: list[ScheduleItem], order: list[LazyBuffer], leaves: list[LazyBuffer]) -> Optional["_Template"]:
     """The template of a schedule just built for (order, leaves), or None if it can't be one."""
@@ -268,12 +338,12 @@ class _Template:
     node_pos = {id(b): i for i, b in enumerate(order)}
     out = []
     for si in items:
-      if si.var_vals or len(si.outputs) != 1 or id(si.outputs[0]) not in node_pos or any(id(b) not in where for b in si.bufs): return None
-      out.append((si.ast, tuple(where[id(b)] for b in si.bufs), node_pos[id(si.outputs[0])]))
+      if si.var_vals or not si.outputs or any(id(o) not in node_pos for o in si.outputs) or any(id(b) not in where for b in si.bufs): return None
+      out.append((si.ast, tuple(where[id(b)] for b in si.bufs), tuple(node_pos[id(o)] for o in si.outputs)))
     return _Template(tuple(out))
   def instantiate(self, order: list[LazyBuffer], leaves: list[LazyBuffer]) -> list[ScheduleItem]:
-    return [ScheduleItem(ast, tuple(_buffer_for(order[p], {}) if p >= 0 else leaves[~p].buffer for p in pos), {}, (order[o],))
-            for ast, pos, o in self.items]
+    return [ScheduleItem(ast, tuple(_buffer_for(order[p], {}) if p >= 0 else leaves[~p].buffer for p in pos), {}, tuple(order[o] for o in outs))
+            for ast, pos, outs in self.items]
 
 _templates: dict[tuple, _Template] = {}
 
@@ -285,8 +355,23 @@ def _verify_once(ast: LazyOp) -> None:
   if len(_verified) >= 4096: _verified.clear()
   _verified[ast] = None
 
-def _build_schedule(order: list[LazyBuffer], realizes: set[int]) -> list[ScheduleItem]:
+def _fusable(order: list[LazyBuffer], realizes: set[int], nofuse: set[int]) -> set[int]:
+  """Realized reduced values a later kernel with a reduce like theirs may compute itself (see FUSE_REDUCE_MAX)."""
+  out: set[int] = set()
+  if not FUSE_REDUCES: return out
+  local: dict[str, bool] = {}
+  for b in order:
+    if id(b) not in realizes or id(b) in nofuse or b.op not in ELEMENTWISE_OPS and b.op not in ReduceOps: continue
+    if (r := _only_reduce(b, realizes)) is None or not all(isinstance(x, int) for x in r.srcs[0].shape): continue
+    if prod(r.srcs[0].shape) > FUSE_REDUCE_MAX * prod(r.shape): continue
+    if b.device not in local: local[b.device] = Device[b.device].renderer.has_local
+    if not local[b.device]: out.add(id(b))
+  return out
+
+def _build_schedule(order: list[LazyBuffer], realizes: set[int], nofuse: Optional[set[int]] = None) -> list[ScheduleItem]:
   items: list[ScheduleItem] = []
+  fusable = _fusable(order, realizes, nofuse or set())
+  item_of: dict[int, int] = {}  # id(value) -> the index in items of the kernel computing it
   for b in order:  # sources come first, so producers are scheduled before consumers
     if id(b) not in realizes: continue
     if b.op is MetaOps.COPY:
@@ -294,16 +379,39 @@ def _build_schedule(order: list[LazyBuffer], realizes: set[int]) -> list[Schedul
       items.append(ScheduleItem(LazyOp(MetaOps.COPY, (), src.dtype.itemsize * prod(src.shape)),
                                 (_buffer_for(b, {}), _buffer_for(src, {})), {}, (b,)))
       continue
-    kb = _KernelBuilder(b, realizes)
+    prefused: frozenset = frozenset()
+    while True:
+      kb = _KernelBuilder(b, realizes, fusable - {id(b)}, prefused)
+      try: value = kb.build(b, ShapeTracker.from_shape(b.shape), False)
+      except _Refuse as r: prefused |= {id(r.lb)}; continue  # noqa: E702
+      break
     out_shape = b.shape
-    value = kb.build(b, ShapeTracker.from_shape(out_shape), False)
     out_st = ShapeTracker.from_shape(out_shape)
     if kb.reduce is not None and kb.reduce.shape != out_shape:
       value = _reshape_leaves(value, kb.reduce.shape, {})
       out_st = out_st.reshape(kb.reduce.shape)
-    out_st = kb._unbind(out_st)
-    ast = LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (value,), MemBuffer(0, _buf_dtype(b), out_st)),))
+    fused = list(kb.fused.values())
+    for lb, _ in fused:  # their own kernels, built earlier, are replaced by this one
+      j = item_of.pop(id(lb))
+      if len(items[j].outputs) > 1 or any(si is not None and lb.buffer in si.inputs for si in items[j + 1:]): raise _NoFuse(lb)
+      items[j] = None  # type: ignore[call-overload]
+      fusable.discard(id(lb))
+    stores = [LazyOp(BufferOps.STORE, (value,), MemBuffer(0, _buf_dtype(b), kb._unbind(out_st)))]
+    stores += [LazyOp(BufferOps.STORE, (v,), MemBuffer(i + 1, _buf_dtype(lb), kb._unbind(out_st))) for i, (lb, v) in enumerate(fused)]
+    if fused: stores = [_shift_inputs(x, len(fused), {}) for x in stores]
+    ast = LazyOp(MetaOps.KERNEL, tuple(stores))
     _verify_once(ast)
     inputs = [lb for _, lb in sorted(kb.inputs.values(), key=lambda x: x[0])]
-    items.append(ScheduleItem(ast, tuple(_buffer_for(x, kb.var_vals) for x in (b, *inputs)), kb.var_vals, (b,)))
-  return items
+    outs = (b, *[lb for lb, _ in fused])
+    for o in outs: item_of[id(o)] = len(items)
+    items.append(ScheduleItem(ast, tuple(_buffer_for(x, kb.var_vals) for x in (*outs, *inputs)), kb.var_vals, outs))
+  return [si for si in items if si is not None]
+
+def _shift_inputs(op: LazyOp, n: int, memo: dict) -> LazyOp:
+  """op with every input buffer index moved up by n (room for n more outputs)."""
+  if op in memo: return memo[op]
+  if op.op is BufferOps.LOAD: ret = LazyOp(op.op, (), replace(op.arg, idx=op.arg.idx + n))
+  elif op.op is BufferOps.CONST: ret = op
+  else: ret = LazyOp(op.op, tuple(_shift_inputs(s, n, memo) for s in op.src), op.arg)
+  memo[op] = ret
+  return ret

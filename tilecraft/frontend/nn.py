@@ -11,10 +11,13 @@ if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
 class NNOps:
   __slots__ = ()
+  # The softmax family's row statistics (max, then the sum of exp(x - max)) are one kernel on CPU
+  # targets (the scheduler fuses dependent reduces: engine/schedule.py), so the input is read twice:
+  # once there, once by the elementwise output kernel.
   def softmax(self: Tensor, axis: int = -1) -> Tensor:
     x = self._float()
     e = (x - x.max(axis, keepdim=True)).exp()
-    return e / e.sum(axis, keepdim=True)
+    return e * e.sum(axis, keepdim=True).reciprocal()  # one reciprocal per row, a multiply per element
   def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
     x = self._float()
     m = x - x.max(axis, keepdim=True)

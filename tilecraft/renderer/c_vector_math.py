@@ -4,25 +4,29 @@ from __future__ import annotations
 import math
 from tilecraft.dtype import DType, dtypes
 
+# 2^f on [-1/2, 1/2] to degree 6: the least-squares fit of the relative error at 4000 Chebyshev nodes
+# (numpy lstsq, coefficients rounded to float32; max relative error 1.6e-8, below float32 rounding)
+EXP2_POLY = (1.0, 0.6931471824645996, 0.24022646248340607, 0.05550329014658928, 0.009618519805371761, 0.0013399859890341759,
+             0.00015337577497120947)
+
 def vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
   """exp2 on a whole vector without library calls (so it stays vectorized): 2^x = 2^n * 2^f with
-  n = floor(x + 1/2), |f| <= 1/2, 2^f by its Taylor series to degree 7 (error below float32
-  rounding), and 2^n built in the exponent bits of two factors. NaN stays NaN."""
+  n = round(x) (adding 1.5*2^23 leaves n in the low mantissa bits), |f| <= 1/2, 2^f by EXP2_POLY, and
+  2^n built in the exponent bits of two factors (exact into subnormals and up to inf). NaN stays NaN
+  (it passes the clamps and every step after them). About 25 vector instructions."""
   if scalar != dtypes.float32: return _vector_lanewise(vt, "exp2", scalar)
-  c = [math.log(2) ** k / math.factorial(k) for k in range(8)]
-  poly = f"{c[7]!r}f"
-  for k in range(6, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
+  c = EXP2_POLY
+  poly = f"{c[6]!r}f"
+  for k in range(5, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
   return [f"static inline {vt} tc_exp2_{vt}({vt} x) {{",
           f"  {vt} zero = ({vt}){{}};",
           f"  {vt} xc = tc_sel_{vt}(x < -150.0f, zero - 150.0f, tc_sel_{vt}(x > 129.0f, zero + 129.0f, x));",
-          f"  {vt} y = xc + 0.5f;",
-          f"  {it} n = __builtin_convertvector(y, {it});",
-          f"  n = n + ({it})(__builtin_convertvector(n, {vt}) > y);  /* truncation -> floor */",
-          f"  {vt} f = xc - __builtin_convertvector(n, {vt});",
+          f"  {vt} t = xc + 12582912.0f;  /* 1.5*2^23: t is an integer of unit spacing, round(xc) in its low bits */",
+          f"  {vt} f = xc - (t - 12582912.0f);",
+          f"  {it} n = ({it})t - 1262485504;  /* minus the bits of 1.5*2^23 */",
           f"  {vt} p = {poly};",
           f"  {it} n2 = n >> 1, n1 = n - n2;  /* 2^n as two normal powers of two: exact into subnormals and up to inf */",
-          f"  {vt} r = (p * ({vt})((n1 + 127) << 23)) * ({vt})((n2 + 127) << 23);",
-          f"  return tc_sel_{vt}(x != x, x, r);",
+          f"  return (p * ({vt})((n1 + 127) << 23)) * ({vt})((n2 + 127) << 23);",
           "}"]
 
 def vector_log2(vt: str, it: str, scalar: DType) -> list[str]:

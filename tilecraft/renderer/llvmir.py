@@ -16,13 +16,14 @@ only its chunk-th share of the range, so the runtime can run a kernel on every c
 once per chunk from a thread pool. `@tc_parallel` (1 or 0) tells the runtime whether to.
 """
 from __future__ import annotations
-import math, platform, struct
+import platform, struct
 from typing import Any
 import numpy as np
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, PtrDType, bf16_bits_from_f32, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
+from tilecraft.renderer.c_vector_math import EXP2_POLY
 from tilecraft.helpers import getenv
 from tilecraft.host import host_vector_width
 from tilecraft.renderer.analysis import STREAM_MIN_BYTES, streamable_stores
@@ -62,31 +63,30 @@ def lconst(x: Any, dt: DType) -> str:
   return str(v - (1 << bits) if v >= 1 << (bits - 1) else v)
 
 def _vector_exp2(n: int) -> list[str]:
-  """exp2 on <n x float> without library calls, the C renderer's algorithm: 2^x = 2^k * 2^f with
-  k = floor(x + 1/2), |f| <= 1/2, 2^f by its Taylor series to degree 7, and 2^k built in the
-  exponent bits of two factors (exact into subnormals and up to inf). NaN stays NaN."""
+  """exp2 on <n x float> without library calls, the C renderer's algorithm (c_vector_math.vector_exp2):
+  2^x = 2^k * 2^f with k = round(x) (adding 1.5*2^23 leaves k in the low mantissa bits), |f| <= 1/2,
+  2^f by EXP2_POLY, and 2^k built in the exponent bits of two factors (exact into subnormals and up
+  to inf). NaN stays NaN (it passes the clamps and every step after them)."""
   vt, it = f"<{n} x float>", f"<{n} x i32>"
   def splat(t: str, c: str) -> str: return "<" + ", ".join([f"{t} {c}"] * n) + ">"
   f = lambda c: splat("float", lconst(c, dtypes.float32))  # noqa: E731
   i = lambda c: splat("i32", str(c))  # noqa: E731
-  coef = [math.log(2) ** k / math.factorial(k) for k in range(8)]
+  coef = EXP2_POLY
   lines = [f"define internal {vt} @tc_exp2_v{n}({vt} %x) alwaysinline nounwind {{",
            f"  %lo = fcmp olt {vt} %x, {f(-150.0)}", f"  %x1 = select <{n} x i1> %lo, {vt} {f(-150.0)}, {vt} %x",
            f"  %hi = fcmp ogt {vt} %x1, {f(129.0)}", f"  %xc = select <{n} x i1> %hi, {vt} {f(129.0)}, {vt} %x1",
-           f"  %y = fadd{_FLAGS} {vt} %xc, {f(0.5)}", f"  %t0 = fptosi {vt} %y to {it}", f"  %t = freeze {it} %t0",
-           f"  %tf = sitofp {it} %t to {vt}", f"  %over = fcmp ogt {vt} %tf, %y", f"  %dec = zext <{n} x i1> %over to {it}",
-           f"  %k = sub {it} %t, %dec", f"  %kf = sitofp {it} %k to {vt}", f"  %fr = fsub{_FLAGS} {vt} %xc, %kf",
-           f"  %p7 = fmul{_FLAGS} {vt} {f(coef[7])}, %fr"]
-  prev = "%p7"
-  for k in range(6, -1, -1):
+           f"  %t = fadd {vt} %xc, {f(12582912.0)}", f"  %kf = fsub {vt} %t, {f(12582912.0)}", f"  %fr = fsub {vt} %xc, %kf",
+           f"  %tb = bitcast {vt} %t to {it}", f"  %k = sub {it} %tb, {i(1262485504)}",
+           f"  %p6 = fmul{_FLAGS} {vt} {f(coef[6])}, %fr"]
+  prev = "%p6"
+  for k in range(5, -1, -1):
     lines.append(f"  %a{k} = fadd{_FLAGS} {vt} {prev}, {f(coef[k])}")
     prev = f"%a{k}"
     if k: lines.append(f"  %m{k} = fmul{_FLAGS} {vt} %a{k}, %fr"); prev = f"%m{k}"
   lines += [f"  %k2 = ashr {it} %k, {i(1)}", f"  %k1 = sub {it} %k, %k2",
             f"  %e1 = add {it} %k1, {i(127)}", f"  %b1 = shl {it} %e1, {i(23)}", f"  %s1 = bitcast {it} %b1 to {vt}",
             f"  %e2 = add {it} %k2, {i(127)}", f"  %b2 = shl {it} %e2, {i(23)}", f"  %s2 = bitcast {it} %b2 to {vt}",
-            f"  %r1 = fmul{_FLAGS} {vt} {prev}, %s1", f"  %r = fmul{_FLAGS} {vt} %r1, %s2",
-            f"  %nan = fcmp uno {vt} %x, %x", f"  %out = select <{n} x i1> %nan, {vt} %x, {vt} %r", f"  ret {vt} %out", "}"]
+            f"  %r1 = fmul{_FLAGS} {vt} {prev}, %s1", f"  %r = fmul{_FLAGS} {vt} %r1, %s2", f"  ret {vt} %r", "}"]
   return lines
 
 class LLVMRenderer(Renderer):

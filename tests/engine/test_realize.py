@@ -11,14 +11,14 @@ def test_a_failing_kernel_leaves_the_earlier_ones_realized(rng: np.random.Genera
   Tensor(x).softmax(-1).realize()  # compiled and loaded
   out = Tensor(x).softmax(-1)
   sched = out.schedule()
-  assert len(sched) == 3
+  assert len(sched) == 2  # the statistics (max and 1/sum: one kernel, two outputs) and the output
   last = get_runner(sched[-1].ast, sched[-1].bufs[0].device)
   def broken(*args: object, **kw: object) -> None: raise RuntimeError("launch failed")
   monkeypatch.setattr(last, "clprg", broken)
   with pytest.raises(RuntimeError, match="launch failed"): run_schedule(sched)
-  assert [all(lb.realized for lb in si.outputs) for si in sched] == [True, True, False]
+  assert [all(lb.realized for lb in si.outputs) for si in sched] == [True, False]
   monkeypatch.undo()
-  run_schedule(out.schedule())  # what is left: the last kernel, reading the two realized values
+  run_schedule(out.schedule())  # what is left: the last kernel, reading the realized statistics
   e = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
 

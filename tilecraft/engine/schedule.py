@@ -361,7 +361,7 @@ def _fusable(order: list[LazyBuffer], realizes: set[int], nofuse: set[int]) -> s
   if not FUSE_REDUCES: return out
   local: dict[str, bool] = {}
   for b in order:
-    if id(b) not in realizes or id(b) in nofuse or b.op not in ELEMENTWISE_OPS and b.op not in ReduceOps: continue
+    if id(b) not in realizes or id(b) in nofuse or b.image is not None or b.op not in ELEMENTWISE_OPS and b.op not in ReduceOps: continue
     if (r := _only_reduce(b, realizes)) is None or not all(isinstance(x, int) for x in r.srcs[0].shape): continue
     if prod(r.srcs[0].shape) > FUSE_REDUCE_MAX * prod(r.shape): continue
     if b.device not in local: local[b.device] = Device[b.device].renderer.has_local

@@ -308,7 +308,7 @@ class Buffer:
   `.copyin`) and goes back to the device's caching allocator when the Buffer is garbage collected."""
   def __init__(self, device: str, size: int, dtype: DType):
     if not isinstance(size, (int, np.integer)) or size < 0: raise ValueError(f"Buffer size must be an int >= 0, got {size!r}")
-    self.device, self.size, self.dtype = Device.canonicalize(device), int(size), dtype
+    self.device, self.size, self.dtype = device if device in DEVICES else Device.canonicalize(device), int(size), dtype
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   def is_allocated(self) -> bool: return hasattr(self, "_buf")

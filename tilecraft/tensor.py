@@ -86,10 +86,10 @@ def _lb_const(val: Any, dt: DType, device: str, shape: tuple = ()) -> LazyBuffer
   return base._view(base.st.reshape((1,) * len(shape)).expand(shape)) if shape else base
 
 def _lb_e(op: Any, srcs: Sequence[LazyBuffer], arg: Any = None, dtype: Optional[DType] = None) -> LazyBuffer:
-  if _is_zero(srcs[0].shape):
+  if 0 in srcs[0].shape:
     out = dtype or (arg if op in (UnaryOps.CAST, UnaryOps.BITCAST) else dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
     return _lb_empty(srcs[0].shape, out, srcs[0].device)
-  return hash_consed((op, arg, dtype, tuple(source_key(s) for s in srcs)), lambda: srcs[0].e(op, *srcs[1:], arg=arg, dtype=dtype))
+  return hash_consed((op, arg, dtype, tuple(map(source_key, srcs))), lambda: srcs[0].e(op, *srcs[1:], arg=arg, dtype=dtype))
 
 def _lb_cast(lb: LazyBuffer, dt: DType, bitcast: bool = False) -> LazyBuffer:
   if lb.dtype == dt: return lb
@@ -317,6 +317,9 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
       x = self if dt == self.dtype else self.cast(dt)
       yt = _tensor_of(_lb_const(y, dt, self.device, self.shape))
       return (yt, x) if reverse else (x, yt)
+    if isinstance(y, Tensor):
+      a, b = self.lazydata, y.lazydata
+      if a.shape == b.shape and a.dtype is b.dtype and a.device == b.device: return (y, self) if reverse else (self, y)  # nothing to do
     weak = isinstance(y, (bool, int, float)) and not isinstance(y, np.generic)
     yt = self._to_tensor(y, cmp)
     x, y = (yt, self) if reverse else (self, yt)
@@ -334,13 +337,16 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     return x._mv("expand", shape) if padded != shape else x
   def _mv(self, fn: str, arg: Any) -> "Tensor":
     """A movement op: a view of the same base. A zero-element result is an empty buffer instead."""
-    new_st = getattr(self.lazydata.st, fn)(arg)
-    if _is_zero(new_st.shape): return Tensor(_lb_empty(new_st.shape, self.dtype, self.device))
-    return Tensor(self.lazydata._view(new_st))  # what LazyBuffer.<fn>(arg) makes, without moving the tracker again
+    lb = self.lazydata
+    new_st = getattr(lb.st, fn)(arg)
+    if 0 in new_st.shape: return Tensor(_lb_empty(new_st.shape, self.dtype, self.device))
+    return _tensor_of(lb._view(new_st))  # what LazyBuffer.<fn>(arg) makes, without moving the tracker again
   def _e(self, op: Any, *srcs: "Tensor", dtype: Optional[DType] = None) -> "Tensor":
-    return Tensor(_lb_e(op, [self.lazydata] + [s.lazydata for s in srcs], dtype=dtype))
+    return _tensor_of(_lb_e(op, [self.lazydata, *[s.lazydata for s in srcs]], dtype=dtype))
 
-  def cast(self, dtype: Union[DType, str]) -> "Tensor": return Tensor(_lb_cast(self.lazydata, _tensor_dtype(dtype)))
+  def cast(self, dtype: Union[DType, str]) -> "Tensor":
+    if dtype is self.lazydata.dtype: return _tensor_of(self.lazydata)  # (the frontend casts to the dtype a value already has on most ops)
+    return Tensor(_lb_cast(self.lazydata, _tensor_dtype(dtype)))
   def bitcast(self, dtype: Union[DType, str]) -> "Tensor":
     dt = _tensor_dtype(dtype)
     if dt.itemsize != self.dtype.itemsize: raise ValueError(f"bitcast {self.dtype.name} -> {dt.name}: item sizes differ ({self.dtype.itemsize} vs {dt.itemsize} bytes)")

@@ -14,6 +14,8 @@ from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sint
 
 class LazyBuffer:
+  # (slots: a user's loop makes a few dozen of these per call; a view has only the first five)
+  __slots__ = ("device", "st", "dtype", "shape", "_base", "op", "arg", "srcs", "buffer", "forced_realize", "consed_key", "image", "__weakref__")
   def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Optional[Op] = None, arg: Any = None,
                srcs: tuple["LazyBuffer", ...] = (), base: Optional["LazyBuffer"] = None):
     self.device, self.st, self.dtype = device, st, dtype
@@ -67,13 +69,14 @@ class LazyBuffer:
     return LazyBuffer(device, ShapeTracker.from_shape((n,)), dtype, BufferOps.CONST, INDEX)
   @staticmethod
   def op_of(op: Op, srcs: tuple["LazyBuffer", ...], arg: Any = None, dtype: Optional[DType] = None) -> "LazyBuffer":
-    out_dtype = dtype or (dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
-    return LazyBuffer(srcs[0].device, ShapeTracker.from_shape(srcs[0].shape), out_dtype, op, arg, srcs)
+    out_dtype = dtype or (dtypes.bool if op is BinaryOps.CMPLT or op is BinaryOps.CMPNE else srcs[-1].dtype)
+    s0 = srcs[0]
+    return LazyBuffer(s0.device, s0.st if s0._base is None else ShapeTracker.from_shape(s0.shape), out_dtype, op, arg, srcs)  # (a base's view is its shape's)
 
   # ---- ops ----------------------------------------------------------------------------------------
   def e(self, op: Op, *others: "LazyBuffer", arg: Any = None, dtype: Optional[DType] = None) -> "LazyBuffer":
     srcs = (self,) + others
-    for s in srcs:
+    for s in others:
       if s.shape != self.shape: raise ValueError(f"{op.name}: shapes {[x.shape for x in srcs]} differ (broadcast first)")
     if op is UnaryOps.CAST and dtype is None: dtype = arg
     # fold constant-only ops right here: a CONST through an elementwise op stays a CONST
@@ -125,10 +128,11 @@ class LazyBuffer:
 
   # ---- movement ops (views) -----------------------------------------------------------------------
   def _view(self, st: ShapeTracker) -> "LazyBuffer":
-    base = self.base
-    if 0 in st.shape and base.op not in (None, BufferOps.CONST):  # (a symbolic dim never equals an int: no int 0 dim, no 0 size)
-      return LazyBuffer.const(0, self.dtype, self.device, st.shape)  # nothing to compute
-    if st.contiguous and st.shape == base.shape: return base
+    base = self._base if self._base is not None else self
+    shape = st.views[-1].shape
+    if 0 in shape and base.op is not None and base.op is not BufferOps.CONST:  # (a symbolic dim never equals an int: no int 0 dim, no 0 size)
+      return LazyBuffer.const(0, self.dtype, self.device, shape)  # nothing to compute
+    if shape == base.shape and st.contiguous: return base
     return LazyBuffer(self.device, st, self.dtype, base=base)
   def reshape(self, shape: tuple[sint, ...]) -> "LazyBuffer": return self._view(self.st.reshape(shape))
   def permute(self, order: tuple[int, ...]) -> "LazyBuffer": return self._view(self.st.permute(order))

@@ -68,7 +68,7 @@ def run_schedule(schedule: list) -> None:
   plan: list[tuple[Any, Optional[CompiledRunner], Any]] = []
   for si in schedule:
     for b in si.bufs:
-      if not b.is_allocated(): b.allocate()
+      if not hasattr(b, "_buf"): b.allocate()  # (Buffer.is_allocated, inlined)
     runner = args = None
     if si.ast.op is not MetaOps.COPY:
       device = si.bufs[0].device

@@ -47,14 +47,17 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
   (None when it isn't cacheable)."""
   order: list[LazyBuffer] = []
   leaves: list[LazyBuffer] = []
-  pos: dict[int, int] = {}  # id(base) -> its index in order (>= 0) or ~its index in leaves; None: not done yet
+  # base -> its index in order (>= 0) or ~its index in leaves; None: not done yet. (LazyBuffers hash
+  # and compare by identity: the buffers themselves are the keys, no id() calls.)
+  pos: dict[LazyBuffer, Optional[int]] = {}
   parts: list[tuple] = []
   cacheable = True
   stack: list[tuple[LazyBuffer, bool]] = [(o.base, False) for o in reversed(outs)]
+  pop, push = stack.pop, stack.append
   while stack:  # (this runs on every realize: plain loops, no properties)
-    b, done = stack.pop()
+    b, done = pop()
     if done:
-      pos[id(b)] = len(order)
+      pos[b] = len(order)
       order.append(b)
       if cacheable:
         op = b.op
@@ -62,25 +65,25 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
         else:
           srcs = []
           for s in b.srcs:
-            if (sb := s._base) is None: srcs.append((pos[id(s)], None))
-            elif s.st.concrete: srcs.append((pos[id(sb)], s.st))
+            if (sb := s._base) is None: srcs.append((pos[s], None))
+            elif s.st.concrete: srcs.append((pos[sb], s.st))
             else:
               cacheable = False
               break
           else: parts.append((op, _const_key(b.arg) if op is BufferOps.CONST else b.arg, b.dtype, b.device, b.st, b.forced_realize, tuple(srcs), b.image))
       continue
-    if id(b) in pos: continue
+    if b in pos: continue
     if b.op is None:
-      pos[id(b)] = ~len(leaves)
+      pos[b] = ~len(leaves)
       leaves.append(b)
       if b.buffer is None or not b.st.concrete: cacheable = False
       else: parts.append((None, b.dtype, b.device, b.st, b.buffer.dtype))
       continue
-    pos[id(b)] = None  # type: ignore[assignment]
-    stack.append((b, True))
-    stack.extend([(s._base or s, False) for s in b.srcs])
+    pos[b] = None
+    push((b, True))
+    for s in b.srcs: push((s._base or s, False))
   if not cacheable: return order, leaves, None
-  return order, leaves, (tuple(parts), tuple([pos[id(o.base)] for o in outs]))
+  return order, leaves, (tuple(parts), tuple([pos[o.base] for o in outs]))
 
 def _subtree_ops(b: LazyBuffer, realizes: set[int], memo: dict[int, int]) -> int:
   """How many elementwise ops computing b would inline (stops at realized values)."""

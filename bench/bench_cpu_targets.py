@@ -17,6 +17,13 @@ The machine may be shared: timings are noisy, so compare ratios within a column.
 from __future__ import annotations
 import argparse, json, os, subprocess, sys, time
 
+# OpenBLAS's idle workers spin for 2^OPENBLAS_THREAD_TIMEOUT cycles after each call (default 2^28,
+# ~0.1 s), holding a core while the next tilecraft kernel runs: on 2 cores that made tilecraft's
+# wall time no better than one thread's (matmul 1024: 23 ms, vs 14 ms when the cores are free).
+# tilecraft's OpenMP threads sleep at once (OMP_WAIT_POLICY=PASSIVE). So the spin is cut to 2^26
+# cycles (~30 ms at 2 GHz: still spinning from the reference's warm-up call into its timed call)
+# and each tilecraft run of a flops row starts SETTLE_S after the reference's, when its workers sleep.
+OPENBLAS_THREAD_TIMEOUT, SETTLE_S = "26", 0.05
 AVX512_FEATURES = "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR AVX512FP16"
 
 def _rows(quick: bool) -> list:
@@ -87,7 +94,8 @@ def worker(quick: bool, reps: int, only: str = "") -> None:
       dst = np.empty_like(src)
       ref_fn = lambda: np.copyto(dst, src)  # noqa: E731
     t_tc, t_ref = float("inf"), float("inf")
-    for _ in range(reps):  # interleaved
+    for _ in range(reps):  # interleaved; tilecraft starts once the reference's idle BLAS workers stopped spinning
+      if kind == "flops" and not os.environ.get("BENCH_CPU_TIME"): time.sleep(SETTLE_S)
       t_tc, t_ref = min(t_tc, best(tc, 1)), min(t_ref, best(ref_fn, 1))
     if kind == "flops": ratio = t_ref / t_tc
     elif kind == "bw":
@@ -112,6 +120,7 @@ def main() -> None:
   cols: dict = {}
   for arch in args.archs.split(","):
     env = {**os.environ, "CPU_ARCH": arch, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if not args.cpu_time: env.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
     if arch != "native": env.update(OPENBLAS_CORETYPE="Haswell", NPY_DISABLE_CPU_FEATURES=AVX512_FEATURES)
     if args.cpu_time: env.update(BENCH_CPU_TIME="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--reps", str(args.reps), "--only", args.only] + (["--quick"] if args.quick else [])

@@ -151,7 +151,7 @@ def test_stack_upcasts_its_masked_axis(parts, devname, rng):
 def test_cpu_matmul_register_tile(rng):
   ast, data = matmul(64, 64, 64)
   k = hand(ast, Device["CPU"].renderer)
-  assert ops_of(k) == [OptOps.UPCAST] * 3, k.applied_opts  # the 8 x (2 vectors) tile (tests/codegen/test_heuristics_cpu.py)
+  assert ops_of(k) == [OptOps.UPCAST] * 3 + [OptOps.SWAP, OptOps.PACK], k.applied_opts  # the 8 x (2 vectors) tile, B packed (tests/codegen/test_heuristics_cpu.py)
   assert not {OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP} & set(ops_of(k))
   assert "yellow" in k.colors()
   inputs, ref = data(rng)

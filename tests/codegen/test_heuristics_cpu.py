@@ -15,7 +15,7 @@ _spec = importlib.util.spec_from_file_location("_tc_bench_common", Path(__file__
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)  # type: ignore[union-attr]
 
-U, R, B, S = OptOps.UPCAST, OptOps.UNROLL, OptOps.BLOCK, OptOps.SWAP
+U, R, B, S, P = OptOps.UPCAST, OptOps.UNROLL, OptOps.BLOCK, OptOps.SWAP, OptOps.PACK
 ARCHS = {"haswell": 8, "skylake-avx512": 16}  # -march -> float lanes
 
 def hand(ast):
@@ -34,12 +34,18 @@ def run(k, inputs, out_size):
 def test_matmul_tile_and_blocking(arch, rng):
   vw = ARCHS[arch]
   with Context(CPU_ARCH=arch):
-    assert opts(hand(bench.matmul_ast(64, 64, 64))) == [(U, 1, vw), (U, 0, 8), (U, 1, 2)]  # short reduce: no blocking
+    # column tiles outermost and the column operand's panel packed (the whole reduce while it fits)
+    assert opts(hand(bench.matmul_ast(64, 64, 64))) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (S, 0, 1), (P, 2, 0)]
     k = hand(bench.matmul_ast(64, 256, 512))
-    assert opts(k) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (B, 0, 256), (S, 0, 1)], opts(k)
-    assert any("blocks of 256" in r for r in k.applied_opts_reasons)
+    assert opts(k) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (S, 0, 1), (P, 2, 0)], opts(k)
     a, b = rng.random((64, 512), dtype=np.float32), rng.random((512, 256), dtype=np.float32)
     np.testing.assert_allclose(run(k, [a, b], 64 * 256).reshape(64, 256), a @ b, rtol=1e-4)
+    # a panel over CPU_PACK_MAX_BYTES: the reduce runs in blocks, and a block's panel is packed
+    k = hand(bench.matmul_ast(16, 4 * vw, 8192))
+    assert opts(k) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (B, 0, 256), (S, 0, 1), (P, 2, 0)], opts(k)
+    assert any("blocks of 256" in r for r in k.applied_opts_reasons)
+    a, b = rng.random((16, 8192), dtype=np.float32), rng.random((8192, 4 * vw), dtype=np.float32)
+    np.testing.assert_allclose(run(k, [a, b], 16 * 4 * vw).reshape(16, 4 * vw), a @ b, rtol=1e-4)
     # odd sizes the tile doesn't divide fall back to the general rules
     assert (B, 0, 256) not in opts(hand(bench.matmul_ast(25, 20, 16)))
 

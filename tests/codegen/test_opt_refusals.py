@@ -168,6 +168,10 @@ REFUSALS = [
   ("padto-dependent-reduce-unsafe", lambda: softmax_stats(4, 25), GPU, [], Opt(PAD, 1, 32), r"PADTO.*(MAX|f\(0\))"),
   ("group-dependent-reduce", lambda: softmax_stats(4, 64), GPU, [], Opt(G, 0, 4), r"GROUP.*exactly one reduce"),
   ("block-dependent-reduce", lambda: variance(4, 64), CPU, [], Opt(OptOps.BLOCK, 0, 16), r"BLOCK.*exactly one SUM"),
+  # PACK (more in tests/codegen/test_pack.py)
+  ("pack-on-gpu", lambda: matmul(16, 16, 64), GPU, [Opt(SW, 0, 1)], Opt(OptOps.PACK, 2, 0), r"PACK.*CPU"),
+  ("pack-varies-inside", lambda: matmul(16, 16, 64), CPU, [], Opt(OptOps.PACK, 2, 0), r"PACK.*varies along output axis 1"),
+  ("pack-output", lambda: matmul(16, 16, 64), CPU, [Opt(SW, 0, 1)], Opt(OptOps.PACK, 0, 0), r"PACK.*no input buffer 0"),
   # TC
   ("tc-no-tensor-cores-gpu", lambda: matmul(16, 16, 16), GPU, [], Opt(OptOps.TC, 0, 0), r"TC.*tensor cores"),
   ("tc-no-tensor-cores-cpu", lambda: matmul(16, 16, 16), CPU, [], Opt(OptOps.TC, 0, 0), r"TC.*tensor cores"),

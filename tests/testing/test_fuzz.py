@@ -69,7 +69,7 @@ def test_random_opts_are_valid_and_refusals_counted():
     k2 = k.copy()
     for o in s: k2.apply_opt(o)  # every kept opt replays
   # on a CPU the GPU-only opts are always refused, so every kept opt is one the CPU lowers
-  assert {o.op for s in seqs for o in s} <= {OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO, OptOps.SWAP, OptOps.BLOCK}
+  assert {o.op for s in seqs for o in s} <= {OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO, OptOps.SWAP, OptOps.BLOCK, OptOps.PACK}
   assert set(FUZZ_OPS) >= {OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS}
 
 def test_sampler_makes_multi_group_lists():

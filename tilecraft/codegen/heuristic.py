@@ -129,20 +129,46 @@ def _cpu_matmul_tile(k: Any, vw: int) -> bool:
   return True
 
 def _cpu_block_reduce(k: Any) -> None:
-  """Reduce blocking for a register-tiled kernel with a long serial reduce: BLOCK it, and make the
-  column tiles the outer (parallel) loop so a block of the column operand stays in cache while
-  every row tile uses it."""
+  """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop
+  and the column operand's panel (the whole reduce x one tile of columns) is packed into a
+  contiguous stack array (PACK), read from L1/L2 by every row tile. Where the panel is too big for
+  a pack, the reduce runs in blocks (BLOCK) and each block's panel is packed (or, if that fails,
+  just stays in cache while every row tile uses it)."""
+  if _cpu_pack_columns(k, "the whole reduce"): return
   block = getenv("CPU_REDUCE_BLOCK", 256)
   red = [a for a in range(k.first_reduce, k.first_upcast)]
   if len(red) != 1 or not isinstance(k.full_shape[red[0]], int) or k.full_shape[red[0]] <= block or k.full_shape[red[0]] % block: return
   if k.global_dims < 2: return
   if not _try(k, Opt(OptOps.BLOCK, 0, block), f"long reduce ({k.full_shape[red[0]]}): run it in blocks of {block}, each reused by all row tiles from cache"): return
-  # the column-tile axis: a global axis along which the row operand (broadcast along the vector axis) is broadcast too
-  ins, vec = _input_strides(k), k.first_upcast
-  rows_op = [rs for rs in ins if rs[vec] == 0]
-  cols = next((a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)), None)
+  if _cpu_pack_columns(k, f"a block of {block}"): return
+  cols = _column_tile_axis(k)
   if cols is not None and cols > 0 and k.full_shape[cols] >= 8:
     _try(k, Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: a block of the column operand is reused by every row tile")
+
+def _column_tile_axis(k: Any) -> Optional[int]:
+  """A global axis along which the row operand (broadcast along the vector axis) is broadcast too."""
+  ins, vec = _input_strides(k), k.first_upcast
+  rows_op = [rs for rs in ins if rs[vec] == 0]
+  return next((a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)), None)
+
+def _cpu_pack_columns(k: Any, what: str) -> bool:
+  """Column tiles outermost, then PACK the input that doesn't vary along the row tiles, if the rules
+  (codegen/pack.py: the pack's size, nothing varying inside its scope) allow; tried on a copy so a
+  refusal leaves the kernel as it was."""
+  cols = _column_tile_axis(k)
+  if cols is None or k.global_dims < 2: return False
+  trial, opts = k.copy(), []
+  if cols > 0:
+    opts.append((Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: one panel of the column operand serves every row tile"))
+    if not _try(trial, *opts[-1]): return False
+  for b in trial.membufs:
+    if b.idx < len(k.outbufs): continue
+    if _try(trial, Opt(OptOps.PACK, b.idx, 0), "probe"):
+      opts.append((Opt(OptOps.PACK, b.idx, 0), f"pack buffer {b.idx}'s panel ({what} x the tile's columns) contiguously: "
+                                                 "no cache-set conflicts or page walks from its row pitch"))
+      break
+  else: return False
+  return all(_try(k, o, why) for o, why in opts)
 
 def _cpu_third_reuse_fits(k: Any, vw: int) -> bool:
   """A third reuse upcast (by 4, else 2) on CPUs, e.g. four output rows of a conv sharing each

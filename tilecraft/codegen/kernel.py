@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, check  # noqa: F401 - Opt, OptOps, KernelOptError: public here (API)
+from tilecraft.codegen.pack import apply_pack, check_pack
 from tilecraft.helpers import TC, TC_OPT, dedup, getenv, prod, round_up
 from tilecraft.ops import (INDEX, UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
@@ -46,6 +47,7 @@ class Kernel:
     # BLOCK applied: the first reduce axis counts blocks of the reduce; on a CPU its loop runs just
     # inside the outermost output loop and each block adds to what the previous ones stored
     self.reduce_block = False
+    self.packed: tuple[int, ...] = ()  # input buffers (argument numbers) read through a packed stack array (PACK)
     self.tensor_core: Any = None
     self.tensor_core_opts: Any = None
     self.use_tensor_cores: int = 0
@@ -185,7 +187,9 @@ class Kernel:
     """Apply `opt` or raise KernelOptError (and leave the kernel unchanged). Any other exception is
     a bug in the opt's code, not a refusal: it propagates as itself, the kernel still restored."""
     saved = self.__dict__.copy()
-    try: self._apply_opt(opt)
+    try:
+      self._apply_opt(opt)
+      if self.packed: check_pack(self)  # later opts move the axes a pack relies on
     except BaseException:
       self.__dict__.clear(); self.__dict__.update(saved)
       raise
@@ -206,6 +210,9 @@ class Kernel:
       check(not self.dont_use_locals, "NOLOCALS already applied")
       check(self.local_dims == 0 and self.group_for_reduces == 0, "NOLOCALS can't be applied after locals are used")
       self.dont_use_locals = True
+      return
+    if opt.op is OptOps.PACK:
+      apply_pack(self, opt.axis, opt.amt)
       return
     check(opt.axis is not None and isinstance(opt.axis, int) and not isinstance(opt.axis, bool) and opt.axis >= 0,
           f"{opt.op.name}: axis must be a non-negative int, got {opt.axis!r}")

@@ -25,6 +25,7 @@ from tilecraft.codegen.lower_index import IndexLowering, _ceil, _floor_divmod, _
 from tilecraft.codegen.lower_reduce import ReduceLowering
 from tilecraft.codegen.lower_wmma import TensorCoreLowering
 from tilecraft.codegen.lower_image import ImageLowering, ImageLoweringError
+from tilecraft.codegen.lower_pack import PackLowering
 
 def launch_dims(k: Any) -> tuple[Optional[list[sint]], Optional[list[sint]]]:
   """Global and local launch sizes (None on targets without workgroups)."""
@@ -45,7 +46,7 @@ def _fold_dims(dims: list[sint], maxes: Optional[tuple[int, ...]]) -> list[sint]
     if not maxes or n == 1 or all(not isinstance(d, int) or d <= m for d, m in zip(reversed(out), maxes)): return out
     n -= 1
 
-class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering):
+class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, PackLowering):
   def __init__(self, k: Any, ast: LazyOp):
     self.k, self.ast, self.ren = k, ast, k.opts
     self.shape = k.full_shape
@@ -122,7 +123,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering):
       parent: Optional[UOp] = None
       # BLOCK with one output loop (column sums: its tiles): the block loop goes outside it, so each
       # thread walks a block of rows across all its tiles (whole pages of each row, not a few lines)
-      loops = [i for i in range(self.first_reduce) if not (isinstance(shape[i], int) and shape[i] == 1)]
+      loops = self.loop_axes = [i for i in range(self.first_reduce) if not (isinstance(shape[i], int) and shape[i] == 1)]
       if self.block_axis is not None and len(loops) == 1: parent = self._make_block_range(None)
       first = True
       for i in range(self.first_reduce):
@@ -336,6 +337,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering):
 
   def lower_load(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
     mb: MemBuffer = op.arg
+    if mb.idx in getattr(self.k, "packed", ()): return self.lower_packed_load(mb, inner)
     barrier = self._barrier(op.src[0]) if op.src else None  # a local buffer is loaded after its store and a barrier
     buf = self.buf_uop(mb)
     res = {}

@@ -11,6 +11,7 @@ class OptOps(Enum):
   TC = auto(); UPCAST = auto(); UPCASTMID = auto(); UNROLL = auto(); LOCAL = auto()  # noqa: E702
   GROUP = auto(); GROUPTOP = auto(); NOLOCALS = auto(); PADTO = auto(); SWAP = auto()  # noqa: E702
   BLOCK = auto()  # CPU reduce blocking: the reduce runs in blocks of amt, an outer loop accumulating in the output
+  PACK = auto()  # CPU: copy the tile of input buffer `axis` the inner loops read into a contiguous stack array (codegen/pack.py)
   def __lt__(self, x: "OptOps") -> bool: return self.value < x.value
 
 class KernelOptError(Exception):
@@ -28,7 +29,7 @@ class Opt:
   amt: Optional[int] = None
   def __repr__(self) -> str: return f"Opt(op={self.op}, axis={self.axis}, amt={self.amt})"
   def real_axis(self, k: "Kernel") -> int:
-    if self.axis is None: return -1
+    if self.axis is None or self.op is OptOps.PACK: return -1
     if self.op in (OptOps.UNROLL, OptOps.BLOCK): return k.first_reduce + self.axis
     if self.op in (OptOps.GROUP, OptOps.GROUPTOP): return k.first_reduce + k.group_for_reduces + self.axis
     return self.axis

@@ -335,9 +335,10 @@ class CRenderer(CStyleLanguage):
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
                           BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
   vector_masks = True  # bool vectors are int vectors (int16 for 16 lanes): a vector compare's -1/0, or 0/1 lanes
-  # the only DEFINE_LOCAL/BARRIER a CPU kernel has: TC use 3's staging of a warp held by one thread
-  def render_local(self, name: str, dt: DType, size: int) -> str: return f"{self.render_dtype(dt)} {name}[{size}];"
-  def render_barrier(self) -> str: return "/* barrier: the warp's lanes all run in this thread, in order */"
+  # a CPU kernel's DEFINE_LOCAL/BARRIER: TC use 3's staging of a warp held by one thread, and PACK's
+  # arrays (codegen/pack.py); one thread writes and reads each, so program order is the barrier
+  def render_local(self, name: str, dt: DType, size: int) -> str: return f"{self.render_dtype(dt)} {name}[{size}] __attribute__((aligned(64)));"
+  def render_barrier(self) -> str: return "/* barrier: the writes above were all made by this thread, in order */"
   def render_alu(self, op: Any, srcs: list[str], dt: DType, src_dt: DType) -> str:
     if op is BinaryOps.MAX and dt.count > 1: return f"tc_max_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]})"
     if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) and dt.count > 1:

@@ -18,14 +18,14 @@ from tilecraft.dtype import ImageDType
 from tilecraft.helpers import prod
 
 FUZZ_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.PADTO, OptOps.SWAP, OptOps.NOLOCALS, OptOps.BLOCK,
-            OptOps.UPCASTMID)
-_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5, 1, 0.5])
+            OptOps.PACK, OptOps.UPCASTMID)
+_OP_WEIGHTS = np.array([4, 4, 2, 1, 1, 2, 1, 0.5, 1, 2, 0.5])
 # amounts include non-divisors and amounts over the opts' limits (16 for UPCAST, 32 for UNROLL)
 AMOUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64)
 
 def _kernel_state(k: Kernel) -> tuple:
   """What an opt may change; used to check copy() independence and refusal atomicity."""
-  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, getattr(k, "reduce_block", False),
+  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, getattr(k, "reduce_block", False), getattr(k, "packed", ()),
           tuple(k.applied_opts))  # applied_opts last: enumerate_opts keys states on the rest
 
 class OptSequence(list):
@@ -49,6 +49,8 @@ def random_opt(k: Kernel, rng: np.random.Generator) -> Opt:
   if op is OptOps.NOLOCALS: return Opt(op)
   axis = int(rng.integers(0, k.shape_len + 1))  # one past the end now and then: must be refused
   if op is OptOps.SWAP: return Opt(op, axis, int(rng.integers(0, k.shape_len + 1)))
+  if op is OptOps.PACK:  # the axis is a buffer's argument number (an output's or one past the last now and then: refused)
+    return Opt(op, int(rng.integers(0, max(b.idx for b in k.membufs) + 2)), 0 if rng.random() < 0.9 else int(AMOUNTS[rng.integers(len(AMOUNTS))]))
   if op is OptOps.UPCASTMID: return Opt(op, axis, 4 if rng.random() < 0.8 else int(AMOUNTS[rng.integers(len(AMOUNTS))]))  # valid only by 4
   return Opt(op, axis, int(AMOUNTS[rng.integers(len(AMOUNTS))]))
 

@@ -15,7 +15,8 @@ def _make_actions() -> list[Opt]:
   acts += [Opt(OptOps.GROUPTOP, ax, amt) for ax in range(3) for amt in (8, 16, 32, 64, 128, 256)]
   acts += [Opt(OptOps.PADTO, ax, amt) for ax in range(7) for amt in (16, 32)]
   acts += [Opt(OptOps.SWAP, ax, other) for ax in range(5) for other in range(ax + 1, 6)]
-  acts += [Opt(OptOps.BLOCK, ax, amt) for ax in range(2) for amt in (64, 128, 256, 512)]  # CPU reduce blocking
+  acts += [Opt(OptOps.BLOCK, ax, amt) for ax in range(2) for amt in (64, 128, 256, 512, 1024)]  # CPU reduce blocking
+  acts += [Opt(OptOps.PACK, buf, 0) for buf in range(1, 5)]  # CPU: pack input buffer `buf`'s tile (axis = argument number)
   acts += [Opt(OptOps.NOLOCALS)]
   return acts  # TC actions depend on the kernel: see tc_actions
 
@@ -35,7 +36,7 @@ _LOCAL_OPS = (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.NOLOCALS)
 
 def signature(k: Kernel) -> tuple:
   """Everything code generation depends on: two kernels with equal signatures render the same source."""
-  return (tuple(k.sts), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, k.tensor_core is not None)
+  return (tuple(k.sts), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, k.tensor_core is not None, k.packed)
 
 def _int_prod(xs: Sequence[Any]) -> Optional[int]:
   p = prod(xs)

@@ -36,7 +36,7 @@ from tilecraft.ops import BufferOps, MemBuffer
 from tilecraft.shape.symbolic import Variable
 
 VERIFY_FRONT = 64  # elements of guard zone before each buffer when verifying (see _Search.verify)
-SEARCH_VERSION = 4  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
+SEARCH_VERSION = 5  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
 # "segfault" makes the timing worker kill itself with SIGSEGV, "hang" makes it sleep past the

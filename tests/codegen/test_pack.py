@@ -1,0 +1,100 @@
+"""PACK (codegen/pack.py, lowering in codegen/lower_pack.py): kernels that read an input through a
+packed stack array compute what numpy and the unpacked kernel compute, masks included; every rule
+refuses with KernelOptError and leaves the kernel unchanged; later opts that break a pack are refused."""
+import importlib.util
+from pathlib import Path
+import numpy as np
+import pytest
+from tilecraft import Tensor
+from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.device import Buffer, CompiledRunner, Device
+from tilecraft.dtype import dtypes
+from tilecraft.renderer.cstyle import OpenCLRenderer
+from tilecraft.renderer.llvmir import LLVMRenderer
+from tilecraft.testing.opt_sampler import _kernel_state
+
+_spec = importlib.util.spec_from_file_location("_tc_bench_common", Path(__file__).resolve().parents[2] / "bench" / "common.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)  # type: ignore[union-attr]
+
+U, R, B, S, P, PAD = OptOps.UPCAST, OptOps.UNROLL, OptOps.BLOCK, OptOps.SWAP, OptOps.PACK, OptOps.PADTO
+
+def kern(ast, seq, ren=None):
+  k = Kernel(ast, ren or Device["CPU"].renderer)
+  for o in seq: k.apply_opt(Opt(*o))
+  return k
+
+def run(k, inputs, out_size):
+  out = Buffer("CPU", out_size, dtypes.float32).allocate()
+  CompiledRunner(k.to_program())([out] + [Buffer("CPU", a.size, dtypes.float32).copyin(a) for a in inputs])
+  return out.numpy()
+
+@pytest.mark.parametrize("seq", [
+  [(S, 0, 1), (P, 2, 0)],                                           # no upcasts: scalar pack, the whole reduce
+  [(U, 1, 8), (U, 0, 4), (U, 1, 2), (S, 0, 1), (P, 2, 0)],          # the matmul rule's layout: vector pack
+  [(U, 1, 8), (U, 0, 4), (B, 0, 16), (S, 0, 1), (P, 2, 0)],         # a block's panel, inside the block loop
+  [(U, 1, 4), (B, 0, 8), (P, 2, 0)],                                # refused: B varies along the column loop, inside the block loop
+  [(U, 1, 8), (R, 0, 4), (S, 0, 1), (P, 2, 0)],                     # unrolled reduce lanes in the pack
+  [(U, 1, 8), (S, 0, 1), (P, 2, 0), (R, 0, 4), (U, 0, 2)],          # opts after PACK re-lay the array
+  [(PAD, 2, 32), (S, 0, 1), (P, 2, 0)],                              # padded (masked) reduce: the pack stores 0 there
+  [(U, 1, 8), (S, 0, 1), (P, 2, 0), (PAD, 0, 3)],                    # padded column tiles (the scope loop)
+])
+def test_pack_matmul_matches_numpy(seq, rng):
+  M, N, K = 24, 32, 48
+  a, b = rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32)
+  ast = bench.matmul_ast(M, N, K)
+  try: k = kern(ast, seq)
+  except KernelOptError as e:
+    assert seq == [(U, 1, 4), (B, 0, 8), (P, 2, 0)] and "varies along output axis" in str(e)
+    return
+  assert k.packed == (2,)
+  assert "pack2[" in k.to_program().src
+  np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4)
+
+def test_pack_conv_weights_and_broadcast_elementwise(rng):
+  # conv axes (cout, y, x, cin, ky, kx): the weights don't vary along the y and x loops
+  img, w = rng.random((8, 6, 6), dtype=np.float32), rng.random((4, 8, 3, 3), dtype=np.float32)
+  k = kern(bench.conv3x3_ast(8, 4, 6, 6), [(U, 2, 2), (R, 2, 0), (P, 2, 0)])
+  np.testing.assert_allclose(run(k, [img, w], 4 * 36).reshape(4, 6, 6), bench.numpy_conv3x3(img, w), rtol=1e-4)
+  # a broadcast elementwise kernel (out[i, j] = (x[j] + y[i]) * x[j]; buffers x, y, x): the column
+  # vector y doesn't vary along the inner (column) loop, x does; the pack has no reduce loop
+  x, y = rng.random((1, 16), dtype=np.float32), rng.random((16, 1), dtype=np.float32)
+  k = Kernel(((Tensor(x) + Tensor(y)) * Tensor(x)).schedule()[-1].ast, Device["CPU"].renderer)
+  k.apply_opt(Opt(U, 1, 4))
+  with pytest.raises(KernelOptError, match="varies along output axis 1"): k.apply_opt(Opt(P, 1, 0))
+  k.apply_opt(Opt(P, 2, 0))
+  assert k.packed == (2,)
+  np.testing.assert_allclose(run(k, [x, y, x], 256).reshape(16, 16), (x + y) * x, rtol=1e-6)
+
+def _tries(k, opt):
+  try: k.apply_opt(opt)
+  except KernelOptError: return False
+  return True
+
+def test_pack_heuristic_matmul_through_tensor(rng):
+  a, b = rng.random((64, 512), dtype=np.float32), rng.random((512, 96), dtype=np.float32)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4)
+
+def test_pack_refusals():
+  ast = bench.matmul_ast(16, 32, 64)
+  def refused(seq, match, ren=None):
+    k = kern(ast, seq[:-1], ren)
+    before = _kernel_state(k)
+    with pytest.raises(KernelOptError, match=match): k.apply_opt(Opt(*seq[-1]))
+    assert _kernel_state(k) == before and k.packed == kern(ast, seq[:-1], ren).packed
+  refused([(S, 0, 1), (P, 2, 0)], "CPU", OpenCLRenderer())
+  refused([(S, 0, 1), (P, 2, 0)], "stack arrays", LLVMRenderer())
+  refused([(S, 0, 1), (P, 0, 0)], "no input buffer 0")    # the output
+  refused([(S, 0, 1), (P, 3, 0)], "no input buffer 3")
+  refused([(S, 0, 1), (P, 2, 4)], "amount must be 0")
+  refused([(S, 0, 1), (P, 2, 0), (P, 2, 0)], "already packed")
+  refused([(P, 2, 0)], "varies along output axis 1")      # B moves along the inner (column) loop
+  refused([(S, 0, 1), (P, 1, 0)], "varies along output axis 1")
+  refused([(S, 0, 1), (P, 2, 0), (S, 0, 1)], "varies along output axis 1")  # a later opt that breaks the pack
+  refused([(U, 1, 8), (S, 0, 1), (P, 2, 0), (PAD, 1, 32)], "varies along output axis 1")  # padding masks B along the row loop
+  k = kern(bench.matmul_ast(16, 16, 64), [(U, 1, 0)])
+  with pytest.raises(KernelOptError, match="no output loop runs inside"): k.apply_opt(Opt(P, 2, 0))  # one loop: nothing reuses the tile  # one output loop: nothing reuses the tile
+  big = bench.matmul_ast(4, 4, 1 << 17)  # a 512 KB panel
+  k = kern(big, [(S, 0, 1)])
+  with pytest.raises(KernelOptError, match="CPU_PACK_MAX_BYTES"): k.apply_opt(Opt(P, 2, 0))
+  k.apply_opt(Opt(B, 0, 1024)); k.apply_opt(Opt(P, 2, 0))  # blocked: one block's panel fits

@@ -209,3 +209,20 @@ def test_padded_then_shrunk_to_the_padding_gives_the_fill() -> None:
   assert Tensor(x).pad(((1, 1),)).shrink(((0, 1),)).sum().numpy() == 0.0
   assert Tensor(x).pad(((0, 1),)).shrink(((2, 3),)).reshape(()).numpy() == 0.0
   assert Tensor(np.zeros(0, np.float32)).sum().reshape(1).pad(((0, 1),), value=1.5).shrink(((1, 2),)).numpy().tolist() == [1.5]
+
+def test_valid_element_of_a_masked_view_stays_valid_without_dims() -> None:
+  """Regression (found by the tensor fuzzer): merging a 0-d view over a masked view gave the 0-d
+  mask () (all-invalid) for a VALID element, so `x.pad(...)[i]` read the fill's zero for every i."""
+  import numpy as np
+  from tilecraft import Tensor
+  from tilecraft.shape.shapetracker import ShapeTracker
+  from tilecraft.shape.view import View
+  padded = View.create((2,), (0,), 0, ((0, 1),))  # a 1-element tensor padded by one on the right
+  first, second = View.create(()), View.create((), (), 1)
+  assert ShapeTracker((padded, first)).simplify().expr_idxs()[1] == 1
+  assert ShapeTracker((padded, second)).simplify().expr_idxs()[1] == 0
+  assert ShapeTracker((View.create((3,), (1,), -1, ((1, 2),)), View.create((), (), 1))).simplify().expr_idxs() == (0, 1)
+  x = np.array([0.5, -2.0], np.float32)
+  for i in range(4): assert Tensor(x).pad(((1, 1),), value=1.5)[i].numpy() == np.pad(x, (1, 1), constant_values=1.5)[i], i
+  assert Tensor(x[:1]).pad(((0, 1),), value=1.5)[0].item() == 0.5
+  assert Tensor(x).reshape(2, 1).pad(((0, 1), (1, 0)), value=7.0)[1, 1].item() == -2.0

@@ -289,6 +289,8 @@ def _merge_views(v1: View, v2: View) -> Optional[View]:
   axes = _axis_vars(v2.shape)
   st = ShapeTracker((v1, v2))
   _, valid = st.expr_idxs(axes)
+  if isinstance(valid, int) and not valid: return _all_invalid(v2.shape)
+  if not v2.shape and not isinstance(valid, int): return None
   box = _mask_from_valid(valid, axes, v2.shape)
   if box is None: return None
   if any(not isinstance(b, int) or not isinstance(e, int) for b, e in box): return None
@@ -300,7 +302,8 @@ def _merge_views(v1: View, v2: View) -> Optional[View]:
   if nonlinear or any(not isinstance(c, int) for c in coeffs.values()) or not isinstance(offset, int): return None
   # (an axis narrowed to one value is an int in `narrowed`: its address is already in the offset)
   strides = tuple(coeffs.get(a, 0) if isinstance(a, Variable) else 0 for a in narrowed)  # type: ignore[call-overload]
-  return View.create(v2.shape, strides, offset, tuple((b, e) for b, e in box))
+  # (a 0-d view that got here is valid: its mask is None, since () would mean all-invalid)
+  return View.create(v2.shape, strides, offset, tuple((b, e) for b, e in box) if v2.shape else None)
 
 _real_strides_cached = functools.lru_cache(maxsize=4096)(_real_strides)
 _merge_views_cached = functools.lru_cache(maxsize=4096)(_merge_views)

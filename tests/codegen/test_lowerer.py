@@ -101,3 +101,24 @@ def test_index_past_int32_on_a_real_buffer() -> None:
   assert t[2**31 + 3].item() == 7 and (t[2**31 + 3] + 1).item() == 8
   y = (t[2**31:] * 2).numpy()
   np.testing.assert_array_equal(y, np.array([0, 0, 0, 14], np.uint8))
+
+def test_dependent_reduce_second_loop_and_prefetch() -> None:
+  """A reduce reading another reduce's result (softmax's statistics) runs a second loop over the reduce
+  axis after the first; on the CPU that loop prefetches the rows of the next outer iteration."""
+  from tilecraft.codegen.uops import UOps
+  from tilecraft.testing import fuzz
+  from tilecraft.testing.corpus import corpus
+  e = corpus()["softmax_stats_6x40"]
+  from tilecraft.codegen.kernel import Opt, OptOps
+  opts = [Opt(OptOps.UNROLL, 0, 8)]  # vector loads along the row
+  k = fuzz.build_kernel(e.ast, opts, "CPU")
+  p = k.to_program()
+  ranges = [u for u in k.uops if u.op is UOps.RANGE and u.arg[0] == "reduce"]
+  assert [u.arg[1] for u in ranges] == [1, 1] and ranges[1].arg[2] == 1  # one loop per reduce, the dependent one second
+  pre = [u for u in k.uops if u.op is UOps.PREFETCH]
+  assert pre and "__builtin_prefetch" in p.src
+  assert k.uops.index(ranges[1]) < k.uops.index(pre[0])  # inside the second loop
+  inputs = fuzz.entry_inputs(e)
+  got = fuzz.run_ast(e.ast, inputs, opts, "CPU")
+  for g, w in zip(got, e.reference(inputs, {})): np.testing.assert_allclose(g.reshape(w.shape), w, rtol=1e-5, atol=1e-6)
+  assert "PREFETCH" not in fuzz.build_kernel(e.ast, opts, "PYTHON").to_program().src  # only targets with has_prefetch

@@ -78,6 +78,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     # a dependent reduce (one that reads another reduce's result) runs its own loops over the reduce
     # axes: `loop` numbers the loops whose variables idx_vars holds now (0: the kernel's reduce loops)
     self.loop, self.loops = 0, 0
+    self.prefetches: list[UOp] = []  # cache hints issued in dependent loops (see lower_load)
     self._make_index_vars()
     self.thread_vars: list[sint] = list(self.idx_vars)  # the ids, also while `mid` sets the white axes
     self.base_vars: list[sint] = list(self.idx_vars)
@@ -245,7 +246,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     # every kernel argument exists even if no load survives simplification: the signature is fixed
     args = [self.buf_uop(b) for b in self.k.membufs if b.idx >= 0]
     args += [self.varmap.get(v) or UOp(UOps.DEFINE_VAR, dtypes.int64, (), v) for v in sorted(self.ast.vars(), key=lambda v: v.expr)]
-    return UOp(UOps.SINK, dtypes.void, tuple(stores) + tuple(dict.fromkeys(args)))
+    return UOp(UOps.SINK, dtypes.void, tuple(stores) + tuple(dict.fromkeys(self.prefetches)) + tuple(dict.fromkeys(args)))
 
   def buf_uop(self, mb: MemBuffer) -> UOp:
     if mb.idx < 0: return UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"temp{-mb.idx}", mb.st.real_size()))
@@ -347,10 +348,19 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
         res[lane] = self.image_load_lane(buf, mb, idx, valid)
         continue
       kind, data = self.vec_form(idx, valid)
+      if self.loop and kind == "vector": self._prefetch_next(buf, data[0])
       if kind == "scalar": res[lane] = self._load(buf, *data, mb.dtype, barrier)
       elif kind == "vector": res[lane] = self._load(buf, *data, mb.dtype.vec(self.W), barrier)
       else: res[lane] = UOp(UOps.VECTORIZE, mb.dtype.vec(self.W), tuple(self._load(buf, ix, vl, mb.dtype, barrier) for ix, vl in data))
     return res
+
+  def _prefetch_next(self, buf: UOp, idx: sint) -> None:
+    """In a dependent reduce's loop (which re-reads a row from cache) the memory is idle: ask for what
+    the same load reads in the next iteration of the loop around the reduce (on targets with has_prefetch)."""
+    if not getattr(self.ren, "has_prefetch", False) or buf.op is not UOps.DEFINE_GLOBAL or self.outer_range is None: return
+    g = next((v for v, r in self.varmap.items() if r is self.outer_range), None)
+    if g is None or not isinstance(idx, Node) or g not in idx.vars(): return
+    self.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, (buf, self.sym_to_uop(_subst(idx, g, g + 1), dtypes.int32))))
 
   def _barrier(self, store: LazyOp) -> UOp:
     key = ("barrier", store)

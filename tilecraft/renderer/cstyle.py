@@ -289,6 +289,7 @@ class CStyleLanguage(Renderer):
         val = self.render_load(r[src[0]], r[src[1]], dt, src[0].dtype, multiple_of(src[1], dt.count))
         if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
         define(u, val, "val")
+      elif op is UOps.PREFETCH: emit(f"__builtin_prefetch({r[src[0]]}+{r[src[1]]});")
       elif op is UOps.STORE:
         if u in streams: line = self.render_stream_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype)
         else: line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype, multiple_of(src[1], src[2].dtype.count))
@@ -334,6 +335,7 @@ class CRenderer(CStyleLanguage):
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
                           BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
+  has_prefetch = True  # PREFETCH uops: __builtin_prefetch (a hint: never faults, whatever the address)
   vector_masks = True  # bool vectors are int vectors (int16 for 16 lanes): a vector compare's -1/0, or 0/1 lanes
   # a CPU kernel's DEFINE_LOCAL/BARRIER: TC use 3's staging of a warp held by one thread, and PACK's
   # arrays (codegen/pack.py); one thread writes and reads each, so program order is the barrier

@@ -20,6 +20,7 @@ from tilecraft.frontend.indexing import IndexingOps
 from tilecraft.frontend.math import MathOps
 from tilecraft.frontend.nn import NNOps
 from tilecraft.frontend.random import RandomOps
+from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import broadcast_shape as _broadcast_shape, norm_shape as _shape, same_dim as _same  # noqa: F401
 from tilecraft.helpers import prod
 from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
@@ -520,6 +521,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     elif _is_zero(kept): ret = Tensor(_lb_empty(kept, self.dtype, self.device))
     else: ret = Tensor(_lb_r(self.lazydata, op, axes))
     return ret if keepdim else ret.reshape(out_shape)
+  @recorded
   def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> "Tensor":
     """numpy sum: bools and ints narrower than 64 bits are summed as (u)int64."""
     x = self
@@ -542,6 +544,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   def _default_float(self) -> "Tensor":
     """Floats as they are, anything else as default_float (where numpy goes to float64 for every int)."""
     return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+  @recorded
   def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
     """numpy mean: ints and bools average as default_float (numpy: float64)."""
     x = self._default_float()
@@ -581,6 +584,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
 
   # ---- matmul and friends -------------------------------------------------------------------------
   def dot(self, w: "Tensor") -> "Tensor": return self.matmul(w)
+  @recorded
   def matmul(self, w: Any) -> "Tensor":
     w = self._to_tensor(w)
     if self.ndim == 0 or w.ndim == 0: raise ValueError("matmul: operands must have at least 1 dimension (use * for scalars)")

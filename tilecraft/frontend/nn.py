@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any, Optional
 from tilecraft.dtype import dtypes, least_upper_dtype
 from tilecraft.frontend.image import as_image, image_level
+from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import memo_views, pair
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
@@ -14,10 +15,12 @@ class NNOps:
   # The softmax family's row statistics (max, then the sum of exp(x - max)) are one kernel on CPU
   # targets (the scheduler fuses dependent reduces: engine/schedule.py), so the input is read twice:
   # once there, once by the elementwise output kernel.
+  @recorded
   def softmax(self: Tensor, axis: int = -1) -> Tensor:
     x = self._float()
     e = (x - x.max(axis, keepdim=True)).exp()
     return e * e.sum(axis, keepdim=True).reciprocal()  # one reciprocal per row, a multiply per element
+  @recorded
   def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
     x = self._float()
     m = x - x.max(axis, keepdim=True)
@@ -31,6 +34,7 @@ class NNOps:
   def linear(self: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     x = self.matmul(weight)
     return x + bias if bias is not None else x
+  @recorded
   def layernorm(self: Tensor, axis: Any = -1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis` (no scale or shift)."""
     x = self._default_float()
@@ -64,6 +68,7 @@ class NNOps:
     rows = flat.reshape(*pre, kk, L + d)[..., :(o - 1) * st + 1]
     if st > 1: rows = rows[..., ::st]
     return rows.transpose(-1, -2)
+  @recorded
   def conv2d(self: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
              groups: int = 1) -> Tensor:
     """NCHW input, (cout, cin/groups, kh, kw) weight."""
@@ -87,10 +92,12 @@ class NNOps:
     prod_ = (win.cast(dt) * wt.cast(dt)).permute(0, 1, 2, 4, 5, 3, 6, 7)  # n g co oh ow cpg kh kw
     out = prod_.sum((5, 6, 7), dtype=dt if dtypes.is_float(dt) else None).reshape(n, cout, oh, ow)
     return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
+  @recorded
   def max_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
     k, pd = pair(kernel_size), pair(padding)
     x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1])), value=-math.inf if dtypes.is_float(self.dtype) else int(dtypes.min(self.dtype))) if any(pd) else self
     return x._pool(k, pair(stride if stride is not None else kernel_size), pair(dilation)).max((-2, -1))
+  @recorded
   def avg_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0) -> Tensor:
     k, pd = pair(kernel_size), pair(padding)
     x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self

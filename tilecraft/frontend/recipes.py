@@ -1,0 +1,122 @@
+"""Graph recipes: composite Tensor methods (softmax, layernorm, matmul, conv2d, ...) replayed from a
+record of the lazy graph they built, instead of built op by op again.
+
+A user's loop calls the same composite on inputs of the same kind every time. On realized inputs the
+graph such a method builds is a function of the inputs' views, dtypes and devices (and of which
+inputs share a base), its arguments and the settings the frontend reads (IMAGE, the default
+dtypes). The first call builds it the ordinary way (validating everything) and records it: per node,
+its op, argument, dtype, device, view, forced realize, image dtype and sources. A later call with
+the same key makes the same nodes directly: one LazyBuffer each, no checks, broadcasting, dtype
+promotion or movement ops. Building costs more than the kernels of a small workload, and right after
+a kernel has streamed through memory Python runs cache-cold, at about twice its warm cost.
+
+Only graphs whose leaves are the inputs' realized bases and constants are recorded (anything else
+could change between calls); arguments must be plain values (ints, floats by their bits, bools,
+None, strings, dtypes, tuples of those), so -0.0 and 0.0 or 1 and True never share. Replayed nodes are not
+hash-consed with other live graphs: an expression built both inside and outside a replayed call is
+computed once per graph that reads it, which costs time, never correctness. `RECIPES=0` (env or
+Context) builds every graph op by op."""
+from __future__ import annotations
+import functools, struct
+from typing import Any, Callable, Optional
+from tilecraft.dtype import DType, dtypes
+from tilecraft.engine.lazy import LazyBuffer
+from tilecraft.helpers import IMAGE, getenv
+from tilecraft.ops import BufferOps
+from tilecraft.shape.symbolic import Node
+
+_MAX = 512  # recipes per method; the table is cleared when full
+
+def _arg_key(x: Any) -> Any:
+  """x as part of a key, or a TypeError when it can't be one (tensors are keyed as inputs)."""
+  t = type(x)
+  if t is int or t is bool or t is str or x is None: return (t, x)
+  if t is float: return (t, struct.pack("<d", x))
+  if t is tuple or t is list: return (t, tuple(_arg_key(y) for y in x))
+  if isinstance(x, DType): return (DType, x)
+  raise TypeError(t)
+
+class _Recipe:
+  """The nodes of a recorded graph in order, sources first. A node is (kind, ...): ("in", input) for
+  an input's base; ("view", node, st) for a view; ("op", op, arg, dtype, device, st, srcs, forced, image)
+  for an unrealized base (constants too)."""
+  __slots__ = ("nodes", "out")
+  def __init__(self, nodes: list[tuple], out: int): self.nodes, self.out = nodes, out
+
+def _record(out: Any, bases: list[Any]) -> Optional[_Recipe]:
+  """The recipe of the graph under LazyBuffer `out`, whose leaves must be `bases` (the inputs'
+  realized bases) or constants; None when it has any other leaf."""
+  index: dict[LazyBuffer, int] = {}
+  nodes: list[tuple] = []
+  slot = {b: i for i, b in reversed(list(enumerate(bases)))}
+  stack: list[tuple[LazyBuffer, bool]] = [(out, False)]
+  while stack:
+    lb, done = stack.pop()
+    if lb in index: continue
+    if done:
+      if lb._base is not None: nodes.append(("view", index[lb._base], lb.st))
+      else: nodes.append(("op", lb.op, lb.arg, lb.dtype, lb.device, lb.st, tuple(index[s] for s in lb.srcs), lb.forced_realize, lb.image))
+      index[lb] = len(nodes) - 1
+      continue
+    if lb._base is None and (i := slot.get(lb)) is not None:
+      nodes.append(("in", i))
+      index[lb] = len(nodes) - 1
+      continue
+    if not lb.st.concrete: return None  # symbolic: Variables are bound per call
+    if lb._base is None:
+      if lb.op is None or lb.buffer is not None: return None  # a realized value that isn't an input, or a base with a buffer
+      if lb.op is BufferOps.CONST and isinstance(lb.arg, Node): return None  # a Variable
+    stack.append((lb, True))
+    if lb._base is not None: stack.append((lb._base, False))
+    else: stack.extend((s, False) for s in lb.srcs)
+  return _Recipe(nodes, index[out])
+
+def _replay(r: _Recipe, bases: list[Any]) -> Any:
+  made: list[Any] = []
+  for n in r.nodes:
+    kind = n[0]
+    if kind == "view":
+      src = made[n[1]]
+      made.append(LazyBuffer(src.device, n[2], src.dtype, base=src))
+    elif kind == "op":
+      _, op, arg, dt, device, st, srcs, forced, image = n
+      lb = LazyBuffer(device, st, dt, op, arg, tuple(made[i] for i in srcs))
+      lb.forced_realize, lb.image = forced, image
+      made.append(lb)
+    else: made.append(bases[n[1]])
+  return made[r.out]
+
+def recorded(fn: Callable) -> Callable:
+  """Decorate a composite Tensor method `fn(self, *args, **kwargs)` returning one Tensor: replay its
+  graph from a recipe when the inputs (self and Tensor arguments) are realized and everything else
+  is a plain value (see the module docstring); otherwise, or the first time, call it."""
+  cache: dict[tuple, Optional[_Recipe]] = {}
+  @functools.wraps(fn)
+  def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+    if not getenv("RECIPES", 1): return fn(self, *args, **kwargs)
+    tensor = type(self)
+    inputs, parts = [self], []
+    try:
+      for a in (*args, *[kwargs[k] for k in sorted(kwargs)]):
+        if isinstance(a, tensor):
+          parts.append(("T", len(inputs)))
+          inputs.append(a)
+        else: parts.append(_arg_key(a))
+    except TypeError: return fn(self, *args, **kwargs)
+    bases, sig = [], []
+    for t in inputs:
+      lb = t.lazydata
+      b = lb._base if lb._base is not None else lb
+      if b.op is not None or b.buffer is None or not lb.st.concrete: return fn(self, *args, **kwargs)
+      sig.append((lb.st, lb.dtype, lb.device, b.st, b.buffer.dtype, b.image, next(i for i, o in enumerate(bases + [b]) if o is b)))
+      bases.append(b)
+    key = (tuple(parts), tuple(sorted(kwargs)), tuple(sig), int(IMAGE), dtypes.default_float, dtypes.default_int)
+    if (r := cache.get(key)) is not None: return tensor(_replay(r, bases))
+    forced = [b.forced_realize for b in bases]
+    out = fn(self, *args, **kwargs)
+    if key in cache or not isinstance(out, tensor) or [b.forced_realize for b in bases] != forced: return out
+    if len(cache) >= _MAX: cache.clear()
+    cache[key] = _record(out.lazydata, bases)  # (None: not recordable; the key is then never looked up again)
+    return out
+  wrapper.cache = cache  # type: ignore[attr-defined]
+  return wrapper

@@ -15,7 +15,8 @@ from tilecraft.shape.symbolic import Node, Variable, sint
 
 class LazyBuffer:
   # (slots: a user's loop makes a few dozen of these per call; a view has only the first five)
-  __slots__ = ("device", "st", "dtype", "shape", "_base", "op", "arg", "srcs", "buffer", "forced_realize", "consed_key", "image", "__weakref__")
+  __slots__ = ("device", "st", "dtype", "shape", "_base", "op", "arg", "srcs", "buffer", "forced_realize", "consed_key", "image", "replayed",
+               "__weakref__")
   def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Optional[Op] = None, arg: Any = None,
                srcs: tuple["LazyBuffer", ...] = (), base: Optional["LazyBuffer"] = None):
     self.device, self.st, self.dtype = device, st, dtype
@@ -27,6 +28,7 @@ class LazyBuffer:
       self.forced_realize = False
       self.consed_key: Optional[tuple] = None  # its key in the hash-consing table, if it is in there
       self.image: Optional[DType] = None  # an ImageDType: its buffer is that image (values: dtype), see to_image
+      self.replayed: Any = None  # (recipe, its nodes) when a frontend recipe made this base (frontend/recipes.py)
     else:
       assert base.base is base, "a view's base must be a base"
 

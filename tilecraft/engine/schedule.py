@@ -294,11 +294,15 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   if sys.getrecursionlimit() < 20000: sys.setrecursionlimit(20000)  # deep elementwise chains build recursively
   outs = [o for o in outs if not o.base.realized]
   if not outs: return []
+  rp = outs[0].base.replayed if len(outs) == 1 else None
+  if rp is not None and (hit := _replayed_walk(rp)) is not None: return hit
   order, leaves, key = _walk(outs)
   if key is not None:
     try: t = _templates.get(key)
     except TypeError: key = t = None  # an op argument that can't be part of a key
-    if t is not None: return t.instantiate(order, leaves)
+    if t is not None:
+      if rp is not None: _remember_walk(rp, order, leaves, t)
+      return t.instantiate(order, leaves)
   realizes = _decide_realizes(order, outs)
   nofuse: set[int] = set()
   for _ in range(10000):
@@ -312,6 +316,7 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
     if key is not None and (t := _Template.of(items, order, leaves)) is not None:
       if len(_templates) >= 1024: _templates.clear()
       _templates[key] = t
+      if rp is not None: _remember_walk(rp, order, leaves, t)
     return items
   raise RuntimeError("scheduler did not converge")
 
@@ -349,6 +354,29 @@ class _Template:
             for ast, pos, outs in self.items]
 
 _templates: dict[tuple, _Template] = {}
+
+# A graph a frontend recipe replayed (frontend/recipes.py) has the recorded structure, so realizing
+# its output alone walks it the same way every time: the walk's order and leaves are remembered as
+# node indices of the recipe, with the template they found, and later replays skip the walk and the
+# key. Valid while every node is as it was walked: unrealized, with the same forced realizes (the
+# only things that change a node after it is made).
+def _remember_walk(rp: tuple, order: list[LazyBuffer], leaves: list[LazyBuffer], t: _Template) -> None:
+  recipe, made = rp
+  where = {n: i for i, n in enumerate(made)}
+  if all(b in where for b in order) and all(b in where for b in leaves):
+    recipe.walk = (tuple([where[b] for b in order]), tuple([where[b] for b in leaves]), tuple([b.forced_realize for b in order]), t)
+
+def _replayed_walk(rp: tuple) -> Optional[list[ScheduleItem]]:
+  recipe, made = rp
+  if (w := recipe.walk) is None: return None
+  order_idx, leaf_idx, forced, t = w
+  order = [made[i] for i in order_idx]
+  for b, f in zip(order, forced):
+    if b.op is None or b.forced_realize is not f: return None
+  leaves = [made[i] for i in leaf_idx]
+  for b in leaves:
+    if b.op is not None or b.buffer is None: return None
+  return t.instantiate(order, leaves)
 
 _verified: dict[LazyOp, None] = {}  # kernels verify_ast accepted (a user's loop schedules the same ones every call)
 

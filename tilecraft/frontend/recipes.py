@@ -40,8 +40,10 @@ class _Recipe:
   """The nodes of a recorded graph in order, sources first. A node is (kind, ...): ("in", input) for
   an input's base; ("view", node, st) for a view; ("op", op, arg, dtype, device, st, srcs, forced, image)
   for an unrealized base (constants too)."""
-  __slots__ = ("nodes", "out")
-  def __init__(self, nodes: list[tuple], out: int): self.nodes, self.out = nodes, out
+  __slots__ = ("nodes", "out", "walk")
+  def __init__(self, nodes: list[tuple], out: int):
+    self.nodes, self.out = nodes, out
+    self.walk: Any = None  # the scheduler's walk of this graph, by node index (engine/schedule.py: _replayed_walk)
 
 def _record(out: Any, bases: list[Any]) -> Optional[_Recipe]:
   """The recipe of the graph under LazyBuffer `out`, whose leaves must be `bases` (the inputs'
@@ -84,7 +86,9 @@ def _replay(r: _Recipe, bases: list[Any]) -> Any:
       lb.forced_realize, lb.image = forced, image
       made.append(lb)
     else: made.append(bases[n[1]])
-  return made[r.out]
+  out = made[r.out]
+  if (b := out._base if out._base is not None else out).op is not None: b.replayed = (r, made)  # realizing it alone can skip the scheduler's walk
+  return out
 
 def recorded(fn: Callable) -> Callable:
   """Decorate a composite Tensor method `fn(self, *args, **kwargs)` returning one Tensor: replay its

@@ -215,9 +215,10 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     self.memo[key] = r
     return r
 
-  def vec_form(self, idx: sint, valid: sint) -> tuple[str, Any]:
+  def vec_form(self, idx: sint, valid: sint, masked: bool = False) -> tuple[str, Any]:
     """How an access varies along the vector axis: ('scalar', (idx, valid)), ('vector', (base, valid))
-    for unit stride, or ('gather', [(idx, valid)] per lane)."""
+    for unit stride, or ('gather', [(idx, valid)] per lane). `masked`: a unit-stride access whose
+    validity varies by lane is ('masked', (base, valid, the gather's lanes)) instead."""
     if self.vlane is None: return "scalar", (idx, valid)
     v = self.vlane
     in_valid = isinstance(valid, Node) and v in valid.vars()
@@ -226,11 +227,34 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     if _direct_unit_term(idx, v):
       base = idx - v
       if not in_valid: return "vector", (base, valid)
-      return "gather", [(base + i, self._at_lane(valid, i)) for i in range(self.W)]
-    per = [(self._at_lane(idx, i), self._at_lane(valid, i)) for i in range(self.W)]
-    # unit stride: lane i reads base + i for every lane (checked lane by lane, exactly)
-    if not in_valid and all(_is_zero(ix - (per[0][0] + i)) for i, (ix, _) in enumerate(per)): return "vector", (per[0][0], valid)
-    return "gather", per
+      per = [(base + i, self._at_lane(valid, i)) for i in range(self.W)]
+    else:
+      per = [(self._at_lane(idx, i), self._at_lane(valid, i)) for i in range(self.W)]
+      # unit stride: lane i reads base + i for every lane (checked lane by lane, exactly)
+      if not all(_is_zero(ix - (per[0][0] + i)) for i, (ix, _) in enumerate(per)): return "gather", per
+      base = per[0][0]
+      if not in_valid: return "vector", (base, valid)
+    return ("masked", (base, valid, per)) if masked else ("gather", per)
+
+  def masked_gate(self, valid: sint) -> Optional[UOp]:
+    """The bool-vector gate of a unit-stride access whose validity varies by lane: the lane-free
+    conjuncts (a row mask) as one scalar splat, ANDed with the lane-dependent ones evaluated per lane
+    (a column mask, the same in every iteration of the loops inside the one that sets it). None
+    where the target has no masked vector loads."""
+    if not self.ren.masked_loads: return None
+    key = ("mgate", valid)
+    if (r := self.memo.get(key)) is not None: return r
+    assert self.vlane is not None
+    parts = valid.nodes if isinstance(valid, And) else (valid,)
+    free = sym_and(*[p for p in parts if not (isinstance(p, Node) and self.vlane in p.vars())])
+    per_lane = sym_and(*[p for p in parts if isinstance(p, Node) and self.vlane in p.vars()])
+    vb, lanes = dtypes.bool.vec(self.W), [self._at_lane(per_lane, i) for i in range(self.W)]
+    if all(isinstance(m, int) for m in lanes) and len(set(lanes)) == 1: r = self.sym_bool(sym_and(free, lanes[0]))  # one gate for all lanes
+    else:
+      r = UOp(UOps.VECTORIZE, vb, tuple(self.sym_bool(m) for m in lanes))
+      if free != 1: r = UOp.alu(BinaryOps.AND, r, UOp(UOps.VECTORIZE, vb, (self.sym_bool(free),) * self.W))
+    self.memo[key] = r
+    return r
 
   def _at_lane(self, x: sint, i: int) -> sint:
     """x with the vector lane variable set to i, memoized per conjunct (lanes and loads share most of a mask)."""
@@ -347,8 +371,13 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
       if isinstance(mb.dtype, ImageDType):
         res[lane] = self.image_load_lane(buf, mb, idx, valid)
         continue
-      kind, data = self.vec_form(idx, valid)
-      if self.loop and kind == "vector": self._prefetch_next(buf, data[0])
+      kind, data = self.vec_form(idx, valid, masked=barrier is None)
+      if self.loop and kind in ("vector", "masked"): self._prefetch_next(buf, data[0])
+      if kind == "masked" and (gate := self.masked_gate(data[1])) is not None:
+        vdt = mb.dtype.vec(self.W)
+        res[lane] = UOp(UOps.LOAD, vdt, (buf, self.sym_to_uop(data[0], dtypes.int32), gate, UOp.const(vdt, 0)))
+        continue
+      if kind == "masked": kind, data = "gather", data[2]
       if kind == "scalar": res[lane] = self._load(buf, *data, mb.dtype, barrier)
       elif kind == "vector": res[lane] = self._load(buf, *data, mb.dtype.vec(self.W), barrier)
       else: res[lane] = UOp(UOps.VECTORIZE, mb.dtype.vec(self.W), tuple(self._load(buf, ix, vl, mb.dtype, barrier) for ix, vl in data))

@@ -38,6 +38,9 @@ class Renderer:
   # device's (width, height) limit in texels
   supports_images: bool = False
   image_max: tuple[int, int] = (0, 0)
+  # vector loads gated per lane (LOAD whose gate is a bool vector, alt 0): a masked-off lane is not
+  # read at all (it may lie outside the buffer) and reads 0; without them such loads are lane by lane
+  masked_loads: bool = False
   def render(self, name: str, uops: list) -> str: raise NotImplementedError(f"{type(self).__name__} cannot render")
   def settings_key(self) -> tuple:
     """The values of the settings this renderer reads at render time (so the same kernel renders

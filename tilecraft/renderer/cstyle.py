@@ -147,6 +147,10 @@ class CStyleLanguage(Renderer):
     if dt.count > 1: return f"*(({self.render_dtype(dt)}*)({buf}+{idx})) = {val};"
     return f"{buf}[{idx}] = {val};"
 
+  def render_masked_load(self, buf: str, idx: str, mask: str, dt: DType, alt: UOp) -> str:
+    """A vector load gated per lane by the bool vector `mask` (masked_loads targets; alt is 0)."""
+    raise NotImplementedError(f"{type(self).__name__} has no masked vector loads")
+
   def render_gep(self, x: str, i: int) -> str: return f"{x}[{i}]"
   def render_special(self, u: UOp) -> str: raise NotImplementedError(f"{type(self).__name__} has no thread ids")
   def render_barrier(self) -> str: raise NotImplementedError(f"{type(self).__name__} has no barriers")
@@ -286,8 +290,9 @@ class CStyleLanguage(Renderer):
         r[u] = r[src[0]]
       elif op is UOps.ACCREAD: r[u] = r[src[0]]
       elif op is UOps.LOAD:
-        val = self.render_load(r[src[0]], r[src[1]], dt, src[0].dtype, multiple_of(src[1], dt.count))
-        if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
+        if len(src) >= 4 and src[2].dtype.count > 1: val = self.render_masked_load(r[src[0]], r[src[1]], r[src[2]], dt, src[3])
+        else: val = self.render_load(r[src[0]], r[src[1]], dt, src[0].dtype, multiple_of(src[1], dt.count))
+        if len(src) >= 4 and src[2].dtype == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
         define(u, val, "val")
       elif op is UOps.PREFETCH: emit(f"__builtin_prefetch({r[src[0]]}+{r[src[1]]});")
       elif op is UOps.STORE:
@@ -337,6 +342,7 @@ class CRenderer(CStyleLanguage):
                           BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
   has_prefetch = True  # PREFETCH uops: __builtin_prefetch (a hint: never faults, whatever the address)
   vector_masks = True  # bool vectors are int vectors (int16 for 16 lanes): a vector compare's -1/0, or 0/1 lanes
+  masked_loads = True  # tc_mload_*: AVX/AVX2/AVX-512 masked loads, lane by lane elsewhere (_masked_load_helper)
   # a CPU kernel's DEFINE_LOCAL/BARRIER: TC use 3's staging of a warp held by one thread, and PACK's
   # arrays (codegen/pack.py); one thread writes and reads each, so program order is the barrier
   def render_local(self, name: str, dt: DType, size: int) -> str: return f"{self.render_dtype(dt)} {name}[{size}] __attribute__((aligned(64)));"
@@ -347,7 +353,34 @@ class CRenderer(CStyleLanguage):
       cmp = f"({srcs[0]}{_C_BINARY[op]}{srcs[1]})"  # lanes of the operands' width: convert to the bool vector's int lanes
       return cmp if src_dt.scalar().itemsize == 4 else f"__builtin_convertvector({cmp}, {self.render_dtype(dt)})"
     if op is TernaryOps.WHERE and dt.count > 1: return f"tc_where_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]}, {srcs[2]})"
+    if op in (BinaryOps.AND, BinaryOps.OR) and dt.count > 1: return f"({srcs[0]}{_C_BINARY[op]}{srcs[1]})"  # bool vectors too: lanes 0/1/-1
     return super().render_alu(op, srcs, dt, src_dt)
+  def render_masked_load(self, buf: str, idx: str, mask: str, dt: DType, alt: UOp) -> str:
+    if not (alt.op is UOps.VECTORIZE and all(s.op is UOps.CONST and s.arg == 0 for s in alt.src)):
+      raise NotImplementedError("CRenderer: a masked load's masked-off lanes read 0")
+    return f"tc_mload_{self.render_dtype(dt)}({buf}+{idx}, {mask})"
+  def _masked_load_helper(self, dt: DType) -> list[str]:
+    """tc_mload_<vt>(p, m): lane i is p[i] where m[i] != 0, else 0; a masked-off lane is never read
+    (it may lie outside the buffer). AVX-512 zero-masking loads or AVX vmaskmov where the vector is one
+    register of that ISA (the compiler's macros for CPU_ARCH pick), else lane by lane."""
+    vt, n, st, esz = self.render_dtype(dt), dt.count, self.type_names[dt.scalar()], dt.scalar().itemsize
+    reg = {16: ("_mm", "__m128i"), 32: ("_mm256", "__m256i"), 64: ("_mm512", "__m512i")}
+    out = [f"static inline {vt} tc_mload_{vt}(const {st}* p, int{n} m) {{", "  (void)p; (void)m;"]
+    kinds: list[tuple[str, str]] = []
+    if esz == 4 and dt.itemsize in reg:
+      pre, ri = reg[dt.itemsize]
+      kinds.append(("defined(__AVX512F__)" + (" && defined(__AVX512VL__)" if dt.itemsize < 64 else ""),
+                    f"return ({vt}){pre}_maskz_loadu_ps({pre}_test_epi32_mask(({ri})m, ({ri})m), p);"))
+      if dt.itemsize < 64: kinds.append(("defined(__AVX__)", f"return ({vt}){pre}_maskload_ps((const float*)p, ({ri})(m != 0));"))
+    if esz == 8 and dt.itemsize in (32, 64):
+      pre, mpre, mri = reg[dt.itemsize][0], *reg[dt.itemsize // 2]
+      kinds.append(("defined(__AVX512F__) && defined(__AVX512VL__)", f"return ({vt}){pre}_maskz_loadu_pd({mpre}_test_epi32_mask(({mri})m, ({mri})m), p);"))
+      if dt.itemsize == 32: kinds.append(("defined(__AVX2__)", f"return ({vt})_mm256_maskload_pd((const double*)p, _mm256_cvtepi32_epi64((__m128i)(m != 0)));"))
+    for i, (cond, body) in enumerate(kinds): out += [f"#{'if' if i == 0 else 'elif'} {cond}", "  " + body]
+    if kinds: out.append("#else")
+    out.append(f"  {vt} r = {{}}; for (int i = 0; i < {n}; i++) if (m[i]) r[i] = p[i]; return r;")
+    if kinds: out.append("#endif")
+    return out + ["}"]
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register of the ISA the C compiler targets (`CPU_ARCH`, default native)."""
@@ -419,6 +452,9 @@ class CRenderer(CStyleLanguage):
         lines.append(f"static inline {vt} tc_where_{vt}(int{d.count} c, {vt} a, {vt} b) {{ return tc_sel_{vt}(__builtin_convertvector(c != 0, {it}), a, b); }}")
     for d in sorted(exp2s, key=lambda d: d.count): lines += vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     for d in sorted(log2s, key=lambda d: d.count): lines += vector_log2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
+    if (mloads := {u.dtype for u in uops if u.op is UOps.LOAD and len(u.src) >= 4 and u.src[2].dtype.count > 1}):
+      lines += ["#if defined(__AVX__)", "#include <immintrin.h>", "#endif"]
+      for d in sorted(mloads, key=lambda d: (d.scalar().name, d.count)): lines += self._masked_load_helper(d)
     if (streams := {u.src[2].dtype for u in self.streaming_stores(uops)}):
       lines.insert(1, "#include <immintrin.h>")
       for d in sorted(streams, key=lambda d: (d.scalar().name, d.count)): lines += self._stream_helper(d)

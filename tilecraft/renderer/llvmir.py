@@ -102,6 +102,7 @@ class LLVMRenderer(Renderer):
   # the same vector shapes the C renderer asks the lowerer for, so both run the same algorithms
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
   vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, BinaryOps.MAX})
+  masked_loads = True  # llvm.masked.load
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register on this host (the JIT targets the host CPU)."""
@@ -260,7 +261,15 @@ class _Writer:
   def load(self, u: UOp) -> None:
     src = u.src
     if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool:
-      if src[2].dtype.count > 1: raise NotImplementedError("LLVMRenderer: a load gated per lane")
+      if src[2].dtype.count > 1:  # per lane: llvm.masked.load reads only the lanes whose mask bit is set
+        if src[2].dtype.count != u.dtype.count or u.dtype.scalar() == dtypes.bool: raise NotImplementedError(f"LLVMRenderer: a {u.dtype} load gated by {src[2].dtype}")
+        t, n = ltype(u.dtype), u.dtype.count
+        st = ltype(u.dtype.scalar())
+        name = f"llvm.masked.load.v{n}{ {'float': 'f32', 'double': 'f64', 'half': 'f16'}.get(st, st)}.p0"
+        self.decls.add(f"declare {t} @{name}(ptr, i32 immarg, <{n} x i1>, {t})")
+        p = self.address(src[0], src[1])
+        self.r[u] = self.val(f"call {t} @{name}(ptr {p}, i32 {u.dtype.scalar().itemsize}, {self.typed(src[2])}, {self.typed(src[3])})")
+        return
       # like C's g ? buf[i] : alt, the load only happens when the gate is true (i may be out of bounds otherwise)
       pre, then, join = self.block, self.new_label("ld"), self.new_label("ldjoin")
       self.emit(f"br i1 {self.r[src[2]]}, label %{then}, label %{join}")

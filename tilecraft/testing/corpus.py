@@ -386,6 +386,30 @@ def _pad_2d() -> CorpusEntry:
   return CorpusEntry("pad_2d_5x7", ast, lambda rng: {1: rand(rng, _F, (5, 7)), 2: rand(rng, _F, (7, 11))},
                      lambda x, vv: [np.pad(x[1], ((1, 1), (2, 2))) + x[2]], tags=("elementwise", "masked"))
 
+def _pad_dtypes() -> CorpusEntry:
+  """Rows padded on both sides in every vector dtype (masked vector loads): the first lanes of the
+  first row read before the buffer's start and the last lanes of the last row past its end."""
+  shape, pads = (3, 25), ((1, 1), (3, 4))  # -> (5, 32)
+  dts = [dtypes.float32, dtypes.int32, dtypes.int64, dtypes.float64]
+  ast = kernel(*[store(i, dt, ST((5, 32)), alu(BinaryOps.ADD, ld(4 + i, dt, ST(shape).pad(pads)), ld(8 + i, dt, ST((5, 32)))))
+                 for i, dt in enumerate(dts)])
+  def make(rng: np.random.Generator) -> Inputs:
+    return {**{4 + i: rand(rng, dt, shape, -50, 50) for i, dt in enumerate(dts)}, **{8 + i: rand(rng, dt, (5, 32), -50, 50) for i, dt in enumerate(dts)}}
+  return CorpusEntry("pad_dtypes_3x25", ast, make, lambda x, vv: [np.pad(x[4 + i], pads) + x[8 + i] for i in range(len(dts))],
+                     tags=("elementwise", "masked", "dtype"))
+
+def _pad_lane_pattern() -> CorpusEntry:
+  """A padded (4, 6) -> (4, 8) read as one axis of 32: the mask repeats every 8 elements (through a
+  mod), so within a vector of 8 only the middle lanes are valid; also read shifted by a pad of 3."""
+  st = ShapeTracker(ST((4, 6)).pad(((0, 0), (1, 1))).views + (View.create((32,)),))
+  st2 = st.pad(((3, 0),)).shrink(((0, 32),))
+  ast = kernel(store(0, _F, ST((32,)), alu(BinaryOps.ADD, ld(2, _F, st), ld(3, _F, ST((32,))))),
+               store(1, _F, ST((32,)), ld(2, _F, st2)))
+  def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]:
+    p = np.pad(x[2].reshape(4, 6), ((0, 0), (1, 1))).reshape(-1)
+    return [p + x[3], np.pad(p, (3, 0))[:32]]
+  return CorpusEntry("pad_lane_pattern_4x6", ast, lambda rng: {2: rand(rng, _F, (4, 6)), 3: rand(rng, _F, 32)}, ref, tags=("elementwise", "masked"))
+
 def _shrink_flip_stride() -> CorpusEntry:
   st = ST((8, 12)).shrink(((1, 7), (2, 10))).flip((0,)).stride((1, 2)).pad(((0, 1), (1, 0)))  # (7, 5)
   a = ld(1, _F, st)
@@ -568,8 +592,8 @@ def corpus(small: bool = True) -> dict[str, CorpusEntry]:
     _matmul(16, 16, 16), _matmul(7, 25, 49), _matmul(1, 49, 25), _matmul(25, 1, 7),
     _multi_output(), _multi_output_reduce(), _two_reduce(), _two_reduce_different_inputs(),
     _softmax_stats(6, 40), _softmax_stats(5, 16, special=True), _variance_rows(),
-    _pad_2d(), _shrink_flip_stride(), _pad_reduce_exp2(), _masked_flip_reduce(),
-    _conv(1, 4, 3, 8, 3, 1, 1, False), _conv(2, 2, 2, 8, 3, 2, 1, True),
+    _pad_2d(), _pad_dtypes(), _pad_lane_pattern(), _shrink_flip_stride(), _pad_reduce_exp2(), _masked_flip_reduce(),
+    _conv(1, 4, 3, 8, 3, 1, 1, False), _conv(2, 2, 2, 8, 3, 2, 1, True), _conv(1, 3, 4, 12, 3, 1, 1, False),
     _arange(25, dtypes.int32, 1), _arange(50, dtypes.float32, 2.0),
     _sym_ew(), _sym_reduce_inner(), _sym_reduce_outer(), _sym_const(),
     *[_sum_1d(n) for n in (1, 7, 25, 49, 50257)],

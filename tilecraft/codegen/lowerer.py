@@ -204,6 +204,12 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     return list(itertools.product(*[range(s) for s in sizes]))
 
   def index(self, st: ShapeTracker, lane: tuple[int, ...]) -> tuple[sint, sint]:
+    # lanes differing only along axes the buffer ignores (stride 0, not in its mask: a conv's weights
+    # along the output rows) share one index expression, computed once
+    if (fixed := self.memo.get(("fixed", st))) is None:
+      rs = st.real_strides()
+      fixed = self.memo[("fixed", st)] = tuple(i for i, a in enumerate(self.lane_axes) if rs[a] == 0 and not st.axis_is_masked(a))
+    if fixed: lane = tuple(0 if i in fixed else v for i, v in enumerate(lane))
     key = ("idx", st, lane, tuple(self.idx_vars))
     if (r := self.memo.get(key)) is not None: return r
     idxs = list(self.idx_vars)

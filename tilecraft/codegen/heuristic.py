@@ -178,19 +178,6 @@ def _cpu_third_reuse_fits(k: Any, vw: int) -> bool:
   upcast = prod(s for s, o in zip(k.full_shape[k.first_upcast:], k.output_shape[k.first_upcast:]) if s == o)
   return isinstance(upcast, int) and upcast <= 8 * vw and k.first_upcast - k.first_reduce >= 1
 
-def _cpu_unroll_window(k: Any) -> None:
-  """CPU convs, after the last reduce axis (kx) is unrolled: a short reduce axis (ky) along which an
-  input slides the same way as along an upcast output axis (it reads image row y+ky) is unrolled
-  too, so the tile's output rows share each loaded image row (4 rows, ky of 3: 6 row loads per input
-  channel instead of 12). Measured on conv 3x3 64->64 56^2: 10% faster on AVX-512, 15% on AVX2."""
-  ax = k.first_upcast - 1
-  if ax < k.first_reduce + k.group_for_reduces or not isinstance(size := k.full_shape[ax], int) or size > 4: return
-  upcast_out = [a for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] == k.output_shape[a]]
-  ins = [st.real_strides(ignore_valid=True) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
-  if not any(rs[ax] not in (0, None) and any(rs[a] == rs[ax] for a in upcast_out) for rs in ins): return
-  if prod(k.full_shape[k.first_upcast:]) * size <= 4096:
-    _try(k, Opt(OptOps.UNROLL, ax - k.first_reduce, 0), f"sliding window: unroll the short reduce axis {ax} too, so the tile's rows share each input row")
-
 def _cpu_matvec(k: Any, vw: int) -> bool:
   """CPU matrix-vector: each row's dot product runs on vector accumulators along the contiguous
   reduce, and 8 rows share each load of the vector: one pass over the matrix, 8 independent
@@ -272,7 +259,7 @@ def hand_coded_optimizations(k: Any) -> Any:
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
     contiguous = any(st.real_strides()[ax] == 1 for st in ins)
     if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= (256 if gpu or size > 4 else 1024) and (k.upcasted == 0 or size <= 4):
-      if _try(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully") and not gpu: _cpu_unroll_window(k)
+      _try(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully")
     elif not contiguous and not gpu and k.first_reduce > 0 and k.sts[0].real_strides()[k.first_reduce - 1] == 1:
       pass  # column-style reduce: more output lanes per row visit beat unrolling the rows (below)
     else:

@@ -15,9 +15,7 @@ def vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
   2^n built in the exponent bits of two factors (exact into subnormals and up to inf). NaN stays NaN
   (it passes the clamps and every step after them). About 25 vector instructions."""
   if scalar != dtypes.float32: return _vector_lanewise(vt, "exp2", scalar)
-  c = EXP2_POLY
-  poly = f"{c[6]!r}f"
-  for k in range(5, -1, -1): poly = f"({poly}*f+{c[k]!r}f)"
+  poly = _horner(EXP2_POLY, "f")
   return [f"static inline {vt} tc_exp2_{vt}({vt} x) {{",
           f"  {vt} zero = ({vt}){{}};",
           f"  {vt} xc = tc_sel_{vt}(x < -150.0f, zero - 150.0f, tc_sel_{vt}(x > 129.0f, zero + 129.0f, x));",
@@ -29,14 +27,18 @@ def vector_exp2(vt: str, it: str, scalar: DType) -> list[str]:
           f"  return (p * ({vt})((n1 + 127) << 23)) * ({vt})((n2 + 127) << 23);",
           "}"]
 
+def _horner(coeffs: list, var: str) -> str:
+  """The C expression of sum(coeffs[k] * var^k) in Horner form, float32 literals."""
+  poly = f"{coeffs[-1]!r}f"
+  for c in reversed(coeffs[:-1]): poly = f"({poly}*{var}+{c!r}f)"
+  return poly
+
 def vector_log2(vt: str, it: str, scalar: DType) -> list[str]:
   """log2 on a whole vector without library calls: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
   log2(m) = 2/ln(2) * atanh(t), t = (m-1)/(m+1), |t| <= 0.172, by its odd series to t^9 (error
   below float32 rounding). Subnormals are scaled up first; 0 -> -inf, x < 0 -> NaN, inf and NaN stay."""
   if scalar != dtypes.float32: return _vector_lanewise(vt, "log2", scalar)
-  c = [2 / math.log(2) / k for k in (1, 3, 5, 7, 9)]
-  poly = f"{c[4]!r}f"
-  for k in range(3, -1, -1): poly = f"({poly}*t2+{c[k]!r}f)"
+  poly = _horner([2 / math.log(2) / k for k in (1, 3, 5, 7, 9)], "t2")
   return [f"static inline {vt} tc_log2_{vt}({vt} x) {{",
           f"  {vt} zero = ({vt}){{}};",
           f"  {it} sub = x < 1.17549435e-38f;",

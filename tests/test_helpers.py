@@ -55,3 +55,35 @@ def test_realize_follows_settings_changed_between_calls(monkeypatch: pytest.Monk
   assert opts() == hand
   with Context(NOOPT=1): assert opts() == ()
   assert opts() == hand
+
+def test_settings_memo_recomputes_when_a_setting_it_read_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+  """settings_memo records the settings its function reads (nested memos' too) and computes again after
+  any Context enter/exit or a change of one of those variables; other variables don't matter."""
+  from tilecraft.helpers import settings_memo
+  calls: list[str] = []
+  @settings_memo
+  def inner() -> int:
+    calls.append("inner")
+    return getenv("TC_MEMO_B", 0)
+  @settings_memo
+  def outer(k: int) -> tuple:
+    calls.append("outer")
+    return (k, getenv("TC_MEMO_A", 0), inner())
+  for v in ("TC_MEMO_A", "TC_MEMO_B"): monkeypatch.delenv(v, raising=False)
+  assert inner() == 0 and calls == ["inner"]  # inner is cached before outer first reads it
+  assert outer(1) == (1, 0, 0) and outer(1) == (1, 0, 0) and calls == ["inner", "outer"]
+  monkeypatch.setenv("TC_UNRELATED", "1")
+  assert outer(1) == (1, 0, 0) and len(calls) == 2
+  monkeypatch.setenv("TC_MEMO_B", "5")  # read by inner only, but outer depends on it through inner's cached value
+  assert outer(1) == (1, 0, 5) and calls[2:] == ["outer", "inner"]
+  assert outer(2) == (2, 0, 5) and calls[4:] == ["outer"]  # arguments are part of the key
+  monkeypatch.setenv("TC_MEMO_A", "3")
+  assert outer(1) == (1, 3, 5)
+  with Context(TC_MEMO_A=7): assert outer(1) == (1, 7, 5)
+  assert outer(1) == (1, 3, 5)
+  with Context(SOMETHING_ELSE=1): assert outer(1) == (1, 3, 5)  # (computed again: any Context change counts)
+  monkeypatch.setenv("TC_MEMO_A", "x")
+  for _ in range(2):
+    with pytest.raises(SettingError): outer(1)  # failures are not cached
+  monkeypatch.delenv("TC_MEMO_A")
+  assert outer(1) == (1, 0, 5)

@@ -1,11 +1,11 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, bisect, functools, hashlib, importlib, os, re, subprocess, tempfile, warnings
+import atexit, bisect, hashlib, importlib, os, re, subprocess, tempfile, warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
-from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv, prod
+from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv, prod, settings_memo
 
 if TYPE_CHECKING:
   from tilecraft.dtype import DType
@@ -203,15 +203,10 @@ class Allocator:
   def copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError
 
+@settings_memo  # (every free asks for the bound)
 def alloc_cache_bytes() -> int:
   """The caching allocator's bound: `ALLOC_CACHE_MB` (default 512; 0 turns the cache off)."""
   val = getenv("ALLOC_CACHE_MB", "512")
-  try: hash(val)
-  except TypeError: raise ValueError(f"ALLOC_CACHE_MB must be a number of megabytes >= 0, got {val!r}") from None
-  return _mb_to_bytes(val)
-
-@functools.lru_cache(maxsize=16)
-def _mb_to_bytes(val: Any) -> int:  # (every free asks for the bound)
   try: mb = float(val)
   except (TypeError, ValueError): mb = -1.0
   if not 0 <= mb < float("inf"): raise ValueError(f"ALLOC_CACHE_MB must be a number of megabytes >= 0, got {val!r}")
@@ -260,7 +255,7 @@ class CachingAllocator(Allocator):
     """Park `opaque` (of `nbytes` bytes) for reuse, or free it when it can't be pooled (unknown or
     zero size, bigger than the cap)."""
     if id(opaque) in self._pooled: raise RuntimeError(f"allocator {self.name}: {opaque!r} freed twice")
-    cap = self.cap_bytes
+    cap = self._cap if self._cap is not None else alloc_cache_bytes()
     if nbytes <= 0 or nbytes > cap:
       self.raw.free(opaque)
       return
@@ -309,11 +304,10 @@ class Buffer:
   def __init__(self, device: str, size: int, dtype: DType):
     if not isinstance(size, (int, np.integer)) or size < 0: raise ValueError(f"Buffer size must be an int >= 0, got {size!r}")
     self.device, self.size, self.dtype = device if device in DEVICES else Device.canonicalize(device), int(size), dtype
-  @property
-  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+    self.nbytes: int = self.size * dtype.itemsize
   def is_allocated(self) -> bool: return hasattr(self, "_buf")
   def allocate(self) -> Buffer:
-    if not self.is_allocated():
+    if not hasattr(self, "_buf"):
       self.allocator = Device[self.device].allocator
       if isinstance(self.dtype, ImageDType):
         if self.size != prod(self.dtype.shape): raise ValueError(f"an image Buffer of {self.dtype!r} holds {prod(self.dtype.shape)} elements, not {self.size}")
@@ -349,7 +343,7 @@ class Buffer:
     return out
   def __del__(self) -> None:
     if hasattr(self, "_buf"):
-      try: self.allocator.free(self._buf, self.nbytes, image=self.dtype if isinstance(self.dtype, ImageDType) else None)
+      try: self.allocator.free(self._buf, self.nbytes, self.dtype if isinstance(self.dtype, ImageDType) else None)
       except Exception: pass  # interpreter shutdown
   def __repr__(self) -> str:
     return f"<Buffer {self.device} size={self.size} dtype={self.dtype.name}{'' if self.is_allocated() else ' (unallocated)'}>"
@@ -490,4 +484,19 @@ class CompiledRunner:
       vals, (gs, ls) = (), self._dims
       global_size, local_size = (None if gs is None else list(gs)), (None if ls is None else list(ls))  # copies: a runtime may edit them
     return [b._buf for b in bufs], {"global_size": global_size, "local_size": local_size, "vals": vals}
+  def launcher(self) -> Any:
+    """What launches this program on memory handles (`Buffer._buf`s, in its buffer order) with
+    `.launch(*handles)`, without waiting, timing or checks: for launches checked once (a kernel without
+    Variables, on buffers of the devices and sizes it was checked with). The runtime's program itself
+    where it has such a `launch`, else an adapter to its call."""
+    if self.p.vars: raise ValueError(f"kernel {self.p.name} takes Variables: its launches need var_vals")
+    return self.clprg if hasattr(self.clprg, "launch") else _Launch(self.clprg, *self._dims)  # type: ignore[misc]
   def __repr__(self) -> str: return f"<CompiledRunner {self.p.name} on {self.dname}>"
+
+class _Launch:
+  """A program's call, as `launch(*handles)`: no Variables, fixed launch dims (copied per launch: a runtime may edit them)."""
+  __slots__ = ("prg", "gs", "ls")
+  def __init__(self, prg: Any, gs: Any, ls: Any): self.prg, self.gs, self.ls = prg, gs, ls
+  def launch(self, *handles: Any) -> None:
+    gs, ls = self.gs, self.ls
+    self.prg(*handles, global_size=None if gs is None else list(gs), local_size=None if ls is None else list(ls), vals=(), wait=False)

@@ -32,17 +32,16 @@ _env_encode: Any = getattr(os.environ, "encodekey", None)
 _env_keys: dict[str, Any] = {}  # setting name -> its key in _env_data
 _parsed: dict[tuple, Any] = {}  # (raw value, type of the default) -> the parsed value
 
-def _raw_env(name: str) -> Any:
-  """The variable's raw value (bytes on POSIX, str on Windows), or None when it is unset."""
-  if _env_data is None or _env_encode is None: return os.environ.get(name)
-  if (k := _env_keys.get(name)) is None: k = _env_keys[name] = _env_encode(name)
-  return _env_data.get(k)
-
 def getenv(name: str, default: Any = 0) -> Any:
   """The current value of a setting: the innermost Context override, else the env var, else default.
   A value that isn't of the default's type raises SettingError naming the variable."""
+  if _recording:
+    for names in _recording: names.add(name)
   if (o := _overrides.get(name)): return o[-1]
-  raw = _raw_env(name)
+  if _env_data is None or _env_encode is None: raw = os.environ.get(name)
+  else:
+    if (k := _env_keys.get(name)) is None: k = _env_keys[name] = _env_encode(name)
+    raw = _env_data.get(k)  # the raw value (bytes on POSIX, str on Windows), None when unset
   if raw is None: return default
   kind = type(default)
   if (hit := _parsed.get((raw, kind))) is not None: return hit
@@ -56,14 +55,59 @@ def getenv(name: str, default: Any = 0) -> Any:
   _parsed[(raw, kind)] = ret
   return ret
 
+_generation = 0  # bumped whenever a Context is entered or left (what settings_memo checks for overrides)
+
 class Context(contextlib.ContextDecorator):
   """`with Context(DEBUG=2, BEAM=0): ...` overrides settings for the block (API)."""
   def __init__(self, **settings: Any): self.settings = settings
   def __enter__(self) -> "Context":
+    global _generation
     for k, v in self.settings.items(): _overrides.setdefault(k, []).append(v)
+    _generation += 1
     return self
   def __exit__(self, *exc: Any) -> None:
+    global _generation
     for k in self.settings: _overrides[k].pop()
+    _generation += 1
+
+# ---- values computed from settings ---------------------------------------------------------------
+# Some values are computed from several settings on every realize (which runner a device uses: its
+# opts settings, compiler flags, renderer settings). settings_memo computes one once and keeps it while
+# no setting it read changed. Which settings it read is recorded as it computes (every getenv call
+# meanwhile), so it needn't be told; the value is computed again when a Context was entered or left
+# since, or when the environment value of any of those settings differs. (The function must depend
+# only on settings and its arguments: arguments are part of the key, by equality.)
+_recording: list[set[str]] = []  # the names read by the memos computing now (getenv adds to each)
+
+
+def settings_memo(fn: Any) -> Any:
+  """Decorate fn(*args) -> value: cached per args until a setting it read changes (see above)."""
+  memo: dict[tuple, tuple] = {}  # args -> (Context generation, names read, their env keys, the env values, value)
+  @functools.wraps(fn)
+  def get(*args: Any) -> Any:
+    if (hit := memo.get(args)) is not None and hit[0] == _generation and tuple(map(_env_get, hit[2])) == hit[3]:
+      if _recording:  # an outer memo computing now depends on these too
+        for names in _recording: names.update(hit[1])
+      return hit[4]
+    gen, names = _generation, set()
+    _recording.append(names)
+    try: val = fn(*args)
+    finally: del _recording[next(i for i, x in enumerate(_recording) if x is names)]  # (by identity: equal sets are others')
+    for outer in _recording: outer.update(names)
+    keys = tuple(_env_key(n) for n in sorted(names))
+    if len(memo) >= 256: memo.clear()
+    memo[args] = (gen, frozenset(names), keys, tuple(map(_env_get, keys)), val)
+    return val
+  get.memo = memo  # type: ignore[attr-defined]
+  return get
+
+_env_get: Any = _env_data.get if _env_data is not None and _env_encode is not None else os.environ.get  # a key's raw value
+
+def _env_key(name: str) -> Any:
+  """name as a key of _env_get."""
+  if _env_data is None or _env_encode is None: return name
+  if (k := _env_keys.get(name)) is None: k = _env_keys[name] = _env_encode(name)
+  return k
 
 class _Setting:
   """A named setting that reads like an int: `if DEBUG >= 2:`."""

@@ -11,7 +11,7 @@ import numpy as np
 from tilecraft.device import Buffer, Device, DeviceUnavailable
 from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tilecraft.engine.lazy import LazyBuffer, hash_consed, source_key
-from tilecraft.engine.realize import run_schedule
+from tilecraft.engine.realize import realize_lazy
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
 from tilecraft.frontend.compare import ComparisonOps
 from tilecraft.frontend.cumsum import cumsum_rows
@@ -196,8 +196,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     """The kernels that compute this tensor (and others) (API)."""
     return create_schedule([t.lazydata for t in (self,) + others])
   def realize(self, *others: "Tensor") -> "Tensor":
-    sched = self.schedule(*others)
-    run_schedule(sched)
+    realize_lazy([t.lazydata for t in (self,) + others])
     return self
   def numpy(self) -> np.ndarray:
     shape = self._concrete_shape("numpy()")

@@ -3,7 +3,7 @@ marks outputs realized at the end; a kernel that fails leaves the items before i
 from __future__ import annotations
 import numpy as np
 import pytest
-from tilecraft import Tensor
+from tilecraft import Context, Tensor
 from tilecraft.engine.realize import get_runner, run_schedule
 
 def test_a_failing_kernel_leaves_the_earlier_ones_realized(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,3 +28,116 @@ def test_a_runner_compiled_at_its_turn(rng: np.random.Generator) -> None:
   out = (Tensor(x) * 3.25).softmax(-1)  # a scale no other test uses: new kernels
   e = np.exp(x * 3.25 - (x * 3.25).max(-1, keepdims=True))
   np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+# ---- replayed graphs run their template's plan (engine/realize.py: _Plan) ---------------------------
+
+def _launched(monkeypatch: pytest.MonkeyPatch) -> list:
+  """The CPU programs launched from now on (by run_schedule or a plan), in order."""
+  from tilecraft.runtime.cpu import CPUProgram
+  seen: list = []
+  call, launch = CPUProgram.__call__, CPUProgram.launch
+  monkeypatch.setattr(CPUProgram, "__call__", lambda self, *a, **kw: seen.append(self) or call(self, *a, **kw))
+  monkeypatch.setattr(CPUProgram, "launch", lambda self, *a: seen.append(self) or launch(self, *a))
+  return seen
+
+def _np_layernorm(x: np.ndarray) -> np.ndarray:
+  xc = x - x.mean(-1, keepdims=True)
+  return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
+
+def _plans_of(t: Tensor) -> dict:
+  from tilecraft.engine.schedule import replayed_walk
+  hit = replayed_walk(t.lazydata.base)
+  assert hit is not None, "not a replayed graph with a remembered walk"
+  return hit[0].plans
+
+def test_a_replayed_graph_runs_its_plan_on_fresh_memory_every_call(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+  """Each call gets its own output buffer (results the user holds are never overwritten) and the right
+  values for its own inputs, whichever buffers the pool hands back."""
+  from tilecraft.engine import realize as R
+  xs = [rng.standard_normal((6, 40)).astype(np.float32) * (i + 1) for i in range(6)]
+  ts = [Tensor(x).realize() for x in xs]
+  for t in ts[:3]: t.layernorm(-1).realize()  # recorded, walked, planned
+  assert _plans_of(ts[0].layernorm(-1))
+  seen = _launched(monkeypatch)
+  n = R.kernel_count
+  held, values = [], []
+  for i in range(12):
+    out = ts[i % len(ts)].layernorm(-1).realize()
+    got = out.numpy()
+    np.testing.assert_allclose(got, _np_layernorm(xs[i % len(xs)]), rtol=1e-5, atol=1e-5)
+    if i % 2 == 0: held.append(out); values.append(got)  # kept alive: their memory isn't the pool's
+  assert R.kernel_count - n == 12 * 2 and len(seen) == 12 * 2
+  for out, v in zip(held, values): np.testing.assert_array_equal(out.numpy(), v)
+  assert len({id(o.lazydata.base.buffer._buf) for o in held}) == len(held)
+
+def test_a_plan_follows_the_settings(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+  """The programs a replayed graph launches are the runners get_runner gives under the settings of the
+  moment: a Context or an environment change between calls picks (or makes) another plan."""
+  from tilecraft.engine.realize import get_runner
+  x = rng.standard_normal((5, 24)).astype(np.float32)
+  t = Tensor(x).realize()
+  monkeypatch.delenv("NOOPT", raising=False)
+  def run() -> list:
+    sched = t.layernorm(-1).schedule()
+    with pytest.MonkeyPatch.context() as mp:
+      seen = _launched(mp)
+      out = t.layernorm(-1).realize()
+    np.testing.assert_allclose(out.numpy(), _np_layernorm(x), rtol=1e-5, atol=1e-5)
+    want = [get_runner(si.ast, si.bufs[0].device).clprg for si in sched]
+    assert seen == want
+    return seen
+  for _ in range(3): hand = run()
+  with Context(NOOPT=1):
+    for _ in range(3): noopt = run()
+  assert noopt != hand
+  assert run() == hand
+  monkeypatch.setenv("NOOPT", "1")
+  assert run() == noopt
+  monkeypatch.delenv("NOOPT")
+  assert run() == hand
+  assert len(_plans_of(t.layernorm(-1))) >= 2
+
+def test_a_plan_allocates_an_unallocated_input(rng: np.random.Generator) -> None:
+  """A realized input without memory yet (Tensor.empty) gets it before the kernels read it."""
+  t = Tensor(rng.standard_normal((4, 8)).astype(np.float32)).realize()
+  for _ in range(3): t.softmax(-1).realize()
+  e = Tensor.empty(4, 8)
+  assert not e.lazydata.base.buffer.is_allocated()
+  out = e.softmax(-1).realize()
+  assert e.lazydata.base.buffer.is_allocated() and out.numpy().shape == (4, 8)
+
+def test_a_failing_launch_in_a_plan_leaves_the_output_unrealized(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+  from tilecraft.runtime.cpu import CPUProgram
+  x = rng.standard_normal((6, 20)).astype(np.float32)
+  t = Tensor(x).realize()
+  for _ in range(3): t.layernorm(-1).realize()
+  out = t.layernorm(-1)
+  launch, calls = CPUProgram.launch, []
+  def second_fails(self: CPUProgram, *bufs: object) -> None:
+    calls.append(self)
+    if len(calls) == 2: raise RuntimeError("launch failed")
+    launch(self, *bufs)
+  monkeypatch.setattr(CPUProgram, "launch", second_fails)
+  with pytest.raises(RuntimeError, match="launch failed"): out.realize()
+  assert not out.lazydata.base.realized
+  monkeypatch.undo()
+  np.testing.assert_allclose(out.numpy(), _np_layernorm(x), rtol=1e-5, atol=1e-5)
+
+def test_debug_2_times_a_replayed_graphs_kernels(rng: np.random.Generator, capsys: pytest.CaptureFixture) -> None:
+  t = Tensor(rng.standard_normal((3, 16)).astype(np.float32)).realize()
+  for _ in range(3): t.softmax(-1).realize()
+  capsys.readouterr()
+  with Context(DEBUG=2): t.softmax(-1).realize()
+  assert capsys.readouterr().out.count("***") == 2
+
+@pytest.mark.parametrize("device", ["OPENCL", "LLVM"])
+def test_a_plan_on_another_runtime(device: str, rng: np.random.Generator) -> None:
+  """Runtimes without a launch(*handles) of their own run through CompiledRunner.launcher's adapter."""
+  from tilecraft import Device
+  if device not in Device.available(): pytest.skip(f"{device} is not available here")
+  xs = [rng.standard_normal((4, 12)).astype(np.float32) for _ in range(5)]
+  for x in xs:
+    out = Tensor(x, device=device).realize().layernorm(-1).realize()
+    assert out.device == device
+    np.testing.assert_allclose(out.numpy(), _np_layernorm(x), rtol=1e-5, atol=1e-5)
+  assert _plans_of(Tensor(xs[0], device=device).realize().layernorm(-1))

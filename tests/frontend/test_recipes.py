@@ -88,3 +88,25 @@ def test_a_recipe_keeps_no_buffers_alive(rng: np.random.Generator) -> None:
   del out
   gc.collect()
   assert ref() is None
+
+@pytest.mark.parametrize("name,make,call", CASES, ids=[c[0] for c in CASES])
+def test_a_replayed_result_frees_its_memory_when_dropped(name: str, make: Callable, call: Callable, rng: np.random.Generator) -> None:
+  """No reference cycle keeps a replayed graph alive: dropping the result frees its buffers at once (to
+  the caching allocator, for the next call to reuse), not at the next garbage collection."""
+  import gc, weakref
+  ins = [_real(a) for a in make(rng)]
+  for _ in range(3): call(*ins).realize()
+  gc.collect()
+  gc.disable()
+  try:
+    out = call(*ins)
+    base = weakref.ref(out.lazydata.base)
+    out.realize()
+    buf = weakref.ref(out.lazydata.base.buffer)
+    del out
+    assert base() is None and buf() is None
+    out = call(*ins)  # dropped unrealized
+    base = weakref.ref(out.lazydata.base)
+    del out
+    assert base() is None
+  finally: gc.enable()

@@ -42,6 +42,21 @@ def test_static_kernel(rng):
   np.testing.assert_allclose(out.numpy(), x * 2.5)
   assert runner([out, fbuf(x)], wait=False) is None
 
+def test_launch_takes_buffers_as_pointers(rng):
+  """CPUProgram.launch (what a plan calls): the CPUBuffers themselves, converted by ctypes; same result as a call."""
+  runner = CompiledRunner(Program("scale", SCALE, "CPU", globals=[0, 1], outs=[0]))
+  x = rng.standard_normal(100)
+  out, inp = Buffer("CPU", 100, dtypes.float64).allocate(), fbuf(x)
+  prg = runner.launcher()
+  assert prg is runner.clprg
+  assert prg.launch(out._buf, inp._buf) is None
+  np.testing.assert_allclose(out.numpy(), x * 2.5)
+  runner([out, fbuf(np.zeros(100))])  # the untyped call still works after the typed one
+  np.testing.assert_array_equal(out.numpy(), np.zeros(100))
+  from tilecraft.shape.symbolic import Variable
+  vadd = CompiledRunner(Program("vadd", VADD, "CPU", globals=[0, 1, 2], outs=[0], vars=[Variable("n", 1, 100)]))
+  with pytest.raises(ValueError, match="Variables"): vadd.launcher()
+
 def test_symbolic_vadd(rng):
   sym = pytest.importorskip("tilecraft.shape.symbolic")
   n = sym.Variable("n", 1, 1 << 20)

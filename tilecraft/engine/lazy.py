@@ -18,9 +18,9 @@ class LazyBuffer:
   __slots__ = ("device", "st", "dtype", "shape", "_base", "op", "arg", "srcs", "buffer", "forced_realize", "consed_key", "image", "replayed",
                "__weakref__")
   def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Optional[Op] = None, arg: Any = None,
-               srcs: tuple["LazyBuffer", ...] = (), base: Optional["LazyBuffer"] = None):
+               srcs: tuple["LazyBuffer", ...] = (), base: Optional["LazyBuffer"] = None, shape: Optional[tuple[sint, ...]] = None):
     self.device, self.st, self.dtype = device, st, dtype
-    self.shape: tuple[sint, ...] = st.shape
+    self.shape: tuple[sint, ...] = st.views[-1].shape if shape is None else shape  # (shape: st.shape, when the caller knows it)
     self._base = base
     if base is None:
       self.op, self.arg, self.srcs = op, arg, srcs
@@ -30,7 +30,7 @@ class LazyBuffer:
       self.image: Optional[DType] = None  # an ImageDType: its buffer is that image (values: dtype), see to_image
       self.replayed: Any = None  # (recipe, its nodes) when a frontend recipe made this base (frontend/recipes.py)
     else:
-      assert base.base is base, "a view's base must be a base"
+      assert base._base is None, "a view's base must be a base"
 
   @property
   def base(self) -> "LazyBuffer": return self._base if self._base is not None else self
@@ -43,10 +43,10 @@ class LazyBuffer:
   def mark_realized(self) -> None:
     """Its kernel ran: from now on the value is the data in its buffer, which later schedules read
     instead of recomputing it. It leaves the hash-consing table (its sources are dropped)."""
-    b = self.base
-    if b.op is None or b.op is BufferOps.CONST or b.buffer is None or not b.buffer.is_allocated(): return
+    b = self._base if self._base is not None else self
+    if b.op is None or b.op is BufferOps.CONST or b.buffer is None or not hasattr(b.buffer, "_buf"): return  # (not allocated)
     if (key := b.consed_key) is not None and (r := _consed.get(key)) is not None and r() is b: del _consed[key]
-    b.op, b.arg, b.srcs = None, None, ()
+    b.op, b.arg, b.srcs, b.replayed = None, None, (), None
   def __repr__(self) -> str:
     b = self.base
     what = "realized" if b.op is None else (b.op.name if hasattr(b.op, "name") else str(b.op))

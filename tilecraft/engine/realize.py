@@ -5,7 +5,8 @@ import atexit, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
-from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv
+from tilecraft.engine.schedule import create_schedule, replayed_walk
+from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
@@ -30,8 +31,12 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
 
 def _settings(device: str) -> tuple:
   """What besides the AST picks a device's runner: the renderer (the PYTHON device's follows EMULATE),
-  the settings that choose the kernel's opts, and the compiler's flags (CPU_ARCH's -march changes them too)."""
-  dev = Device[device]
+  the settings that choose the kernel's opts, and the compiler's flags (CPU_ARCH's -march changes them too).
+  Computed again only when one of the settings it reads changes (helpers.settings_memo)."""
+  return _device_settings(device, Device[device])
+
+@settings_memo
+def _device_settings(device: str, dev: Any) -> tuple:
   return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(dev.compiler, "flags", ()), dev.renderer.settings_key()))
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, settings: Optional[tuple] = None) -> CompiledRunner:
@@ -53,6 +58,82 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
   if len(_runners_by_ast) >= 4096: _runners_by_ast.clear()
   _runners_by_ast[(ast, *settings)] = r
   return r
+
+# ---- replayed graphs: a template bound to its runners ---------------------------------------------
+# A user's loop realizes the same composite (a frontend recipe's graph) on every call. Once its
+# schedule template ran under some runner settings, its runners are loaded and its launches checked:
+# a _Plan keeps, per kernel, the runner's launcher and where its memory handles come from, and each
+# buffer to make (device, size, dtype). A later realize of the replayed graph under the same settings
+# is then: make and allocate the buffers (from the caching allocator), launch, mark the outputs
+# realized. The template fixes the graph's structure (every op, view, dtype, device, forced realize,
+# input kind: engine/schedule.py), so what was checked holds for every graph it describes; the
+# settings key (helpers.settings_memo) picks another plan when opts, compiler or renderer settings
+# change. DEBUG>=2 (per-kernel timings) takes run_schedule.
+
+class _Plan:
+  __slots__ = ("leaves", "fresh", "launches")
+  def __init__(self, leaves: tuple, fresh: tuple, launches: tuple):
+    self.leaves = leaves      # which leaves the kernels read (indices into the walk's leaves): handles 0..
+    self.fresh = fresh        # (order position, device, size, dtype) of each buffer to make: the next handles
+    self.launches = launches  # per kernel: (its launcher (CompiledRunner.launcher), handle indices in its buffer order, its outputs' order positions)
+
+  @staticmethod
+  def of(t: Any, settings: tuple, order: list, leaves: list) -> Optional["_Plan"]:
+    """The plan of template t under settings, or None while one of its runners isn't loaded."""
+    from tilecraft.engine.schedule import _buf_dtype
+    slot: dict[int, int] = {}
+    leaf_pos = sorted({p for _, pos, _ in t.items for p in pos if p < 0}, reverse=True)
+    for p in leaf_pos: slot[p] = len(slot)
+    fresh = []
+    for p in sorted({p for _, pos, _ in t.items for p in pos if p >= 0}):
+      b = order[p]
+      if not all(isinstance(x, int) for x in b.shape): return None
+      slot[p] = len(slot)
+      fresh.append((p, b.device, prod(b.shape), _buf_dtype(b)))
+    launches = []
+    for ast, pos, outs in t.items:
+      if ast.op is not MetaOps.KERNEL or (r := _runners_by_ast.get((ast, *settings))) is None or r.p.vars: return None
+      if r.p.globals and len(pos) != len(r.p.globals): return None
+      launches.append((r.launcher(), tuple([slot[p] for p in pos]), outs))
+    return _Plan(tuple([~p for p in leaf_pos]), tuple(fresh), tuple(launches))
+
+  def run(self, order: list, leaves: list) -> None:
+    global kernel_count
+    handles = []
+    for j in self.leaves:
+      buf = leaves[j].buffer
+      if not hasattr(buf, "_buf"): buf.allocate()
+      handles.append(buf._buf)
+    for p, device, size, dtype in self.fresh:
+      b = order[p]
+      if (buf := b.buffer) is None: buf = b.buffer = Buffer(device, size, dtype)
+      if not hasattr(buf, "_buf"): buf.allocate()
+      handles.append(buf._buf)
+    done = 0
+    try:
+      for prg, idx, _ in self.launches:
+        prg.launch(*[handles[i] for i in idx])
+        done += 1
+    finally:
+      kernel_count += done
+      for _, _, outs in self.launches[:done]:
+        for o in outs: order[o].mark_realized()
+
+def realize_lazy(outs: list) -> None:
+  """Compute the LazyBuffers outs: their schedule, run (what Tensor.realize does). A replayed graph
+  whose template ran before under the current settings runs its _Plan."""
+  if len(outs) == 1 and (b := outs[0] if outs[0]._base is None else outs[0]._base).replayed is not None and (hit := replayed_walk(b)) is not None:
+    t, order, leaves = hit
+    if int(getenv("DEBUG", 0)) < 2:
+      s = _settings(order[-1].device)
+      if (plan := t.plans.get(s)) is not None: return plan.run(order, leaves)
+      run_schedule(t.instantiate(order, leaves))
+      if (plan := _Plan.of(t, s, order, leaves)) is not None:
+        if len(t.plans) >= 8: t.plans.clear()
+        t.plans[s] = plan
+      return
+    return run_schedule(t.instantiate(order, leaves))
+  run_schedule(create_schedule(outs))
 
 @atexit.register
 def _report_count() -> None:

@@ -295,13 +295,13 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   outs = [o for o in outs if not o.base.realized]
   if not outs: return []
   rp = outs[0].base.replayed if len(outs) == 1 else None
-  if rp is not None and (hit := _replayed_walk(rp)) is not None: return hit
+  if rp is not None and (hit := replayed_walk(outs[0].base)) is not None: return hit[0].instantiate(hit[1], hit[2])
   order, leaves, key = _walk(outs)
   if key is not None:
     try: t = _templates.get(key)
     except TypeError: key = t = None  # an op argument that can't be part of a key
     if t is not None:
-      if rp is not None: _remember_walk(rp, order, leaves, t)
+      if rp is not None: _remember_walk(rp, outs[0].base, order, leaves, t)
       return t.instantiate(order, leaves)
   realizes = _decide_realizes(order, outs)
   nofuse: set[int] = set()
@@ -316,7 +316,7 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
     if key is not None and (t := _Template.of(items, order, leaves)) is not None:
       if len(_templates) >= 1024: _templates.clear()
       _templates[key] = t
-      if rp is not None: _remember_walk(rp, order, leaves, t)
+      if rp is not None: _remember_walk(rp, outs[0].base, order, leaves, t)
     return items
   raise RuntimeError("scheduler did not converge")
 
@@ -335,6 +335,8 @@ _CACHEABLE = ELEMENTWISE_OPS | set(ReduceOps) | {BufferOps.CONST}
 class _Template:
   # per item: its AST, where its buffers come from (>= 0: that node of the order; < 0: leaf ~p), its output nodes
   items: tuple[tuple[LazyOp, tuple[int, ...], tuple[int, ...]], ...]
+  # the template bound to loaded runners, per runner settings (engine/realize.py: _Plan), once it ran under them
+  plans: dict = field(default_factory=dict, compare=False, repr=False)
   @staticmethod
   def of(items: list[ScheduleItem], order: list[LazyBuffer], leaves: list[LazyBuffer]) -> Optional["_Template"]:
     """The template of a schedule just built for (order, leaves), or None if it can't be one."""
@@ -359,24 +361,30 @@ _templates: dict[tuple, _Template] = {}
 # its output alone walks it the same way every time: the walk's order and leaves are remembered as
 # node indices of the recipe, with the template they found, and later replays skip the walk and the
 # key. Valid while every node is as it was walked: unrealized, with the same forced realizes (the
-# only things that change a node after it is made).
-def _remember_walk(rp: tuple, order: list[LazyBuffer], leaves: list[LazyBuffer], t: _Template) -> None:
+# only things that change a node after it is made). The replayed nodes leave out the output's base
+# (and its view), which is the walk's last node.
+def _remember_walk(rp: tuple, base: LazyBuffer, order: list[LazyBuffer], leaves: list[LazyBuffer], t: _Template) -> None:
   recipe, made = rp
-  where = {n: i for i, n in enumerate(made)}
-  if all(b in where for b in order) and all(b in where for b in leaves):
+  where = {n: i for i, n in enumerate(made) if n is not None}
+  where[base] = recipe.base
+  if order and order[-1] is base and all(b in where for b in order) and all(b in where for b in leaves):
     recipe.walk = (tuple([where[b] for b in order]), tuple([where[b] for b in leaves]), tuple([b.forced_realize for b in order]), t)
 
-def _replayed_walk(rp: tuple) -> Optional[list[ScheduleItem]]:
+def replayed_walk(base: LazyBuffer) -> Optional[tuple["_Template", list[LazyBuffer], list[LazyBuffer]]]:
+  """For the unrealized base of a replayed graph whose walk is remembered and still valid: its
+  template, the walk's order and its leaves (what `_Template.instantiate` takes); else None."""
+  if (rp := base.replayed) is None: return None
   recipe, made = rp
   if (w := recipe.walk) is None: return None
   order_idx, leaf_idx, forced, t = w
-  order = [made[i] for i in order_idx]
+  order = [made[i] for i in order_idx[:-1]]
+  order.append(base)
   for b, f in zip(order, forced):
     if b.op is None or b.forced_realize is not f: return None
   leaves = [made[i] for i in leaf_idx]
   for b in leaves:
     if b.op is not None or b.buffer is None: return None
-  return t.instantiate(order, leaves)
+  return t, order, leaves
 
 _verified: dict[LazyOp, None] = {}  # kernels verify_ast accepted (a user's loop schedules the same ones every call)
 

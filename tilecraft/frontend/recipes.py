@@ -38,12 +38,13 @@ def _arg_key(x: Any) -> Any:
 
 class _Recipe:
   """The nodes of a recorded graph in order, sources first. A node is (kind, ...): ("in", input) for
-  an input's base; ("view", node, st) for a view; ("op", op, arg, dtype, device, st, srcs, forced, image)
-  for an unrealized base (constants too)."""
-  __slots__ = ("nodes", "out", "walk")
+  an input's base; ("view", node, st, shape) for a view; ("op", op, arg, dtype, device, st, srcs, forced, image,
+  shape) for an unrealized base (constants too)."""
+  __slots__ = ("nodes", "out", "base", "walk")
   def __init__(self, nodes: list[tuple], out: int):
     self.nodes, self.out = nodes, out
-    self.walk: Any = None  # the scheduler's walk of this graph, by node index (engine/schedule.py: _replayed_walk)
+    self.base = nodes[out][1] if nodes[out][0] == "view" else out  # the output's base node
+    self.walk: Any = None  # the scheduler's walk of this graph, by node index (engine/schedule.py: replayed_walk)
 
 def _record(out: Any, bases: list[Any]) -> Optional[_Recipe]:
   """The recipe of the graph under LazyBuffer `out`, whose leaves must be `bases` (the inputs'
@@ -56,8 +57,8 @@ def _record(out: Any, bases: list[Any]) -> Optional[_Recipe]:
     lb, done = stack.pop()
     if lb in index: continue
     if done:
-      if lb._base is not None: nodes.append(("view", index[lb._base], lb.st))
-      else: nodes.append(("op", lb.op, lb.arg, lb.dtype, lb.device, lb.st, tuple(index[s] for s in lb.srcs), lb.forced_realize, lb.image))
+      if lb._base is not None: nodes.append(("view", index[lb._base], lb.st, lb.shape))
+      else: nodes.append(("op", lb.op, lb.arg, lb.dtype, lb.device, lb.st, tuple(index[s] for s in lb.srcs), lb.forced_realize, lb.image, lb.shape))
       index[lb] = len(nodes) - 1
       continue
     if lb._base is None and (i := slot.get(lb)) is not None:
@@ -75,19 +76,26 @@ def _record(out: Any, bases: list[Any]) -> Optional[_Recipe]:
 
 def _replay(r: _Recipe, bases: list[Any]) -> Any:
   made: list[Any] = []
-  for n in r.nodes:
+  append = made.append
+  for n in r.nodes:  # (a node per LazyBuffer, and this runs on every call: no calls but the constructor)
     kind = n[0]
     if kind == "view":
       src = made[n[1]]
-      made.append(LazyBuffer(src.device, n[2], src.dtype, base=src))
+      append(LazyBuffer(src.device, n[2], src.dtype, base=src, shape=n[3]))
     elif kind == "op":
-      _, op, arg, dt, device, st, srcs, forced, image = n
-      lb = LazyBuffer(device, st, dt, op, arg, tuple(made[i] for i in srcs))
+      _, op, arg, dt, device, st, srcs, forced, image, shape = n
+      k = len(srcs)
+      lb = LazyBuffer(device, st, dt, op, arg, () if k == 0 else (made[srcs[0]],) if k == 1 else (made[srcs[0]], made[srcs[1]]) if k == 2
+                      else tuple([made[i] for i in srcs]), shape=shape)
       lb.forced_realize, lb.image = forced, image
-      made.append(lb)
-    else: made.append(bases[n[1]])
+      append(lb)
+    else: append(bases[n[1]])
   out = made[r.out]
-  if (b := out._base if out._base is not None else out).op is not None: b.replayed = (r, made)  # realizing it alone can skip the scheduler's walk
+  if (b := out._base if out._base is not None else out).op is not None:  # realizing it alone can skip the scheduler's walk
+    # (without the output and its base, which the scheduler has at hand: a base holding a list that holds
+    # it would be a reference cycle, and its buffers would wait for the garbage collector, not the pool)
+    made[r.out] = made[r.base] = None
+    b.replayed = (r, made)
   return out
 
 def recorded(fn: Callable) -> Callable:
@@ -101,7 +109,7 @@ def recorded(fn: Callable) -> Callable:
     tensor = type(self)
     inputs, parts = [self], []
     try:
-      for a in (*args, *[kwargs[k] for k in sorted(kwargs)]):
+      for a in ((*args, *[kwargs[k] for k in sorted(kwargs)]) if kwargs else args):
         if isinstance(a, tensor):
           parts.append(("T", len(inputs)))
           inputs.append(a)
@@ -112,9 +120,9 @@ def recorded(fn: Callable) -> Callable:
       lb = t.lazydata
       b = lb._base if lb._base is not None else lb
       if b.op is not None or b.buffer is None or not lb.st.concrete: return fn(self, *args, **kwargs)
-      sig.append((lb.st, lb.dtype, lb.device, b.st, b.buffer.dtype, b.image, next(i for i, o in enumerate(bases + [b]) if o is b)))
+      sig.append((lb.st, lb.dtype, lb.device, b.st, b.buffer.dtype, b.image, bases.index(b) if b in bases else len(bases)))  # (by identity)
       bases.append(b)
-    key = (tuple(parts), tuple(sorted(kwargs)), tuple(sig), int(IMAGE), dtypes.default_float, dtypes.default_int)
+    key = (tuple(parts), tuple(sorted(kwargs)), tuple(sig), int(getenv(IMAGE.name, IMAGE.default)), dtypes.default_float, dtypes.default_int)
     if (r := cache.get(key)) is not None: return tensor(_replay(r, bases))
     forced = [b.forced_realize for b in bases]
     out = fn(self, *args, **kwargs)

@@ -69,14 +69,16 @@ class CPUCompiler(Compiler):
 # ---- memory --------------------------------------------------------------------------------------
 
 class CPUBuffer:
-  """CPU memory: a 64-byte aligned numpy byte array; `ptr` is what kernels receive."""
-  __slots__ = ("mem", "ptr", "nbytes")
+  """CPU memory: a 64-byte aligned numpy byte array; `ptr` is what kernels receive (ctypes takes the
+  buffer itself for a `c_void_p` argument: `_as_parameter_`)."""
+  __slots__ = ("mem", "ptr", "nbytes", "_as_parameter_")
   ALIGN = 64
   def __init__(self, nbytes: int):
     raw = np.empty(nbytes + self.ALIGN, dtype=np.uint8)
     off = -raw.ctypes.data % self.ALIGN
     self.mem, self.nbytes = raw[off:off + nbytes], nbytes
     self.ptr: int = self.mem.ctypes.data
+    self._as_parameter_ = self.ptr
   def __repr__(self) -> str: return f"<CPUBuffer {self.nbytes} bytes at {self.ptr:#x}>"
 
 class CPUAllocator(Allocator):
@@ -143,12 +145,20 @@ class CPUProgram:
     try: self.fxn = getattr(self.lib, name)
     except AttributeError: raise RuntimeError(f"compiled CPU library has no function named {name!r}") from None
     self.fxn.restype = None
+    self._typed: Any = None  # the function again, with argtypes: pointers only (what launch calls)
   def __call__(self, *bufs: Any, global_size: Optional[list[int]] = None, local_size: Optional[list[int]] = None,
                vals: tuple[int, ...] = (), wait: bool = True) -> Optional[float]:
     args = [ctypes.c_void_p(b if isinstance(b, int) else b.ptr) for b in bufs] + [ctypes.c_int64(v) for v in vals]
     st = time.perf_counter()
     self.fxn(*args)
     return time.perf_counter() - st if wait else None
+  def launch(self, *bufs: CPUBuffer) -> None:
+    """Run on CPUBuffers, for a kernel without Variables: ctypes converts each buffer (typed c_void_p)
+    in C, so a launch is one foreign call."""
+    if (f := self._typed) is None or len(f.argtypes) != len(bufs):
+      f = self._typed = self.lib[self.name]  # (a new function object: fxn's untyped calls stay as they are)
+      f.restype, f.argtypes = None, [ctypes.c_void_p] * len(bufs)
+    f(*bufs)
   def __repr__(self) -> str: return f"<CPUProgram {self.name}>"
 
 def open_device() -> Compiled:

@@ -5,6 +5,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from tilecraft import Context, Tensor, dtypes
+from tilecraft.ops import BufferOps
 from op_checks import np_conv2d, randf
 
 def _asts(t: Tensor) -> list:
@@ -110,3 +111,16 @@ def test_a_replayed_result_frees_its_memory_when_dropped(name: str, make: Callab
     del out
     assert base() is None
   finally: gc.enable()
+
+def test_replays_share_only_constants(rng: np.random.Generator) -> None:
+  """Constants and their views are made once per recipe and shared by later replays; every other node is new."""
+  xs = [randf(rng, 6, 10) for _ in range(4)]
+  outs = [_real(x).layernorm(-1) for x in xs]  # recorded, then replayed three times
+  nodes = [o.lazydata.base.replayed[1] for o in outs[1:]]
+  def consts(ns: list) -> list: return [n for n in ns if n is not None and (n.base.op is BufferOps.CONST)]
+  assert consts(nodes[0]) and all(a is b for a, b in zip(consts(nodes[1]), consts(nodes[2])))
+  others = [[id(n) for n in ns if n is not None and n.base.op is not BufferOps.CONST and n.base.op is not None] for ns in nodes[1:]]
+  assert others[0] and not set(others[0]) & set(others[1])
+  for x, o in zip(xs, outs):
+    xc = x - x.mean(-1, keepdims=True)
+    np.testing.assert_allclose(o.numpy(), xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5), rtol=1e-5, atol=1e-5)

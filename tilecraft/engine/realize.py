@@ -5,6 +5,7 @@ import atexit, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
+from tilecraft.dtype import ImageDType
 from tilecraft.engine.schedule import create_schedule, replayed_walk
 from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo
 from tilecraft.ops import LazyOp, MetaOps
@@ -71,31 +72,46 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 # change. DEBUG>=2 (per-kernel timings) takes run_schedule.
 
 class _Plan:
-  __slots__ = ("leaves", "fresh", "launches")
-  def __init__(self, leaves: tuple, fresh: tuple, launches: tuple):
+  """Only the graph's output gets a Buffer (and is marked realized). The values computed on the way
+  (layernorm's statistics, a split reduce's partials) belong to LazyBuffers the replay made and nothing
+  else can reach: the kernels get memory of the device's caching allocator for them, handed back once
+  the kernels ran (a queue runs in order: what is queued later may reuse it), and those LazyBuffers die
+  unrealized with the output's sources."""
+  __slots__ = ("device", "leaves", "outs", "scratch", "launches")
+  def __init__(self, device: str, leaves: tuple, outs: tuple, scratch: tuple, launches: tuple):
+    self.device = device
     self.leaves = leaves      # which leaves the kernels read (indices into the walk's leaves): handles 0..
-    self.fresh = fresh        # (order position, device, size, dtype) of each buffer to make: the next handles
-    self.launches = launches  # per kernel: (its launcher (CompiledRunner.launcher), handle indices in its buffer order, its outputs' order positions)
+    self.outs = outs          # (order position, size, dtype) of each buffer to make: the next handles
+    self.scratch = scratch    # byte sizes of the memory for the values on the way: the last handles
+    self.launches = launches  # per kernel: its launcher (CompiledRunner.launcher), handle indices in its buffer order
 
   @staticmethod
   def of(t: Any, settings: tuple, order: list, leaves: list) -> Optional["_Plan"]:
     """The plan of template t under settings, or None while one of its runners isn't loaded."""
     from tilecraft.engine.schedule import _buf_dtype
+    device, last = order[-1].device, len(order) - 1
     slot: dict[int, int] = {}
     leaf_pos = sorted({p for _, pos, _ in t.items for p in pos if p < 0}, reverse=True)
     for p in leaf_pos: slot[p] = len(slot)
-    fresh = []
-    for p in sorted({p for _, pos, _ in t.items for p in pos if p >= 0}):
+    made = sorted({p for _, pos, _ in t.items for p in pos if p >= 0})
+    if last not in made or any(b.device != device for b in order): return None
+    outs, scratch = [], []
+    for p in made:  # the output and images get Buffers; the rest is scratch memory
       b = order[p]
       if not all(isinstance(x, int) for x in b.shape): return None
-      slot[p] = len(slot)
-      fresh.append((p, b.device, prod(b.shape), _buf_dtype(b)))
+      if p == last or isinstance(dt := _buf_dtype(b), ImageDType):
+        slot[p] = len(slot)
+        outs.append((p, prod(b.shape), _buf_dtype(b)))
+    for p in made:
+      if p not in slot:
+        slot[p] = len(slot)
+        scratch.append(prod(order[p].shape) * _buf_dtype(order[p]).itemsize)
     launches = []
-    for ast, pos, outs in t.items:
+    for ast, pos, _ in t.items:
       if ast.op is not MetaOps.KERNEL or (r := _runners_by_ast.get((ast, *settings))) is None or r.p.vars: return None
       if r.p.globals and len(pos) != len(r.p.globals): return None
-      launches.append((r.launcher(), tuple([slot[p] for p in pos]), outs))
-    return _Plan(tuple([~p for p in leaf_pos]), tuple(fresh), tuple(launches))
+      launches.append((r.launcher(), tuple([slot[p] for p in pos])))
+    return _Plan(device, tuple([~p for p in leaf_pos]), tuple(outs), tuple(scratch), tuple(launches))
 
   def run(self, order: list, leaves: list) -> None:
     global kernel_count
@@ -104,20 +120,24 @@ class _Plan:
       buf = leaves[j].buffer
       if not hasattr(buf, "_buf"): buf.allocate()
       handles.append(buf._buf)
-    for p, device, size, dtype in self.fresh:
+    for p, size, dtype in self.outs:
       b = order[p]
-      if (buf := b.buffer) is None: buf = b.buffer = Buffer(device, size, dtype)
+      if (buf := b.buffer) is None: buf = b.buffer = Buffer(self.device, size, dtype)
       if not hasattr(buf, "_buf"): buf.allocate()
       handles.append(buf._buf)
-    done = 0
+    done, scratch = 0, []
+    if self.scratch: alloc = Device[self.device].allocator
     try:
-      for prg, idx, _ in self.launches:
+      for nbytes in self.scratch: scratch.append(alloc.alloc(nbytes))
+      handles += scratch
+      for prg, idx in self.launches:
         prg.launch(*[handles[i] for i in idx])
         done += 1
     finally:
       kernel_count += done
-      for _, _, outs in self.launches[:done]:
-        for o in outs: order[o].mark_realized()
+      if done == len(self.launches):
+        for p, _, _ in self.outs: order[p].mark_realized()
+      for h, nbytes in zip(scratch, self.scratch): alloc.free(h, nbytes)
 
 def realize_lazy(outs: list) -> None:
   """Compute the LazyBuffers outs: their schedule, run (what Tensor.realize does). A replayed graph

@@ -39,12 +39,20 @@ def _arg_key(x: Any) -> Any:
 class _Recipe:
   """The nodes of a recorded graph in order, sources first. A node is (kind, ...): ("in", input) for
   an input's base; ("view", node, st, shape) for a view; ("op", op, arg, dtype, device, st, srcs, forced, image,
-  shape) for an unrealized base (constants too)."""
-  __slots__ = ("nodes", "out", "base", "walk")
+  shape) for an unrealized base (constants too); ("same", lb) for a node every replay shares.
+
+  Constants (not forced, not images) and views of them depend on nothing but the recipe, and the
+  scheduler never gives a constant a buffer: the first replay makes them, later ones share them."""
+  __slots__ = ("nodes", "out", "base", "walk", "shared")
   def __init__(self, nodes: list[tuple], out: int):
     self.nodes, self.out = nodes, out
     self.base = nodes[out][1] if nodes[out][0] == "view" else out  # the output's base node
     self.walk: Any = None  # the scheduler's walk of this graph, by node index (engine/schedule.py: replayed_walk)
+    shared: list[int] = []
+    for i, n in enumerate(nodes):
+      if i == out or i == self.base: continue
+      if (n[0] == "op" and n[1] is BufferOps.CONST and not n[7] and n[8] is None) or (n[0] == "view" and n[1] in shared): shared.append(i)
+    self.shared = tuple(shared)  # nodes to share, once made
 
 def _record(out: Any, bases: list[Any]) -> Optional[_Recipe]:
   """The recipe of the graph under LazyBuffer `out`, whose leaves must be `bases` (the inputs'
@@ -89,7 +97,11 @@ def _replay(r: _Recipe, bases: list[Any]) -> Any:
                       else tuple([made[i] for i in srcs]), shape=shape)
       lb.forced_realize, lb.image = forced, image
       append(lb)
+    elif kind == "same": append(n[1])
     else: append(bases[n[1]])
+  if r.shared:
+    for i in r.shared: r.nodes[i] = ("same", made[i])
+    r.shared = ()
   out = made[r.out]
   if (b := out._base if out._base is not None else out).op is not None:  # realizing it alone can skip the scheduler's walk
     # (without the output and its base, which the scheduler has at hand: a base holding a list that holds

@@ -11,7 +11,11 @@ of --reps of each. Ratios:
                same number of bytes                               (>= target)
   softmax      tilecraft time / time of a numpy copy of the input into the output (<= target)
 
-Run: python bench/bench_cpu_targets.py [--archs native,haswell] [--reps 7] [--quick] [--cpu-time] [--only a+b,softmax]
+With --beam S the table gains the row "BEAM=2 matmul 1024": the matmul kernel chosen by a width-2
+beam search of at most S seconds per ISA (in a fresh search cache, so it really searches; the
+hand-coded kernel is its floor), timed the same way.
+
+Run: python bench/bench_cpu_targets.py [--archs native,haswell] [--reps 7] [--quick] [--cpu-time] [--only a+b,softmax] [--beam 60]
 The machine may be shared: timings are noisy, so compare ratios within a column.
 """
 from __future__ import annotations
@@ -26,7 +30,7 @@ import argparse, json, os, subprocess, sys, time
 OPENBLAS_THREAD_TIMEOUT, SETTLE_S = "26", 0.05
 AVX512_FEATURES = "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR AVX512FP16"
 
-def _rows(quick: bool) -> list:
+def _rows(quick: bool, beam: float = 0.0) -> list:
   import numpy as np
   from tilecraft import Tensor
   rng = np.random.default_rng(0)
@@ -48,6 +52,10 @@ def _rows(quick: bool) -> list:
   for s in ((128, 256) if quick else (256, 512, 1024)):
     p, q = f(s, s), f(s, s)
     rows.append((f"matmul {s}", lambda p=p, q=q: Tensor(p) @ Tensor(q), lambda p=p, q=q: p @ q, "flops", 0, 0.6))
+  if beam > 0:
+    s = 256 if quick else 1024
+    p, q = f(s, s), f(s, s)
+    rows.append((f"BEAM=2 matmul {s}", lambda: Tensor(p) @ Tensor(q), lambda: p @ q, "flops", 0, 0.9))
   rows += [
     (f"matvec {S}", lambda: Tensor(A) @ Tensor(x), lambda: A @ x, "flops", 0, 0.9),
     ("conv 3x3 64->64 56^2", lambda: Tensor(img[None]).conv2d(Tensor(w), padding=1), lambda: im2col(img, w), "flops", 0, 1.2),
@@ -60,8 +68,10 @@ def _rows(quick: bool) -> list:
   ]
   return rows
 
-def worker(quick: bool, reps: int, only: str = "") -> None:
+def worker(quick: bool, reps: int, only: str = "", beam: float = 0.0) -> None:
+  import tempfile
   import numpy as np
+  from tilecraft import Context
   from tilecraft.device import Device
   from tilecraft.engine.realize import get_runner
   # --cpu-time: one thread each side, timed in CPU time (robust to being descheduled on a busy machine)
@@ -72,15 +82,18 @@ def worker(quick: bool, reps: int, only: str = "") -> None:
     for _ in range(n):
       t0 = clock(); fn(); t = min(t, clock() - t0)
     return t
-  for name, make, ref, kind, nbytes, target in _rows(quick):
-    if only and not any(w in name for w in only.split(",")): continue
+  search_dir = tempfile.TemporaryDirectory(prefix="bench_cpu_targets-") if beam > 0 else None
+  for name, make, ref, kind, nbytes, target in _rows(quick, beam):
+    if only and not any(w in name for w in only.split(",")) and not name.startswith("BEAM"): continue
+    searched = name.startswith("BEAM")
     out = make()
     sched = out.schedule()
     runners = []
     for si in sched:
       for buf in si.bufs:
         if not buf.is_allocated(): buf.allocate()
-      r = get_runner(si.ast, "CPU", list(si.bufs))
+      settings = {"BEAM": 2, "BEAM_BUDGET": float(beam), "CACHEDB": os.path.join(search_dir.name, "search.db")} if searched and search_dir else {}
+      with Context(**settings): r = get_runner(si.ast, "CPU", list(si.bufs))
       r(list(si.bufs), si.var_vals)  # computes the inputs of the next kernel too
       runners.append((r, si))
     want = np.asarray(ref())
@@ -113,9 +126,10 @@ def main() -> None:
   ap.add_argument("--quick", action="store_true")
   ap.add_argument("--cpu-time", action="store_true", help="one thread for tilecraft and numpy, timed in CPU time (for a busy machine)")
   ap.add_argument("--only", default="", help="only the rows whose names contain one of these comma-separated words")
+  ap.add_argument("--beam", type=float, default=0.0, help="add the BEAM=2 matmul row, searching at most this many seconds per ISA")
   ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args()
-  if args.worker: return worker(args.quick, args.reps, args.only)
+  if args.worker: return worker(args.quick, args.reps, args.only, args.beam)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   cols: dict = {}
   for arch in args.archs.split(","):
@@ -123,7 +137,8 @@ def main() -> None:
     if not args.cpu_time: env.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
     if arch != "native": env.update(OPENBLAS_CORETYPE="Haswell", NPY_DISABLE_CPU_FEATURES=AVX512_FEATURES)
     if args.cpu_time: env.update(BENCH_CPU_TIME="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--reps", str(args.reps), "--only", args.only] + (["--quick"] if args.quick else [])
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--reps", str(args.reps), "--only", args.only, "--beam", str(args.beam)] + \
+      (["--quick"] if args.quick else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0: sys.exit(f"worker for CPU_ARCH={arch} failed:\n{out.stderr[-3000:]}")
     cols[arch] = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

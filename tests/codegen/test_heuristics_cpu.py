@@ -15,7 +15,7 @@ _spec = importlib.util.spec_from_file_location("_tc_bench_common", Path(__file__
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)  # type: ignore[union-attr]
 
-U, R, B, S, P = OptOps.UPCAST, OptOps.UNROLL, OptOps.BLOCK, OptOps.SWAP, OptOps.PACK
+U, R, B, S, P, D = OptOps.UPCAST, OptOps.UNROLL, OptOps.BLOCK, OptOps.SWAP, OptOps.PACK, OptOps.PADTO
 ARCHS = {"haswell": 8, "skylake-avx512": 16}  # -march -> float lanes
 
 def hand(ast):
@@ -34,13 +34,16 @@ def run(k, inputs, out_size):
 def test_matmul_tile_and_blocking(arch, rng):
   vw = ARCHS[arch]
   with Context(CPU_ARCH=arch):
-    # column tiles outermost and the column operand's panel packed (the whole reduce while it fits)
-    assert opts(hand(bench.matmul_ast(64, 64, 64))) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (S, 0, 1), (P, 2, 0)]
+    # column tiles outermost and the column operand's panel packed (the whole reduce while it fits);
+    # AVX2's 16 registers take 6 rows (12 accumulators), the 64 rows padded to 66
+    tile = [(U, 1, vw), (U, 0, 8)] if vw == 16 else [(U, 1, vw), (D, 0, 6), (U, 0, 6)]
+    assert opts(hand(bench.matmul_ast(64, 64, 64))) == tile + [(U, 1, 2), (S, 0, 1), (P, 2, 0)]
     k = hand(bench.matmul_ast(64, 256, 512))
-    assert opts(k) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (S, 0, 1), (P, 2, 0)], opts(k)
+    assert opts(k) == tile + [(U, 1, 2), (S, 0, 1), (P, 2, 0)], opts(k)
     a, b = rng.random((64, 512), dtype=np.float32), rng.random((512, 256), dtype=np.float32)
     np.testing.assert_allclose(run(k, [a, b], 64 * 256).reshape(64, 256), a @ b, rtol=1e-4)
     # a panel over CPU_PACK_MAX_BYTES: the reduce runs in blocks, and a block's panel is packed
+    # (16 rows: padding them to 18 would add 1/8 of the work, so the 8-row tile)
     k = hand(bench.matmul_ast(16, 4 * vw, 8192))
     assert opts(k) == [(U, 1, vw), (U, 0, 8), (U, 1, 2), (B, 0, 256), (S, 0, 1), (P, 2, 0)], opts(k)
     assert any("blocks of 256" in r for r in k.applied_opts_reasons)
@@ -48,6 +51,33 @@ def test_matmul_tile_and_blocking(arch, rng):
     np.testing.assert_allclose(run(k, [a, b], 16 * 4 * vw).reshape(16, 4 * vw), a @ b, rtol=1e-4)
     # odd sizes the tile doesn't divide fall back to the general rules
     assert (B, 0, 256) not in opts(hand(bench.matmul_ast(25, 20, 16)))
+
+@pytest.mark.parametrize("M,padded", [(1024 // 8, True), (96, False), (100, True)])
+def test_avx2_matmul_tile_has_6_rows(M, padded, rng):
+  # 16 ymm registers: 6x2 accumulators + 2 B vectors + a broadcast; rows padded to a multiple of 6
+  # (masked stores, the broadcast B panel left unmasked so it can still be packed), or not when 6 divides
+  with Context(CPU_ARCH="haswell"):
+    k = hand(bench.matmul_ast(M, 48, 40))
+    assert opts(k) == [(U, 1, 8)] + ([(D, 0, 6)] if padded else []) + [(U, 0, 6), (U, 1, 2), (S, 0, 1), (P, 2, 0)], opts(k)
+    a, b = rng.standard_normal((M, 40), dtype=np.float32), rng.standard_normal((40, 48), dtype=np.float32)
+    want = run(Kernel(bench.matmul_ast(M, 48, 40), Device["CPU"].renderer), [a, b], M * 48).reshape(M, 48)  # unoptimized
+    np.testing.assert_allclose(want, a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(run(k, [a, b], M * 48).reshape(M, 48), want, rtol=1e-5, atol=1e-5)
+  # a row count whose padding would be more than 1/32 of the work keeps the 8-row tile; AVX-512 always does
+  with Context(CPU_ARCH="haswell"): assert (U, 0, 8) in opts(hand(bench.matmul_ast(40, 48, 40)))
+  with Context(CPU_ARCH="skylake-avx512"): assert (D, 0, 6) not in opts(hand(bench.matmul_ast(128, 64, 40)))
+
+def test_padto_of_an_output_axis_leaves_broadcast_inputs_unmasked(rng):
+  # the rows' padding is masked in the row operand and the stores; the column operand doesn't vary
+  # along the rows, so it stays unmasked there (and its panel can be packed: fixed along the row loop)
+  k = Kernel(bench.matmul_ast(10, 16, 8), Device["CPU"].renderer)
+  k.apply_opt(Opt(OptOps.PADTO, 0, 4))
+  assert k.full_shape[0] == 12
+  assert not k.sts[2].axis_is_masked(0) and k.sts[2].real_strides()[0] == 0
+  assert k.sts[1].axis_is_masked(0) and k.sts[0].axis_is_masked(0)
+  for o in (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 2, 0)): k.apply_opt(o)
+  a, b = rng.standard_normal((10, 8), dtype=np.float32), rng.standard_normal((8, 16), dtype=np.float32)
+  np.testing.assert_allclose(run(k, [a, b], 10 * 16).reshape(10, 16), a @ b, rtol=1e-5, atol=1e-5)
 
 def test_conv_third_reuse_falls_back_to_2_rows(rng):
   # 10 output rows: 4 doesn't divide them, 2 does

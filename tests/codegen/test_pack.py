@@ -38,6 +38,8 @@ def run(k, inputs, out_size):
   [(U, 1, 8), (S, 0, 1), (P, 2, 0), (R, 0, 4), (U, 0, 2)],          # opts after PACK re-lay the array
   [(PAD, 2, 32), (S, 0, 1), (P, 2, 0)],                              # padded (masked) reduce: the pack stores 0 there
   [(U, 1, 8), (S, 0, 1), (P, 2, 0), (PAD, 0, 3)],                    # padded column tiles (the scope loop)
+  [(U, 1, 8), (S, 0, 1), (P, 2, 0), (PAD, 1, 32)],                   # padded rows (the inner loop): B, broadcast along them, stays unmasked
+  [(U, 1, 8), (PAD, 0, 5), (U, 0, 5), (S, 0, 1), (P, 2, 0)],         # the same before the pack, the padded rows upcast (AVX2's 6-row tile)
 ])
 def test_pack_matmul_matches_numpy(seq, rng):
   M, N, K = 24, 32, 48
@@ -91,7 +93,6 @@ def test_pack_refusals():
   refused([(P, 2, 0)], "varies along output axis 1")      # B moves along the inner (column) loop
   refused([(S, 0, 1), (P, 1, 0)], "varies along output axis 1")
   refused([(S, 0, 1), (P, 2, 0), (S, 0, 1)], "varies along output axis 1")  # a later opt that breaks the pack
-  refused([(U, 1, 8), (S, 0, 1), (P, 2, 0), (PAD, 1, 32)], "varies along output axis 1")  # padding masks B along the row loop
   k = kern(bench.matmul_ast(16, 16, 64), [(U, 1, 0)])
   with pytest.raises(KernelOptError, match="no output loop runs inside"): k.apply_opt(Opt(P, 2, 0))  # one loop: nothing reuses the tile  # one output loop: nothing reuses the tile
   big = bench.matmul_ast(4, 4, 1 << 17)  # a 512 KB panel

@@ -228,7 +228,7 @@ class Kernel:
     check(isinstance(opt.amt, int) and not isinstance(opt.amt, bool) and opt.amt >= 0, f"{opt.op.name}: amount must be a non-negative int, got {opt.amt!r}")
     amt = opt.amt if opt.amt != 0 else size
     if opt.op is OptOps.PADTO:
-      self._padto(axis, amt)
+      self._padto(axis, amt, broadcast_unmasked=axis < self.first_reduce)
       self._check_workgroup()
       return
     check(isinstance(size, int), f"{opt.op.name}: axis {axis} has symbolic size {size}")

@@ -141,3 +141,16 @@ def test_a_plan_on_another_runtime(device: str, rng: np.random.Generator) -> Non
     assert out.device == device
     np.testing.assert_allclose(out.numpy(), _np_layernorm(x), rtol=1e-5, atol=1e-5)
   assert _plans_of(Tensor(xs[0], device=device).realize().layernorm(-1))
+
+def test_a_plan_with_an_image_on_the_way(rng: np.random.Generator) -> None:
+  """IMAGE=1 copies matmul's weights into an image first: that value gets an image Buffer in the plan."""
+  from tilecraft import Device
+  from tilecraft.dtype import ImageDType
+  if "OPENCL" not in Device.available(): pytest.skip("OPENCL is not available here")
+  with Context(IMAGE=1):
+    for _ in range(4):
+      a, b = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((8, 12)).astype(np.float32)
+      out = Tensor(a, device="OPENCL").realize() @ Tensor(b, device="OPENCL").realize()
+      assert any(isinstance(si.bufs[0].dtype, ImageDType) for si in out.schedule())
+      np.testing.assert_allclose(out.realize().numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert _plans_of(Tensor(a, device="OPENCL").realize() @ Tensor(b, device="OPENCL").realize())

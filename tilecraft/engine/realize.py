@@ -63,10 +63,10 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 # ---- replayed graphs: a template bound to its runners ---------------------------------------------
 # A user's loop realizes the same composite (a frontend recipe's graph) on every call. Once its
 # schedule template ran under some runner settings, its runners are loaded and its launches checked:
-# a _Plan keeps, per kernel, the runner's launcher and where its memory handles come from, and each
-# buffer to make (device, size, dtype). A later realize of the replayed graph under the same settings
-# is then: make and allocate the buffers (from the caching allocator), launch, mark the outputs
-# realized. The template fixes the graph's structure (every op, view, dtype, device, forced realize,
+# a _Plan keeps, per kernel, the runner's launcher and where its memory handles come from, the output
+# buffer to make and the sizes of the memory the kernels pass values in. A later realize of the
+# replayed graph under the same settings is then: allocate (from the caching allocator), launch, mark
+# the output realized, free what was on the way. The template fixes the graph's structure (every op, view, dtype, device, forced realize,
 # input kind: engine/schedule.py), so what was checked holds for every graph it describes; the
 # settings key (helpers.settings_memo) picks another plan when opts, compiler or renderer settings
 # change. DEBUG>=2 (per-kernel timings) takes run_schedule.
@@ -99,9 +99,9 @@ class _Plan:
     for p in made:  # the output and images get Buffers; the rest is scratch memory
       b = order[p]
       if not all(isinstance(x, int) for x in b.shape): return None
-      if p == last or isinstance(dt := _buf_dtype(b), ImageDType):
+      if isinstance(dt := _buf_dtype(b), ImageDType) or p == last:
         slot[p] = len(slot)
-        outs.append((p, prod(b.shape), _buf_dtype(b)))
+        outs.append((p, prod(b.shape), dt))
     for p in made:
       if p not in slot:
         slot[p] = len(slot)

@@ -89,13 +89,14 @@ def _replay(r: _Recipe, bases: list[Any]) -> Any:
     kind = n[0]
     if kind == "view":
       src = made[n[1]]
-      append(LazyBuffer(src.device, n[2], src.dtype, base=src, shape=n[3]))
+      append(LazyBuffer(src.device, n[2], src.dtype, None, None, (), src, n[3]))  # (positional: keywords cost more)
     elif kind == "op":
       _, op, arg, dt, device, st, srcs, forced, image, shape = n
       k = len(srcs)
       lb = LazyBuffer(device, st, dt, op, arg, () if k == 0 else (made[srcs[0]],) if k == 1 else (made[srcs[0]], made[srcs[1]]) if k == 2
-                      else tuple([made[i] for i in srcs]), shape=shape)
-      lb.forced_realize, lb.image = forced, image
+                      else tuple([made[i] for i in srcs]), None, shape)
+      if forced: lb.forced_realize = True
+      if image is not None: lb.image = image
       append(lb)
     elif kind == "same": append(n[1])
     else: append(bases[n[1]])

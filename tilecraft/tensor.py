@@ -196,7 +196,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     """The kernels that compute this tensor (and others) (API)."""
     return create_schedule([t.lazydata for t in (self,) + others])
   def realize(self, *others: "Tensor") -> "Tensor":
-    realize_lazy([t.lazydata for t in (self,) + others])
+    realize_lazy([self.lazydata, *[t.lazydata for t in others]] if others else [self.lazydata])
     return self
   def numpy(self) -> np.ndarray:
     shape = self._concrete_shape("numpy()")

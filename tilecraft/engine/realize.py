@@ -1,7 +1,7 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
 once per (AST, device) and launched on its buffers."""
 from __future__ import annotations
-import atexit, warnings
+import atexit, operator, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
@@ -39,6 +39,11 @@ def _settings(device: str) -> tuple:
 @settings_memo
 def _device_settings(device: str, dev: Any) -> tuple:
   return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(dev.compiler, "flags", ()), dev.renderer.settings_key()))
+
+@settings_memo
+def _run_settings(device: str, dev: Any) -> tuple[tuple, int]:
+  """(_settings(device), DEBUG): what realizing a replayed graph reads, in one lookup."""
+  return _device_settings(device, dev), int(DEBUG)
 
 def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, settings: Optional[tuple] = None) -> CompiledRunner:
   """The loaded runner of `ast` on `device`, optimized and compiled on first use. `settings` is
@@ -83,7 +88,7 @@ class _Plan:
     self.leaves = leaves      # which leaves the kernels read (indices into the walk's leaves): handles 0..
     self.outs = outs          # (order position, size, dtype) of each buffer to make: the next handles
     self.scratch = scratch    # byte sizes of the memory for the values on the way: the last handles
-    self.launches = launches  # per kernel: its launcher (CompiledRunner.launcher), handle indices in its buffer order
+    self.launches = launches  # per kernel: its launcher (CompiledRunner.launcher), what takes its arguments from the handles
 
   @staticmethod
   def of(t: Any, settings: tuple, order: list, leaves: list) -> Optional["_Plan"]:
@@ -110,7 +115,8 @@ class _Plan:
     for ast, pos, _ in t.items:
       if ast.op is not MetaOps.KERNEL or (r := _runners_by_ast.get((ast, *settings))) is None or r.p.vars: return None
       if r.p.globals and len(pos) != len(r.p.globals): return None
-      launches.append((r.launcher(), tuple([slot[p] for p in pos])))
+      idx = [slot[p] for p in pos]
+      launches.append((r.launcher(), operator.itemgetter(*idx) if len(idx) > 1 else lambda h, i=idx[0]: (h[i],)))  # handles -> its arguments
     return _Plan(device, tuple([~p for p in leaf_pos]), tuple(outs), tuple(scratch), tuple(launches))
 
   def run(self, order: list, leaves: list) -> None:
@@ -130,8 +136,8 @@ class _Plan:
     try:
       for nbytes in self.scratch: scratch.append(alloc.alloc(nbytes))
       handles += scratch
-      for prg, idx in self.launches:
-        prg.launch(*[handles[i] for i in idx])
+      for prg, take in self.launches:
+        prg.launch(*take(handles))
         done += 1
     finally:
       kernel_count += done
@@ -144,8 +150,8 @@ def realize_lazy(outs: list) -> None:
   whose template ran before under the current settings runs its _Plan."""
   if len(outs) == 1 and (b := outs[0] if outs[0]._base is None else outs[0]._base).replayed is not None and (hit := replayed_walk(b)) is not None:
     t, order, leaves = hit
-    if int(getenv("DEBUG", 0)) < 2:
-      s = _settings(order[-1].device)
+    s, debug = _run_settings(order[-1].device, Device[order[-1].device])
+    if debug < 2:
       if (plan := t.plans.get(s)) is not None: return plan.run(order, leaves)
       run_schedule(t.instantiate(order, leaves))
       if (plan := _Plan.of(t, s, order, leaves)) is not None:

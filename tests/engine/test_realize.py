@@ -154,3 +154,34 @@ def test_a_plan_with_an_image_on_the_way(rng: np.random.Generator) -> None:
       assert any(isinstance(si.bufs[0].dtype, ImageDType) for si in out.schedule())
       np.testing.assert_allclose(out.realize().numpy(), a @ b, rtol=1e-4, atol=1e-4)
     assert _plans_of(Tensor(a, device="OPENCL").realize() @ Tensor(b, device="OPENCL").realize())
+
+def test_a_plans_workspace_is_used_by_one_realize_at_a_time(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+  """The values on the way live in the plan's workspace; a realize that finds it in use (another thread)
+  or a plan whose values don't fit WORKSPACE_MAX takes memory from the allocator for the call instead."""
+  import threading
+  from tilecraft.engine import realize as R
+  xs = [rng.standard_normal((7, 30)).astype(np.float32) for _ in range(3)]
+  ts = [Tensor(x).realize() for x in xs]
+  for t in ts: t.layernorm(-1).realize()
+  (plan,) = _plans_of(ts[0].layernorm(-1)).values()
+  assert plan.work is not None and plan.scratch
+  from tilecraft import Device
+  alloc = Device["CPU"].allocator
+  def allocations(x: np.ndarray, t: Tensor) -> int:
+    n = alloc.hits + alloc.misses
+    np.testing.assert_allclose(t.layernorm(-1).realize().numpy(), _np_layernorm(x), rtol=1e-5, atol=1e-5)
+    return alloc.hits + alloc.misses - n
+  assert allocations(xs[1], ts[1]) == 1  # the output
+  with plan.lock: assert allocations(xs[1], ts[1]) == 1 + len(plan.scratch)  # in use: this call allocates
+  outs: dict = {}
+  def worker(i: int) -> None:
+    for _ in range(20): outs[i] = ts[i].layernorm(-1).realize().numpy()
+  threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+  for th in threads: th.start()
+  for th in threads: th.join()
+  for i, x in enumerate(xs): np.testing.assert_allclose(outs[i], _np_layernorm(x), rtol=1e-5, atol=1e-5)
+  monkeypatch.setattr(R, "WORKSPACE_MAX", 0)
+  with Context(NOOPT=1):  # other settings: a new plan, without a workspace
+    for _ in range(3): np.testing.assert_allclose(ts[2].layernorm(-1).realize().numpy(), _np_layernorm(xs[2]), rtol=1e-5, atol=1e-5)
+    plans = _plans_of(ts[2].layernorm(-1))
+  assert any(p.work is None and p.scratch for p in plans.values())

@@ -1,11 +1,11 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
 once per (AST, device) and launched on its buffers."""
 from __future__ import annotations
-import atexit, operator, warnings
+import atexit, operator, threading, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
-from tilecraft.dtype import ImageDType
+from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.engine.schedule import create_schedule, replayed_walk
 from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo
 from tilecraft.ops import LazyOp, MetaOps
@@ -76,19 +76,27 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 # settings key (helpers.settings_memo) picks another plan when opts, compiler or renderer settings
 # change. DEBUG>=2 (per-kernel timings) takes run_schedule.
 
+WORKSPACE_MAX = 1 << 18  # bytes of values on the way a plan keeps memory for (more: the allocator's, per call)
+
 class _Plan:
   """Only the graph's output gets a Buffer (and is marked realized). The values computed on the way
   (layernorm's statistics, a split reduce's partials) belong to LazyBuffers the replay made and nothing
-  else can reach: the kernels get memory of the device's caching allocator for them, handed back once
-  the kernels ran (a queue runs in order: what is queued later may reuse it), and those LazyBuffers die
-  unrealized with the output's sources."""
-  __slots__ = ("device", "leaves", "outs", "scratch", "launches")
+  else can reach: the kernels pass them in memory of their own, and those LazyBuffers die unrealized
+  with the output's sources. Up to WORKSPACE_MAX bytes of it the plan keeps (its workspace: Buffers,
+  used by one realize at a time, handed back to the pool with the plan); otherwise, or while another
+  thread's realize has the workspace, each call takes it from the caching allocator and gives it back
+  once the kernels ran (a queue runs in order: what is queued later may reuse it)."""
+  __slots__ = ("device", "leaves", "outs", "scratch", "launches", "work", "work_handles", "lock")
   def __init__(self, device: str, leaves: tuple, outs: tuple, scratch: tuple, launches: tuple):
     self.device = device
     self.leaves = leaves      # which leaves the kernels read (indices into the walk's leaves): handles 0..
     self.outs = outs          # (order position, size, dtype) of each buffer to make: the next handles
     self.scratch = scratch    # byte sizes of the memory for the values on the way: the last handles
     self.launches = launches  # per kernel: its launcher (CompiledRunner.launcher), what takes its arguments from the handles
+    self.work: Optional[tuple[Buffer, ...]] = None
+    if scratch and sum(scratch) <= WORKSPACE_MAX: self.work = tuple(Buffer(device, n, dtypes.uint8).allocate() for n in scratch)
+    self.work_handles = [b._buf for b in self.work] if self.work is not None else []
+    self.lock = threading.Lock()  # held by the realize using the workspace
 
   @staticmethod
   def of(t: Any, settings: tuple, order: list, leaves: list) -> Optional["_Plan"]:
@@ -131,11 +139,16 @@ class _Plan:
       if (buf := b.buffer) is None: buf = b.buffer = Buffer(self.device, size, dtype)
       if not hasattr(buf, "_buf"): buf.allocate()
       handles.append(buf._buf)
-    done, scratch = 0, []
-    if self.scratch: alloc = Device[self.device].allocator
+    done, scratch, own = 0, [], False
     try:
-      for nbytes in self.scratch: scratch.append(alloc.alloc(nbytes))
-      handles += scratch
+      if self.scratch:
+        if self.work is not None and self.lock.acquire(blocking=False):
+          own = True
+          handles += self.work_handles
+        else:
+          alloc = Device[self.device].allocator
+          for nbytes in self.scratch: scratch.append(alloc.alloc(nbytes))
+          handles += scratch
       for prg, take in self.launches:
         prg.launch(*take(handles))
         done += 1
@@ -143,6 +156,7 @@ class _Plan:
       kernel_count += done
       if done == len(self.launches):
         for p, _, _ in self.outs: order[p].mark_realized()
+      if own: self.lock.release()
       for h, nbytes in zip(scratch, self.scratch): alloc.free(h, nbytes)
 
 def realize_lazy(outs: list) -> None:

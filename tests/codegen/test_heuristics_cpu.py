@@ -165,6 +165,36 @@ def test_column_sums_block_rows_in_one_parallel_region(arch, rng):
     assert region < src.index("for (int ridx0") < loop < src.index("for (int gidx0")
     np.testing.assert_allclose(Tensor(a).sum(0).numpy(), a.sum(0, dtype=np.float64), rtol=1e-5)
 
+def test_plain_parallel_loops_are_shared_out_dynamically(rng):
+  # a slower core (another program) takes fewer chunks instead of holding every kernel up; about
+  # 64 chunks, so the shared counter costs little; a symbolic trip count stays static
+  from tilecraft.codegen.uops import UOp, UOps
+  from tilecraft.renderer.cstyle import CRenderer
+  with Context(CPU_ARCH="haswell"):
+    assert "#pragma omp parallel for private(pack2) schedule(dynamic, 1)\n" in hand(bench.matmul_ast(1024, 1024, 64)).to_program().src  # 64 column tiles
+  mv = Kernel((Tensor(rng.random((4096, 64), dtype=np.float32)) @ Tensor(rng.random(64, dtype=np.float32))).schedule()[-1].ast, Device["CPU"].renderer)
+  assert "#pragma omp parallel for schedule(dynamic, 8)\n" in mv.hand_coded_optimizations().to_program().src  # 512 row tiles
+  ren = CRenderer()
+  zero, var = UOp.const(dtypes.int32, 0), UOp(UOps.DEFINE_VAR, dtypes.int32, (), "n")
+  assert ren.parallel_schedule(zero, UOp.const(dtypes.int32, 1000)) == " schedule(dynamic, 16)"
+  assert ren.parallel_schedule(zero, UOp.const(dtypes.int32, 1)) == "" and ren.parallel_schedule(zero, var) == ""
+
+def test_dynamic_parallel_loops_with_uneven_thread_counts():
+  """Matmul (packed panels: private arrays) and matvec on 3 and 7 threads, in fresh processes."""
+  import subprocess, sys
+  code = ("import numpy as np; from tilecraft import Tensor, Context\n"
+          "rng = np.random.default_rng(2)\n"
+          "a, b, x = rng.random((200, 96), dtype=np.float32), rng.random((96, 80), dtype=np.float32), rng.random(96, dtype=np.float32)\n"
+          "for arch in ('haswell', 'native'):\n"
+          "  with Context(CPU_ARCH=arch):\n"
+          "    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4)\n"
+          "    np.testing.assert_allclose((Tensor(a) @ Tensor(x)).numpy(), a @ x, rtol=1e-4)\n")
+  root = str(Path(__file__).resolve().parents[2])
+  for n in (3, 7):
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": str(n), "PYTHONPATH": root}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
 def test_column_sums_with_uneven_thread_counts():
   """Each thread must get the same column tiles in every block (static schedule): 3 and 7 threads
   over a tile count they don't divide, in fresh processes."""

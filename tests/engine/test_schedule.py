@@ -252,6 +252,26 @@ def test_dependent_reduces_stay_apart_where_they_cant_fuse(rng: np.random.Genera
   assert n_kernels(y) == 2
   close(y, (xn - xn.max(1, keepdims=True)).sum(0))
 
+def test_fuse_reduces_setting_takes_effect_at_once(rng: np.random.Generator) -> None:
+  """FUSE_REDUCES is read per schedule: a Context turns the fusion off and on again, for graphs built
+  op by op and for replayed recipes whose schedule template and walk were cached under the other value."""
+  from tilecraft.helpers import Context
+  (x, xn) = T(rng, 6, 40)
+  x.realize()
+  want = np.exp(xn - xn.max(1, keepdims=True))
+  want = want / want.sum(1, keepdims=True)
+  for fuse, kernels in [(1, 2), (0, 3), (1, 2), (0, 3)]:
+    with Context(FUSE_REDUCES=fuse):
+      for _ in range(2):  # the second call replays the recipe and its remembered walk
+        out = x.softmax(1)
+        assert n_kernels(out) == kernels
+        close(out, want)
+        out = x.softmax(1)
+        close(out.realize(), want)
+        var = (x + 0).var(1)
+        assert n_kernels(var) == (1 if fuse else 2)
+        close(var, xn.var(1))
+
 def test_fused_schedule_is_cached_and_reruns_right(rng: np.random.Generator) -> None:
   from tilecraft.engine import schedule
   for _ in range(3):

@@ -348,13 +348,14 @@ class Kernel:
     check(amt > 1, "PADTO: amount must be > 1")
     check(new <= 4 * size, f"PADTO: padding {size} to {new} is more than 4x the work")
     if new == size: return
-    def pad(st: ShapeTracker) -> ShapeTracker:
+    def pad(n: int, st: ShapeTracker) -> ShapeTracker:
       if st.shape[axis] == 1: return st
-      if broadcast_unmasked and st.real_strides()[axis] == 0:
+      # (only loads: a store broadcast along the axis would let a padded lane overwrite a real element)
+      if broadcast_unmasked and n >= len(self.outbufs) and st.real_strides()[axis] == 0:
         one = st.shrink(tuple((0, 1) if i == axis else (0, s) for i, s in enumerate(st.shape)))
         return one.expand(tuple(new if i == axis else s for i, s in enumerate(st.shape)))
       return st.pad(tuple((0, new - size) if i == axis else (0, 0) for i in range(len(st.shape))))
-    self.sts = [pad(st) for st in self.sts]
+    self.sts = [pad(n, st) for n, st in enumerate(self.sts)]
 
   def dependent_reduce(self) -> bool:
     """Some reduce reads another reduce's result, broadcast over the same axes (softmax's

@@ -83,7 +83,7 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
     push((b, True))
     for s in b.srcs: push((s._base or s, False))
   if not cacheable: return order, leaves, None
-  return order, leaves, (tuple(parts), tuple([pos[o.base] for o in outs]))
+  return order, leaves, (tuple(parts), tuple([pos[o.base] for o in outs]), fuse_reduces())
 
 def _subtree_ops(b: LazyBuffer, realizes: set[int], memo: dict[int, int]) -> int:
   """How many elementwise ops computing b would inline (stops at realized values)."""
@@ -168,7 +168,10 @@ class _Refuse(Exception):
 # loops (no workgroups: CPU, LLVM), where nothing is lost; on GPUs the separate kernels can group
 # their reduces, which a kernel with dependent reduces can't. And only for rows that fit in cache.
 FUSE_REDUCE_MAX = 1 << 15  # elements per reduced output
-FUSE_REDUCES = getenv("FUSE_REDUCES", 1)  # 0: every dependent reduce in a kernel of its own
+def fuse_reduces() -> bool:
+  """`FUSE_REDUCES` (default 1; 0: every dependent reduce in a kernel of its own), read per schedule.
+  Schedule templates and remembered walks are keyed by it."""
+  return bool(int(getenv("FUSE_REDUCES", 1)))
 
 class _KernelBuilder:
   def __init__(self, out: LazyBuffer, realizes: set[int], fusable: Optional[set[int]] = None, prefused: frozenset = frozenset()):
@@ -335,6 +338,7 @@ _CACHEABLE = ELEMENTWISE_OPS | set(ReduceOps) | {BufferOps.CONST}
 class _Template:
   # per item: its AST, where its buffers come from (>= 0: that node of the order; < 0: leaf ~p), its output nodes
   items: tuple[tuple[LazyOp, tuple[int, ...], tuple[int, ...]], ...]
+  fused: bool  # FUSE_REDUCES when it was built
   # the template bound to loaded runners, per runner settings (engine/realize.py: _Plan), once it ran under them
   plans: dict = field(default_factory=dict, compare=False, repr=False)
   @staticmethod
@@ -350,7 +354,7 @@ class _Template:
     for si in items:
       if si.var_vals or not si.outputs or any(id(o) not in node_pos for o in si.outputs) or any(id(b) not in where for b in si.bufs): return None
       out.append((si.ast, tuple(where[id(b)] for b in si.bufs), tuple(node_pos[id(o)] for o in si.outputs)))
-    return _Template(tuple(out))
+    return _Template(tuple(out), fuse_reduces())
   def instantiate(self, order: list[LazyBuffer], leaves: list[LazyBuffer]) -> list[ScheduleItem]:
     return [ScheduleItem(ast, tuple(_buffer_for(order[p], {}) if p >= 0 else leaves[~p].buffer for p in pos), {}, tuple(order[o] for o in outs))
             for ast, pos, outs in self.items]
@@ -377,6 +381,7 @@ def replayed_walk(base: LazyBuffer) -> Optional[tuple["_Template", list[LazyBuff
   recipe, made = rp
   if (w := recipe.walk) is None: return None
   order_idx, leaf_idx, forced, t = w
+  if t.fused is not fuse_reduces(): return None  # built under another FUSE_REDUCES
   order = [made[i] for i in order_idx[:-1]]
   order.append(base)
   for b, f in zip(order, forced):
@@ -397,7 +402,7 @@ def _verify_once(ast: LazyOp) -> None:
 def _fusable(order: list[LazyBuffer], realizes: set[int], nofuse: set[int]) -> set[int]:
   """Realized reduced values a later kernel with a reduce like theirs may compute itself (see FUSE_REDUCE_MAX)."""
   out: set[int] = set()
-  if not FUSE_REDUCES: return out
+  if not fuse_reduces(): return out
   local: dict[str, bool] = {}
   for b in order:
     if id(b) not in realizes or id(b) in nofuse or b.image is not None or b.op not in ELEMENTWISE_OPS and b.op not in ReduceOps: continue

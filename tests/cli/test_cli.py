@@ -43,7 +43,8 @@ def _check_json(data: dict[str, Any]) -> None:
   for k in data["kernels"]:
     assert k["ok"] and k["verified"] and k["error"] is None, k
     assert k["max_rel_error"] <= k["tol"]
-    assert k["runs"] >= data["settings"]["runs"] and k["numpy_runs"] == k["e2e_runs"] == k["runs"]  # timed interleaved
+    assert k["runs"] >= data["settings"]["runs"] and k["e2e_runs"] == k["runs"]  # timed interleaved
+    assert k["numpy_runs"] >= data["settings"]["runs"]  # timed after them
     for f in ("time_s", "gflops", "gbs", "intensity", "pct_peak_flops", "pct_peak_bw", "pct_roofline", "e2e_time_s", "e2e_overhead",
               "numpy_time_s", "vs_numpy", "vs_numpy_kernels"):
       assert isinstance(k[f], float) and k[f] > 0, (k["name"], f, k[f])

@@ -2,10 +2,11 @@
 
 Each kernel of the suite (tilecraft.cli.suite) is written with the Tensor frontend, realized once
 (compiling its kernels), timed side by side with numpy in the same process, and verified against
-numpy in float64 (a wrong result fails the run). Three things are timed, interleaved (one run of
-each per round, so load on a shared machine hits all three alike), best of at least --runs rounds
-after --warmup rounds (fast cases run until 0.25 s per timing is spent, at most 200 rounds;
---quick: 0.025 s):
+numpy in float64 (a wrong result fails the run). Three things are timed, best of at least --runs
+rounds after --warmup rounds (fast cases run until 0.25 s per timing is spent, at most 200 rounds;
+--quick: 0.025 s): tilecraft's two interleaved (one run of each per round, so load on a shared
+machine hits both alike), then numpy's (its BLAS threads spin after each call, which would slow
+the tilecraft runs interleaved with it):
 
   tilecraft time = the sum of the kernel times of its schedule, each measured by
                    `CompiledRunner(bufs, var_vals, wait=True)` (CPU: wall time around the
@@ -91,7 +92,7 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
       out.realize()
       rec["compile_s"] = time.perf_counter() - t0
       runners = [get_runner(si.ast, device, list(si.bufs)) for si in items]
-    note(f"{case.key}: timing tilecraft's kernels, its end-to-end call and numpy, interleaved")
+    note(f"{case.key}: timing tilecraft's kernels and its end-to-end call (interleaved), then numpy")
     per = [float("inf")] * len(items)
     def once() -> float:
       total = 0.0
@@ -104,10 +105,14 @@ def run_case(case: BenchCase, device: str, runs: int, warmup: int, beam: int = 0
     if beam:
       def e2e() -> None:  # noqa: F811 - the same call, through the BEAM-searched kernels
         with Context(BEAM=beam): case.tilecraft_fn(*ts).realize()
-    fns = [once, e2e] + ([numpy_once] if numpy_error is None else [])
-    times, n = best_times(fns, runs, warmup, min_time, MAX_RUNS)
+    # numpy is timed on its own after: its BLAS workers spin for a while after each call (OpenBLAS: 2^28
+    # cycles), on the cores the next kernels need, so interleaved they slowed tilecraft's runs (matvec's
+    # e2e 1.2-1.4x its kernels with numpy in the rounds, 1.07x without)
+    times, n = best_times([once, e2e], runs, warmup, min_time, MAX_RUNS)
     rec["time_s"], rec["e2e_time_s"], rec["runs"], rec["e2e_runs"] = times[0], times[1], n, n
-    if numpy_error is None: rec["numpy_time_s"], rec["numpy_runs"], timed_numpy = times[2], n, True
+    if numpy_error is None:
+      (rec["numpy_time_s"],), rec["numpy_runs"] = best_times([numpy_once], runs, warmup, min_time, MAX_RUNS)
+      timed_numpy = True
     sched = []
     for r, si, t in zip(runners, items, per):
       p = r.p
@@ -231,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
   host = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
           "numpy": np.__version__, "compiler": compiler_name(device), "target": target_name(device), "load": load0}
   timing = ("tilecraft: sum of its kernels' times (CompiledRunner, wait=True); e2e: wall time of f(*inputs).realize(), result dropped; "
-            "numpy: wall time of the call; interleaved, best of at least `runs` rounds "
+            "numpy: wall time of the call, timed after the two tilecraft timings (interleaved); best of at least `runs` rounds "
             f"(fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing is spent, at most {MAX_RUNS}) after `warmup` rounds")
   result = {"schema": SCHEMA, "created": datetime.datetime.now().isoformat(timespec="seconds"), "device": device, "ok": ok, "host": host,
             "settings": {"quick": args.quick, "runs": runs, "warmup": args.warmup, "opts": opts_mode, "timing": timing},
@@ -247,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
       print(f"tilecraft bench on {device}: {host['cpu']}, {threads()}; {host['compiler']}; numpy {np.__version__}; opts: {opts_mode}", file=out)
       if host["target"]: print(f"target ISA: {host['target']} (set with CPU_ARCH=<-march name>)", file=out)
       print(describe(peaks) if peaks is not None else "peak: not measured (calibration failed)", file=out)
-      print(f"interleaved, best of {runs}+ rounds (fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing, at most {MAX_RUNS}) "
+      print(f"kernels and e2e interleaved, then numpy; best of {runs}+ rounds (fast cases: until {MIN_TIME_S / 10 if args.quick else MIN_TIME_S:g} s per timing, at most {MAX_RUNS}) "
             f"after {args.warmup} warm-up rounds. time = sum of tilecraft's kernel times (CompiledRunner); e2e = wall time of the user's "
             "call f(*inputs).realize(), result dropped; numpy = wall time of the numpy call", file=out)
       print("GFLOPS, GB/s: tilecraft's FLOP/byte counts of its kernels / time; %roof: of min(peak FLOPS, intensity x peak BW); "

@@ -122,3 +122,44 @@ def test_dependent_reduce_second_loop_and_prefetch() -> None:
   got = fuzz.run_ast(e.ast, inputs, opts, "CPU")
   for g, w in zip(got, e.reference(inputs, {})): np.testing.assert_allclose(g.reshape(w.shape), w, rtol=1e-5, atol=1e-6)
   assert "PREFETCH" not in fuzz.build_kernel(e.ast, opts, "PYTHON").to_program().src  # only targets with has_prefetch
+
+def _reduce_updates(k):
+  """The value each accumulator's PHI stores, per accumulator."""
+  from tilecraft.codegen.uops import UOps
+  return [u.src[1] for u in k.uops if u.op is UOps.PHI]
+
+@pytest.mark.parametrize("co,chained", [(8, True), (1, False)])
+def test_unrolled_sum_chains_into_many_accumulators(co, chained) -> None:
+  """A conv with kx unrolled: with 8 accumulators (8 output channels) each term is added into the
+  accumulator in turn (one FMA each); with 1, the terms are summed first (a tree, off the
+  accumulator's chain). Both vs numpy."""
+  import importlib.util
+  from pathlib import Path
+  from tilecraft.codegen.kernel import Opt, OptOps
+  from tilecraft.codegen.uops import UOps
+  from tilecraft.device import Buffer, CompiledRunner
+  from tilecraft.ops import BinaryOps
+  spec = importlib.util.spec_from_file_location("_tc_bench_common", Path(__file__).resolve().parents[2] / "bench" / "common.py")
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)  # type: ignore[union-attr]
+  k = Kernel(bench.conv3x3_ast(3, 8, 5, 8), Device["CPU"].renderer)
+  for o in [Opt(OptOps.UPCAST, 2, 8)] + ([Opt(OptOps.UPCAST, 0, co)] if co > 1 else []) + [Opt(OptOps.UNROLL, 2, 0)]: k.apply_opt(o)
+  k.linearize()
+  ups = _reduce_updates(k)
+  assert len(ups) == co
+  for u in ups:
+    depth, x = 0, u
+    while x.op is UOps.ALU and x.arg is BinaryOps.ADD and x.src[0].op is not UOps.ACCREAD: x, depth = x.src[0], depth + 1
+    assert (depth == 2) == chained and x.src[0].op is UOps.ACCREAD, (co, depth)  # acc + t0 + t1 + t2, left to right
+  rng = np.random.default_rng(0)
+  img, w = rng.random((3, 5, 8), dtype=np.float32), rng.random((8, 3, 3, 3), dtype=np.float32)
+  out = Buffer("CPU", 8 * 40, dtypes.float32).allocate()
+  CompiledRunner(k.to_program())([out, Buffer("CPU", img.size, dtypes.float32).copyin(img), Buffer("CPU", w.size, dtypes.float32).copyin(w)])
+  np.testing.assert_allclose(out.numpy().reshape(8, 5, 8), bench.numpy_conv3x3(img, w), rtol=1e-5)
+
+def test_c_offset_addressing() -> None:
+  """The C renderer writes data[x+c] as (data+x)[c] (base + displacement addressing under -fwrapv)."""
+  a, b = Tensor(np.arange(64, dtype=np.float32)), Tensor(np.ones(64, dtype=np.float32))
+  src = Kernel((a.reshape(8, 8)[:, 1:] + b.reshape(8, 8)[:, :7]).schedule()[-1].ast, Device["CPU"].renderer).to_program().src
+  assert re.search(r"\(data1\+\w+\)\[1\]", src) and not re.search(r"data\d\[\(\w+\+\d+\)\]", src), src
+  np.testing.assert_array_equal((a.reshape(8, 8)[:, 1:] + b.reshape(8, 8)[:, :7]).numpy(), np.arange(64, dtype=np.float32).reshape(8, 8)[:, 1:] + 1)

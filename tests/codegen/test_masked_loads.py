@@ -1,5 +1,6 @@
 """Lowering unit-stride loads whose validity varies by lane (a padded conv's shifted rows) into
-vector loads gated per lane, on targets with masked loads (C, LLVM), and lane by lane elsewhere.
+vector loads gated per lane, on targets with masked loads (C, LLVM), and lane by lane elsewhere;
+likewise stores (a PADTO-padded output row's last vector).
 The gate keeps the lane-free part of the mask (the row mask) as one scalar splat. Results vs numpy
 on both CPU targets and ISAs, for every vector dtype and width, under random opts too (the
 differential fuzzer, `tilecraft fuzz -k pad -k conv`, covers the opt space more widely)."""
@@ -49,7 +50,7 @@ def test_masked_load_rendering() -> None:
   for o in (Opt(OptOps.UPCAST, 2, 8), Opt(OptOps.UNROLL, 2, 0)): k.apply_opt(o)
   k.linearize()
   src = k.to_program().src
-  assert src.count("tc_mload_float8(data1+") == 2 and "static inline float8 tc_mload_float8(const float* p, int8 m)" in src
+  assert src.count("tc_mload_float8((data1+") == 2 and "static inline float8 tc_mload_float8(const float* p, int8 m)" in src
   k = Kernel(_conv_ast(), opts=LLVMRenderer())
   for o in (Opt(OptOps.UPCAST, 2, 8), Opt(OptOps.UNROLL, 2, 0)): k.apply_opt(o)
   k.linearize()
@@ -94,3 +95,46 @@ def test_lane_mask_through_a_mod(opts) -> None:
   """A mask that repeats every 8 elements: some lanes valid, some not, in the middle of a vector."""
   e = find_entry("pad_lane_pattern_4x6")
   for dev in ("CPU", "LLVM"): assert check_opts(e, opts, entry_inputs(e), dev) is None
+
+# ---- masked stores ---------------------------------------------------------------------------------
+
+def _masked_stores(uops):
+  return [u for u in uops if u.op is UOps.STORE and len(u.src) > 3 and u.src[3].dtype.count > 1]
+
+@pytest.mark.parametrize("ren", [CRenderer, LLVMRenderer], ids=["C", "LLVM"])
+def test_padded_output_row_is_one_masked_vector_store(ren) -> None:
+  """25 outputs padded to 32 and upcast by 16: the second vector's lanes 9..15 are past the end."""
+  k = Kernel(find_entry("ew_25").ast, opts=ren())
+  for o in (Opt(OptOps.PADTO, 0, 16), Opt(OptOps.UPCAST, 0, 16)): k.apply_opt(o)
+  k.linearize()
+  m = _masked_stores(k.uops)
+  assert len(m) == 1 and m[0].src[2].dtype == dtypes.float32.vec(16) and m[0].src[3].dtype == dtypes.bool.vec(16)
+  assert not any(u.op is UOps.STORE and u.src[2].dtype.count == 1 for u in k.uops)  # no lane-by-lane writes
+  src = k.to_program().src
+  if ren is CRenderer: assert src.count("tc_mstore_float16(data0+") == 1 and "static inline void tc_mstore_float16(float* p, int16 m, float16 v)" in src
+  else: assert src.count("call void @llvm.masked.store.v16f32.p0(") == 1
+
+def test_no_masked_stores_where_the_target_has_none() -> None:
+  k = Kernel(find_entry("ew_25").ast, opts=OpenCLRenderer())
+  for o in (Opt(OptOps.PADTO, 0, 4), Opt(OptOps.UPCAST, 0, 4)): k.apply_opt(o)
+  k.linearize()
+  assert not _masked_stores(k.uops) and any(u.op is UOps.STORE and len(u.src) > 3 and u.src[2].dtype.count == 1 for u in k.uops)
+
+@pytest.mark.parametrize("arch,dev", ARCH_DEVS)
+@pytest.mark.parametrize("name", ["ew_25", "ew_broadcast_7x25", "unary_double", "sum_int32_6x17", "sum_axis0_5x7x9"])
+def test_padded_outputs_every_width(arch, dev, name) -> None:
+  """An output axis padded to each vector width it isn't a multiple of: the same as the unoptimized
+  kernel (guard zones on both sides of each output: a masked-off lane written would show)."""
+  e = find_entry(name)
+  k0 = Kernel(e.ast, opts=Device[dev].renderer)
+  ax = k0.first_reduce - 1
+  n = 0
+  for w in (2, 4, 8, 16):
+    if k0.full_shape[ax] % w == 0: continue
+    opts = [Opt(OptOps.PADTO, ax, w), Opt(OptOps.UPCAST, ax, w)]
+    k = Kernel(e.ast, opts=Device[dev].renderer)
+    for o in opts: k.apply_opt(o)
+    k.linearize()
+    n += len(_masked_stores(k.uops))
+    with Context(CPU_ARCH=arch): assert check_opts(e, opts, entry_inputs(e), dev) is None, (name, w)
+  assert n > 0

@@ -1,7 +1,8 @@
-"""The C renderer's masked vector loads (tc_mload_*): every mask pattern reads exactly the enabled
-lanes, 0 elsewhere, and never touches a masked-off lane, proven with vectors that straddle a
-PROT_NONE page before and after the data (a read of a masked-off lane there would crash). Built for
-AVX-512 (the host, where it has it), AVX2 (haswell) and plain x86-64 (the lane-by-lane fallback)."""
+"""The C renderer's masked vector loads and stores (tc_mload_*, tc_mstore_*): every mask pattern reads
+exactly the enabled lanes, 0 elsewhere, or writes exactly the enabled lanes, and never touches a
+masked-off lane, proven with vectors that straddle a PROT_NONE page before and after the data (an
+access of a masked-off lane there would crash). Built for AVX-512 (the host, where it has it), AVX2
+(haswell) and plain x86-64 (the lane-by-lane fallback)."""
 import ctypes, itertools, mmap, platform
 import numpy as np
 import pytest
@@ -29,6 +30,11 @@ def _source() -> str:
       lines += [f"void t_{vt}(const {st}* p, const int* masks, const long long* offs, int n, {st}* out) {{",
                 f"  for (int k = 0; k < n; k++) {{ int{n} m; for (int i = 0; i < {n}; i++) m[i] = (masks[k] >> i) & 1 ? (i % 3 ? 1 : -1) : 0;",
                 f"    {vt} r = tc_mload_{vt}(p + offs[k], m); __builtin_memcpy(out + k * {n}, &r, sizeof(r)); }}", "}"]
+      # stores: pattern k writes lanes of vals[k*n ...] at p + offs[k]
+      lines += ren._masked_store_helper(v)
+      lines += [f"void s_{vt}({st}* p, const int* masks, const long long* offs, int n, const {st}* vals) {{",
+                f"  for (int k = 0; k < n; k++) {{ int{n} m; for (int i = 0; i < {n}; i++) m[i] = (masks[k] >> i) & 1 ? (i % 3 ? 1 : -1) : 0;",
+                f"    {vt} v; __builtin_memcpy(&v, vals + k * {n}, sizeof(v)); tc_mstore_{vt}(p + offs[k], m, v); }}", "}"]
   return "\n".join(lines) + "\n"
 
 @pytest.fixture(scope="module", params=["native", "haswell", "x86-64"])
@@ -78,3 +84,23 @@ def test_masked_load_reads_only_enabled_lanes(lib, fenced, dt, n):
     for i in range(n):
       if m >> i & 1: want[k, i] = data[off + i]
   np.testing.assert_array_equal(out.reshape(-1, n), want)
+
+@pytest.mark.parametrize("dt", DTS, ids=lambda d: d.name)
+@pytest.mark.parametrize("n", WIDTHS)
+def test_masked_store_writes_only_enabled_lanes(lib, fenced, dt, n):
+  mem, base, ps = fenced
+  rng = np.random.default_rng(n + 100)
+  elems = ps // dt.itemsize
+  data = np.frombuffer(mem, dtype=dt.np, count=elems, offset=ps)
+  data[:] = (np.arange(elems) * 3 + 1).astype(dt.np)
+  masks, offs = _cases(n, elems, rng)
+  vals = (rng.integers(-1000, 1000, len(masks) * n) * 2 + 1).astype(dt.np)  # odd: never equal to what the page holds
+  want = data.copy()
+  for k, (m, off) in enumerate(zip(masks, offs)):
+    for i in range(n):
+      if m >> i & 1: want[off + i] = vals[k * n + i]
+  ct = {dtypes.float32: ctypes.c_float, dtypes.int32: ctypes.c_int32, dtypes.int64: ctypes.c_int64, dtypes.float64: ctypes.c_double}[dt]
+  fn = getattr(lib, f"s_{CRenderer().render_dtype(dt.vec(n))}")
+  fn(ctypes.cast(base + ps, ctypes.POINTER(ct)), np.array(masks, np.int32).ctypes.data_as(ctypes.POINTER(ctypes.c_int)),
+     np.array(offs, np.int64).ctypes.data_as(ctypes.POINTER(ctypes.c_longlong)), len(masks), vals.ctypes.data_as(ctypes.POINTER(ct)))
+  np.testing.assert_array_equal(data, want)

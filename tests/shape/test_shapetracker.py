@@ -454,3 +454,32 @@ def test_real_size_is_zero_when_a_later_view_reads_only_padding():
           ("reshape", (2, 8, 4)), ("shrink", ((0, 1), (0, 3), (0, 1)))])
   assert apply_st(*chain).real_size() == 0
   check_queries(*chain)
+
+def _conv_window(cin: int, H: int, W: int) -> ShapeTracker:
+  """A 3x3 conv's input as the kernel sees it: (y, x, cin, ky, kx) over the zero-padded image."""
+  padded = ShapeTracker.from_shape((cin, H, W)).pad(((0, 0), (1, 1), (1, 1)))
+  return ShapeTracker(padded.views + (View.create((H, W, cin, 3, 3), (W + 2, 1, (H + 2) * (W + 2), W + 2, 1)),)).simplify()
+
+def _has_divmod(x: sint) -> bool:
+  return isinstance(x, (Div, Mod)) or (isinstance(x, Node) and any(_has_divmod(c) for c in x.children()))
+
+def test_masked_view_index_is_clamped_to_its_valid_range():
+  """A conv row padded past its end (x in [0, 16), valid below 10, as PADTO makes it) and split into
+  4 x 4 lanes is a third view over the padded window: unravelling x + kx into the padded image needs
+  no div/mod once x is known to stay below 10 where the element is valid. The index agrees with the
+  plain (int) evaluation on every valid element, and the validity on every element."""
+  st = _conv_window(2, 3, 10).pad(((0, 0), (0, 6), (0, 0), (0, 0), (0, 0))).reshape((3, 4, 4, 2, 3, 3))
+  assert len(st.views) == 3
+  axes = tuple(Variable(f"a{i}", 0, s - 1) for i, s in enumerate(st.shape))
+  idx, valid = st.expr_idxs(axes)
+  assert not _has_divmod(idx) and not (isinstance(idx, Node) and any(v.expr.startswith("_st_clamp") for v in idx.vars()))
+  n_valid = 0
+  for pos in np.ndindex(*st.shape):
+    want_idx, want_valid = st.expr_idxs(tuple(int(p) for p in pos))
+    sub = dict(zip(axes, (int(p) for p in pos)))
+    got_valid = sym_eval(valid, sub) if isinstance(valid, Node) else valid
+    assert bool(got_valid) == bool(want_valid), pos
+    if want_valid:
+      n_valid += 1
+      assert (sym_eval(idx, sub) if isinstance(idx, Node) else idx) == want_idx, pos
+  assert 0 < n_valid < math.prod(st.shape)

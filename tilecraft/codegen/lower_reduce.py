@@ -11,6 +11,8 @@ from tilecraft.ops import INDEX, BinaryOps, BufferOps, LazyOp, ReduceOps, Ternar
 from tilecraft.shape.symbolic import And, Lt, Node, Sum, Variable, sint, sym_and
 if TYPE_CHECKING: from tilecraft.codegen.lowerer import Lowerer
 
+CHAIN_MIN_ACCS = 8  # independent accumulators that hide an FMA's latency (4 cycles x 2 FMA units)
+
 class ReduceLowering:
   __slots__ = ()
   def lower_reduce(self: Lowerer, op: LazyOp) -> dict[tuple, UOp]:
@@ -38,12 +40,18 @@ class ReduceLowering:
     init = _identity(op.op, op.dtype)
     res: dict[tuple, UOp] = {}
     magenta_pos = [j for j, a in enumerate(self.lane_axes) if a in self.magenta and a in red_axes]
-    for lane in self.lanes(False):
+    out_lanes = self.lanes(False)
+    # unrolled terms of a SUM on a CPU with many accumulators are added into the accumulator one by one:
+    # a multiply-add each (FMA), where summing them first costs a multiply and an add more per
+    # accumulator and step; the accumulators' chains are independent, so the longer chain costs no latency
+    chain = op.op is ReduceOps.SUM and not self.ren.has_local and len(out_lanes) >= CHAIN_MIN_ACCS
+    for lane in out_lanes:
       group = [src[l] for l in self.lanes(True) if all(l[j] == lane[j] for j in range(len(lane)) if j not in magenta_pos)]
       width = max(v.dtype.count for v in group)
       group = [v if v.dtype.count == width else UOp(UOps.VECTORIZE, v.dtype.vec(width), (v,) * width) for v in group]
       total = group[0]
-      for v in group[1:]: total = self._combine(op.op, total, v)
+      if not (chain and ranges and len(group) > 1):
+        for v in group[1:]: total = self._combine(op.op, total, v)
       if not ranges:
         res[lane] = self._combine(op.op, total, self._earlier_blocks(lane, total.dtype.count)) if self.block_range is not None and self.block_in_acc else total
         continue
@@ -55,7 +63,11 @@ class ReduceLowering:
       # the accumulator's value inside the loop changes every iteration: read it there (the ranges
       # in src keep the read, and everything computed from it, inside the loop)
       acc_in = UOp(UOps.ACCREAD, dt, (acc,) + tuple(ranges))
-      phi = UOp(UOps.PHI, dt, (acc, self._combine(op.op, acc_in, total)) + tuple(ranges))
+      if chain and len(group) > 1:
+        upd = acc_in
+        for v in group: upd = self._combine(op.op, upd, v)
+      else: upd = self._combine(op.op, acc_in, total)
+      phi = UOp(UOps.PHI, dt, (acc, upd) + tuple(ranges))
       # ENDRANGE marks "after the loop" (and keeps the update in the graph)
       res[lane] = UOp(UOps.ACCREAD, dt, (acc, UOp(UOps.ENDRANGE, dtypes.void, (ranges[0], phi))))
     if self.vax is not None and self.vax in self.magenta:  # the vector lanes were reduce lanes: combine them

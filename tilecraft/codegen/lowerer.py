@@ -91,7 +91,8 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     if not self.ren.supports_float4: return None
     if any(not _vectorizable(self.ren, b.dtype) for b in self.k.bufs): return None
     if any(x.op is ReduceOps.WMMA for x in self.ast.lazyops): return None  # fragments are gathered lane by lane
-    out_rs = self.k.sts[0].real_strides()
+    # a padded output axis (PADTO) still walks the output contiguously: its lanes past the end are gated stores
+    out_rs = self.k.sts[0].real_strides(ignore_valid=True)
     ins = [st.real_strides() for b, st in zip(self.k.bufs, self.k.sts) if isinstance(b, MemBuffer) and b.idx >= len(self.k.outbufs)]
     reduces = [r for r in self.ast.lazyops if r.op in ReduceOps]
     best: Optional[tuple] = None
@@ -233,7 +234,8 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     if _direct_unit_term(idx, v):
       base = idx - v
       if not in_valid: return "vector", (base, valid)
-      per = [(base + i, self._at_lane(valid, i)) for i in range(self.W)]
+      if masked: return "masked", (base, valid, None)  # the lanes only if the caller falls back to them (lane_forms)
+      per = self.lane_forms(base, valid)
     else:
       per = [(self._at_lane(idx, i), self._at_lane(valid, i)) for i in range(self.W)]
       # unit stride: lane i reads base + i for every lane (checked lane by lane, exactly)
@@ -241,6 +243,10 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
       base = per[0][0]
       if not in_valid: return "vector", (base, valid)
     return ("masked", (base, valid, per)) if masked else ("gather", per)
+
+  def lane_forms(self, base: sint, valid: sint) -> list[tuple[sint, sint]]:
+    """(index, valid) of each lane of a unit-stride access at `base`."""
+    return [(base + i, self._at_lane(valid, i)) for i in range(self.W)]
 
   def masked_gate(self, valid: sint) -> Optional[UOp]:
     """The bool-vector gate of a unit-stride access whose validity varies by lane: the lane-free
@@ -305,11 +311,18 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
   def _store_lanes(self, mb: MemBuffer, val: dict[tuple, UOp]) -> list[UOp]:
     buf = self.buf_uop(mb)
     out = []
+    # a unit-stride store whose validity varies by lane (a padded row's last vector) is one masked
+    # vector store on targets with masked loads and stores, lane by lane elsewhere
+    masked = self.ren.masked_loads and buf.op is UOps.DEFINE_GLOBAL and not self.group
     for lane in self.lanes(False):
       v = val[lane]
       idx, valid = self.index(mb.st, lane)
-      kind, data = self.vec_form(idx, valid)
+      kind, data = self.vec_form(idx, valid, masked=masked and v.dtype.count > 1)
       if self.block_range is not None and not self.block_in_acc: v = self._combine(ReduceOps.SUM, v, self._earlier_blocks(lane, v.dtype.count))
+      if kind == "masked" and (gate := self.masked_gate(data[1])) is not None:
+        out.append(UOp(UOps.STORE, dtypes.void, (buf, self.sym_to_uop(data[0], dtypes.int32), v, gate)))
+        continue
+      if kind == "masked": kind, data = "gather", data[2] or self.lane_forms(data[0], data[1])
       if kind == "vector" and v.dtype.count > 1:
         out.append(self._store(buf, *data, v))
       elif kind == "scalar" and v.dtype.count == 1: out.append(self._store(buf, *data, v))
@@ -383,7 +396,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
         vdt = mb.dtype.vec(self.W)
         res[lane] = UOp(UOps.LOAD, vdt, (buf, self.sym_to_uop(data[0], dtypes.int32), gate, UOp.const(vdt, 0)))
         continue
-      if kind == "masked": kind, data = "gather", data[2]
+      if kind == "masked": kind, data = "gather", data[2] or self.lane_forms(data[0], data[1])
       if kind == "scalar": res[lane] = self._load(buf, *data, mb.dtype, barrier)
       elif kind == "vector": res[lane] = self._load(buf, *data, mb.dtype.vec(self.W), barrier)
       else: res[lane] = UOp(UOps.VECTORIZE, mb.dtype.vec(self.W), tuple(self._load(buf, ix, vl, mb.dtype, barrier) for ix, vl in data))

@@ -139,6 +139,17 @@ class CStyleLanguage(Renderer):
     if dt.scalar() == dtypes.float32: return f"{fn}f({x})"
     return f"(({self.render_dtype(dt)}){fn}f((float)({x})))"
 
+  # a load's or store's (pointer, index) as rendered: the buffer and its index, unless offset_addressing
+  offset_addressing = False
+  def address(self, buf: UOp, idx: UOp, r: dict) -> tuple[str, str]:
+    """With offset_addressing, an index `x + c` (c a constant) is written as the pointer `(buf+x)` and
+    the index c: pointer arithmetic, which the compiler folds into one base + displacement address,
+    where an int sum must wrap under -fwrapv and costs an add and a sign extension per access. The
+    lowerer sizes index math so that x + c can't overflow, so both name the same element."""
+    if self.offset_addressing and idx.op is UOps.ALU and idx.arg is BinaryOps.ADD and idx.src[1].op is UOps.CONST and idx.dtype.count == 1:
+      return f"({r[buf]}+{r[idx.src[0]]})", r[idx.src[1]]
+    return r[buf], r[idx]
+
   # `aligned`: a vector access whose index is a provable multiple of its width (see multiple_of)
   def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
     if dt.count > 1: return f"(*(({self.render_dtype(dt)}*)({buf}+{idx})))"
@@ -150,6 +161,10 @@ class CStyleLanguage(Renderer):
   def render_masked_load(self, buf: str, idx: str, mask: str, dt: DType, alt: UOp) -> str:
     """A vector load gated per lane by the bool vector `mask` (masked_loads targets; alt is 0)."""
     raise NotImplementedError(f"{type(self).__name__} has no masked vector loads")
+
+  def render_masked_store(self, buf: str, idx: str, mask: str, val: str, dt: DType) -> str:
+    """A vector store gated per lane by the bool vector `mask` (masked_loads targets)."""
+    raise NotImplementedError(f"{type(self).__name__} has no masked vector stores")
 
   def render_gep(self, x: str, i: int) -> str: return f"{x}[{i}]"
   def render_special(self, u: UOp) -> str: raise NotImplementedError(f"{type(self).__name__} has no thread ids")
@@ -293,15 +308,19 @@ class CStyleLanguage(Renderer):
         r[u] = r[src[0]]
       elif op is UOps.ACCREAD: r[u] = r[src[0]]
       elif op is UOps.LOAD:
-        if len(src) >= 4 and src[2].dtype.count > 1: val = self.render_masked_load(r[src[0]], r[src[1]], r[src[2]], dt, src[3])
-        else: val = self.render_load(r[src[0]], r[src[1]], dt, src[0].dtype, multiple_of(src[1], dt.count))
+        at = self.address(src[0], src[1], r)
+        if len(src) >= 4 and src[2].dtype.count > 1: val = self.render_masked_load(*at, r[src[2]], dt, src[3])
+        else: val = self.render_load(*at, dt, src[0].dtype, multiple_of(src[1], dt.count))
         if len(src) >= 4 and src[2].dtype == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
         define(u, val, "val")
       elif op is UOps.PREFETCH: emit(f"__builtin_prefetch({r[src[0]]}+{r[src[1]]});")
       elif op is UOps.STORE:
-        if u in streams: line = self.render_stream_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype)
-        else: line = self.render_store(r[src[0]], r[src[1]], r[src[2]], src[2].dtype, src[0].dtype, multiple_of(src[1], src[2].dtype.count))
-        emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
+        at = self.address(src[0], src[1], r)
+        if len(src) > 3 and src[3].dtype.count > 1: emit(self.render_masked_store(*at, r[src[3]], r[src[2]], src[2].dtype))
+        else:
+          if u in streams: line = self.render_stream_store(*at, r[src[2]], src[2].dtype)
+          else: line = self.render_store(*at, r[src[2]], src[2].dtype, src[0].dtype, multiple_of(src[1], src[2].dtype.count))
+          emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
       elif op is UOps.ALU:
         if u in wrapping: expr = self.render_wrapping_alu(u.arg, [r[s] for s in src], dt)
         else: expr = self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype)
@@ -345,6 +364,7 @@ class CRenderer(CStyleLanguage):
                           BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
   has_prefetch = True  # PREFETCH uops: __builtin_prefetch (a hint: never faults, whatever the address)
   vector_masks = True  # bool vectors are int vectors (int16 for 16 lanes): a vector compare's -1/0, or 0/1 lanes
+  offset_addressing = True  # (data+x)[c] for data[x+c]: see address()
   masked_loads = True  # tc_mload_*: AVX/AVX2/AVX-512 masked loads, lane by lane elsewhere (_masked_load_helper)
   # a CPU kernel's DEFINE_LOCAL/BARRIER: TC use 3's staging of a warp held by one thread, and PACK's
   # arrays (codegen/pack.py); one thread writes and reads each, so program order is the barrier
@@ -362,6 +382,28 @@ class CRenderer(CStyleLanguage):
     if not (alt.op is UOps.VECTORIZE and all(s.op is UOps.CONST and s.arg == 0 for s in alt.src)):
       raise NotImplementedError("CRenderer: a masked load's masked-off lanes read 0")
     return f"tc_mload_{self.render_dtype(dt)}({buf}+{idx}, {mask})"
+  def render_masked_store(self, buf: str, idx: str, mask: str, val: str, dt: DType) -> str: return f"tc_mstore_{self.render_dtype(dt)}({buf}+{idx}, {mask}, {val});"
+  def _masked_store_helper(self, dt: DType) -> list[str]:
+    """tc_mstore_<vt>(p, m, v): p[i] = v[i] where m[i] != 0; a masked-off lane is never written (nor
+    its page touched): AVX-512 masked stores or AVX vmaskmov like tc_mload_*, else lane by lane."""
+    vt, n, st, esz = self.render_dtype(dt), dt.count, self.type_names[dt.scalar()], dt.scalar().itemsize
+    reg = {16: ("_mm", "__m128i", "__m128"), 32: ("_mm256", "__m256i", "__m256"), 64: ("_mm512", "__m512i", "__m512")}
+    out = [f"static inline void tc_mstore_{vt}({st}* p, int{n} m, {vt} v) {{", "  (void)p; (void)m; (void)v;"]
+    kinds: list[tuple[str, str]] = []
+    if esz == 4 and dt.itemsize in reg:
+      pre, ri, rf = reg[dt.itemsize]
+      kinds.append(("defined(__AVX512F__)" + (" && defined(__AVX512VL__)" if dt.itemsize < 64 else ""),
+                    f"{pre}_mask_storeu_ps((void*)p, {pre}_test_epi32_mask(({ri})m, ({ri})m), ({rf})v); return;"))
+      if dt.itemsize < 64: kinds.append(("defined(__AVX__)", f"{pre}_maskstore_ps((float*)p, ({ri})(m != 0), ({rf})v); return;"))
+    if esz == 8 and dt.itemsize in (32, 64):
+      pre, rf, mpre, mri = reg[dt.itemsize][0], reg[dt.itemsize][2] + "d", *reg[dt.itemsize // 2][:2]
+      kinds.append(("defined(__AVX512F__) && defined(__AVX512VL__)", f"{pre}_mask_storeu_pd((void*)p, {mpre}_test_epi32_mask(({mri})m, ({mri})m), ({rf})v); return;"))
+      if dt.itemsize == 32: kinds.append(("defined(__AVX2__)", f"_mm256_maskstore_pd((double*)p, _mm256_cvtepi32_epi64((__m128i)(m != 0)), ({rf})v); return;"))
+    for i, (cond, body) in enumerate(kinds): out += [f"#{'if' if i == 0 else 'elif'} {cond}", "  " + body]
+    if kinds: out.append("#else")
+    out.append(f"  for (int i = 0; i < {n}; i++) if (m[i]) p[i] = v[i];")
+    if kinds: out.append("#endif")
+    return out + ["}"]
   def _masked_load_helper(self, dt: DType) -> list[str]:
     """tc_mload_<vt>(p, m): lane i is p[i] where m[i] != 0, else 0; a masked-off lane is never read
     (it may lie outside the buffer). AVX-512 zero-masking loads or AVX vmaskmov where the vector is one
@@ -466,9 +508,11 @@ class CRenderer(CStyleLanguage):
         lines.append(f"static inline {vt} tc_where_{vt}(int{d.count} c, {vt} a, {vt} b) {{ return tc_sel_{vt}(__builtin_convertvector(c != 0, {it}), a, b); }}")
     for d in sorted(exp2s, key=lambda d: d.count): lines += vector_exp2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
     for d in sorted(log2s, key=lambda d: d.count): lines += vector_log2(self.render_dtype(d), self.render_dtype(masks[d]), d.scalar())
-    if (mloads := {u.dtype for u in uops if u.op is UOps.LOAD and len(u.src) >= 4 and u.src[2].dtype.count > 1}):
-      lines += ["#if defined(__AVX__)", "#include <immintrin.h>", "#endif"]
-      for d in sorted(mloads, key=lambda d: (d.scalar().name, d.count)): lines += self._masked_load_helper(d)
+    mloads = {u.dtype for u in uops if u.op is UOps.LOAD and len(u.src) >= 4 and u.src[2].dtype.count > 1}
+    mstores = {u.src[2].dtype for u in uops if u.op is UOps.STORE and len(u.src) > 3 and u.src[3].dtype.count > 1}
+    if mloads or mstores: lines += ["#if defined(__AVX__)", "#include <immintrin.h>", "#endif"]
+    for d in sorted(mloads, key=lambda d: (d.scalar().name, d.count)): lines += self._masked_load_helper(d)
+    for d in sorted(mstores, key=lambda d: (d.scalar().name, d.count)): lines += self._masked_store_helper(d)
     if (streams := {u.src[2].dtype for u in self.streaming_stores(uops)}):
       lines.insert(1, "#include <immintrin.h>")
       for d in sorted(streams, key=lambda d: (d.scalar().name, d.count)): lines += self._stream_helper(d)

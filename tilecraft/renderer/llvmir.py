@@ -283,6 +283,13 @@ class _Writer:
   def store(self, u: UOp) -> None:
     buf, idx, v = u.src[0], u.src[1], u.src[2]
     join = None
+    if len(u.src) > 3 and u.src[3].dtype.count > 1:  # per lane: llvm.masked.store writes only the lanes whose mask bit is set
+      if u.src[3].dtype.count != v.dtype.count or v.dtype.scalar() == dtypes.bool: raise NotImplementedError(f"LLVMRenderer: a {v.dtype} store gated by {u.src[3].dtype}")
+      t, n, st = ltype(v.dtype), v.dtype.count, ltype(v.dtype.scalar())
+      name = f"llvm.masked.store.v{n}{ {'float': 'f32', 'double': 'f64', 'half': 'f16'}.get(st, st)}.p0"
+      self.decls.add(f"declare void @{name}({t}, ptr, i32 immarg, <{n} x i1>)")
+      self.emit(f"call void @{name}({t} {self.r[v]}, ptr {self.address(buf, idx)}, i32 {v.dtype.scalar().itemsize}, {self.typed(u.src[3])})")
+      return
     if len(u.src) > 3:
       then, join = self.new_label("st"), self.new_label("stjoin")
       self.emit(f"br i1 {self.r[u.src[3]]}, label %{then}, label %{join}")

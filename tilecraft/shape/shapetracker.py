@@ -11,6 +11,7 @@ from tilecraft.shape.symbolic import And, Lt, Node, Prod, Sum, Variable, sint, s
 from tilecraft.shape.view import View, _all_ints, _all_invalid, _eq
 
 _AX = "_st_ax"  # prefix of the per-axis Variables used to analyse index expressions
+_CLAMP = "_st_clamp"  # prefix of expr_idxs's stand-ins for masked indices (see _clamped_idx)
 
 def _axis_vars(shape: tuple[sint, ...], box: Optional[tuple[tuple[sint, sint], ...]] = None) -> tuple[sint, ...]:
   """One Variable per axis (0 for size-1 axes), ranging over the axis or over box[axis] (int bounds)."""
@@ -21,6 +22,25 @@ def _axis_vars(shape: tuple[sint, ...], box: Optional[tuple[tuple[sint, sint], .
     if _eq(s, 1) or hi < lo: out.append(0 if _eq(s, 1) else lo)
     else: out.append(Variable(f"{_AX}{i}", lo, hi))
   return tuple(out)
+
+def _clamped_idx(view: View, idxs: tuple[sint, ...], back: dict[Node, sint]) -> sint:
+  """`view`'s memory index at `idxs`, to be unravelled into an earlier view, with each masked dim's
+  index replaced by a stand-in Variable whose range is that index's range cut to the mask (recorded in
+  `back`, substituted back at the end). The unravelling's div/mod then simplify by the range a valid
+  element has: a conv's padded row (x in [0, 64), valid below 56) shifted by its window offset stays
+  below the padded image's pitch, so it needn't wrap. Exact wherever the element is valid; where it
+  isn't, the index is never used (loads read 0, stores are skipped) and the earlier views' validity is
+  ANDed with this view's false one."""
+  if view.mask is None: return view.index(idxs)
+  clamped = list(idxs)
+  for d, (i, (b, e)) in enumerate(zip(idxs, view.mask)):
+    if not isinstance(i, Node) or not isinstance(b, int) or not isinstance(e, int): continue
+    lo, hi = max(i.vmin, b), min(i.vmax, e - 1)
+    if lo > hi or (lo, hi) == (i.vmin, i.vmax): continue
+    t = Variable(f"{_CLAMP}{len(back)}", lo, hi)
+    # (i may hold an earlier view's stand-ins: `back` maps straight to the caller's indices)
+    back[t], clamped[d] = i.substitute(back) if back else i, t
+  return view.index(tuple(clamped))
 
 def _terms(x: sint) -> tuple[tuple[Node, int], ...]:
   if isinstance(x, Sum): return x.terms
@@ -155,8 +175,11 @@ class ShapeTracker:
     """(flat memory index, valid) for the element at `idxs` (default: one Variable per axis)."""
     if idxs is None: idxs = _axis_vars(self.shape)
     if len(idxs) != len(self.shape): raise ValueError(f"expr_idxs got {len(idxs)} indices for shape {self.shape}")
-    idx, valid = self.views[-1].expr(tuple(idxs))
-    for view in reversed(self.views[:-1]):
+    later = self.views[-1]
+    back: dict[Node, sint] = {}
+    idx = _clamped_idx(later, tuple(idxs), back) if len(self.views) > 1 else later.index(tuple(idxs))
+    valid = later.valid(tuple(idxs))
+    for n, view in enumerate(reversed(self.views[:-1])):
       if isinstance(valid, int) and not valid: break
       # unravel the flat index into the earlier view's shape, then index that view
       sub: list[sint] = []
@@ -164,8 +187,11 @@ class ShapeTracker:
       for s in reversed(view.shape):
         sub.append(0 if _eq(s, 1) else sym_mod(sym_div(idx, acc), s))
         acc = acc * s
-      idx, v2 = view.expr(tuple(reversed(sub)))
-      valid = sym_and(valid, v2)
+      sub.reverse()
+      idx = _clamped_idx(view, tuple(sub), back) if n < len(self.views) - 2 else view.index(tuple(sub))
+      valid = sym_and(valid, view.valid(tuple(sub)))
+    if back:  # the clamped stand-ins back to the indices they stand for
+      idx, valid = (x.substitute(back) if isinstance(x, Node) else x for x in (idx, valid))
     return idx, valid
 
   @functools.cached_property

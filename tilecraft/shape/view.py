@@ -135,15 +135,20 @@ class View:
 
   def expr(self, idxs: tuple[sint, ...]) -> tuple[sint, sint]:
     """(memory index, valid) of the element at `idxs`."""
+    return self.index(idxs), self.valid(idxs)
+  def index(self, idxs: tuple[sint, ...]) -> sint:
+    """The memory index of the element at `idxs` (whether or not it is valid)."""
     if len(idxs) != len(self.shape): raise ValueError(f"{len(idxs)} indices for a view of shape {self.shape}")
-    idx = sym_sum([self.offset] + [i * st for i, st in zip(idxs, self.strides) if not _eq(st, 0)])
-    if self.mask is None: return idx, 1
-    if not self.mask: return 0, 0  # the 0-d all-invalid view
+    return sym_sum([self.offset] + [i * st for i, st in zip(idxs, self.strides) if not _eq(st, 0)])
+  def valid(self, idxs: tuple[sint, ...]) -> sint:
+    """Whether the element at `idxs` is valid (1, 0, or a condition)."""
+    if self.mask is None: return 1
+    if not self.mask: return 0  # the 0-d all-invalid view
     conds: list[sint] = []
     for i, (b, e), s in zip(idxs, self.mask, self.shape):
       if not _eq(b, 0): conds.append(1 - sym_lt(i, b))
       if not _eq(e, s): conds.append(sym_lt(i, e))
-    return idx, sym_and(*conds)
+    return sym_and(*conds)
 
   # ---- movement ops -------------------------------------------------------------------------------
   def permute(self, order: tuple[int, ...]) -> "View":

@@ -113,6 +113,22 @@ def test_conv_third_reuse_upcast_and_full_kx_unroll(arch, rng):
     img, w = rng.random((8, 8, 8), dtype=np.float32), rng.random((16, 8, 3, 3), dtype=np.float32)
     np.testing.assert_allclose(run(k, [img, w], 16 * 64).reshape(16, 8, 8), bench.numpy_conv3x3(img, w), rtol=1e-4)
 
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_conv_rows_padded_to_full_vectors(arch, rng):
+  """56-wide conv rows: AVX-512 pads them to 64 (PADTO 16) and runs 16-lane vectors, 8 channels x
+  4 rows (32 accumulators, the register limit), kx unrolled; AVX2 keeps 8 lanes unpadded. Both vs numpy."""
+  ast = bench.conv3x3_ast(4, 16, 8, 56)  # axes: cout, y, x, cin, ky, kx
+  img, w = rng.random((4, 8, 56), dtype=np.float32), rng.random((16, 4, 3, 3), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    k = hand(ast)
+    want = ([(OptOps.PADTO, 2, 16), (U, 2, 16)] if ARCHS[arch] == 16 else [(U, 2, 8)]) + [(U, 0, 8), (U, 1, 4), (R, 2, 0)]
+    assert opts(k) == want, opts(k)
+    np.testing.assert_allclose(run(k, [img, w], 16 * 8 * 56).reshape(16, 8, 56), bench.numpy_conv3x3(img, w), rtol=1e-4)
+    # the weights don't vary along the padded axis: they stay unmasked (one broadcast, no lane gates)
+    assert k.sts[2].real_strides()[2] == 0
+    # no padding where it would add more than 1/7 of the work (40 -> 48), or where the width divides
+    for wd in (40, 64): assert (OptOps.PADTO, 2, 16) not in opts(hand(bench.conv3x3_ast(4, 16, 8, wd)))
+
 # ---- BLOCK ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seq", [[(B, 0, 16)], [(U, 1, 4), (B, 0, 8), (S, 0, 1)], [(R, 0, 4), (B, 0, 4)], [(B, 0, 8), (R, 1, 4)],

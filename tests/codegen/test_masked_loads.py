@@ -4,6 +4,7 @@ likewise stores (a PADTO-padded output row's last vector).
 The gate keeps the lane-free part of the mask (the row mask) as one scalar splat. Results vs numpy
 on both CPU targets and ISAs, for every vector dtype and width, under random opts too (the
 differential fuzzer, `tilecraft fuzz -k pad -k conv`, covers the opt space more widely)."""
+import re
 import numpy as np
 import pytest
 from tilecraft import Context, Tensor, dtypes
@@ -50,6 +51,8 @@ def test_masked_load_rendering() -> None:
   for o in (Opt(OptOps.UPCAST, 2, 8), Opt(OptOps.UNROLL, 2, 0)): k.apply_opt(o)
   k.linearize()
   src = k.to_program().src
+  # the row mask is a branch around the load (alu?tc_mload(...):0); the lanes' mask is the column mask alone
+  assert len(re.findall(r"\(\w+\?tc_mload_float8\(\(data1\+\w+\)\+-?\d+, vec\d+\):vec\d+\)", src)) == 2
   assert src.count("tc_mload_float8((data1+") == 2 and "static inline float8 tc_mload_float8(const float* p, int8 m)" in src
   k = Kernel(_conv_ast(), opts=LLVMRenderer())
   for o in (Opt(OptOps.UPCAST, 2, 8), Opt(OptOps.UNROLL, 2, 0)): k.apply_opt(o)

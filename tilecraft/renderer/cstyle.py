@@ -309,7 +309,12 @@ class CStyleLanguage(Renderer):
       elif op is UOps.ACCREAD: r[u] = r[src[0]]
       elif op is UOps.LOAD:
         at = self.address(src[0], src[1], r)
-        if len(src) >= 4 and src[2].dtype.count > 1: val = self.render_masked_load(*at, r[src[2]], dt, src[3])
+        if len(src) >= 4 and src[2].dtype.count > 1:
+          # a lane-free part of the gate (a conv's row mask) is a branch around the load: the lanes' mask
+          # (the same in every iteration of the loops inside the one that sets it) stays loop-invariant
+          free, lanes = _split_splat(src[2])
+          val = self.render_masked_load(*at, r[lanes], dt, src[3])
+          if free is not None: val = f"({r[free]}?{val}:{r[src[3]]})"
         else: val = self.render_load(*at, dt, src[0].dtype, multiple_of(src[1], dt.count))
         if len(src) >= 4 and src[2].dtype == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
         define(u, val, "val")
@@ -341,6 +346,13 @@ class CStyleLanguage(Renderer):
     order = {r[u]: (0, u.arg, "") if u.op is UOps.DEFINE_GLOBAL else (1, 0, u.arg.expr) for u in uops if u.op in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR)}
     args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
+
+def _split_splat(gate: UOp) -> tuple[Optional[UOp], UOp]:
+  """A bool-vector gate `splat(s) & m` as (s, m); (None, gate) for any other gate."""
+  if gate.op is UOps.ALU and gate.arg is BinaryOps.AND and len(gate.src) == 2:
+    for a, b in (gate.src, gate.src[::-1]):
+      if a.op is UOps.VECTORIZE and a.src[0].dtype == dtypes.bool and all(x is a.src[0] for x in a.src): return a.src[0], b
+  return None, gate
 
 def unsigned_of(dt: DType) -> DType:
   """The unsigned int type (vector) of int32/int64 dtype dt's width."""

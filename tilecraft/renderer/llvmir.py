@@ -247,9 +247,11 @@ class _Writer:
     self.label(exit_)
 
   # ---- memory -------------------------------------------------------------------------------------
-  def address(self, buf: UOp, idx: UOp) -> str:
+  def address(self, buf: UOp, idx: UOp, inbounds: bool = True) -> str:
+    """A pointer to element idx of buf. `inbounds` (the address is inside the buffer, else poison) is left
+    off for a masked vector access, whose start may lie outside the buffer when its first lanes are off."""
     base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
-    return self.val(f"getelementptr inbounds {mtype(base.scalar())}, ptr {self.r[buf]}, {self.typed(idx)}", "p")
+    return self.val(f"getelementptr {'inbounds ' if inbounds else ''}{mtype(base.scalar())}, ptr {self.r[buf]}, {self.typed(idx)}", "p")
 
   def plain_load(self, u: UOp) -> str:
     dt, align = u.dtype, max(u.dtype.scalar().itemsize, 1)
@@ -267,7 +269,7 @@ class _Writer:
         st = ltype(u.dtype.scalar())
         name = f"llvm.masked.load.v{n}{ {'float': 'f32', 'double': 'f64', 'half': 'f16'}.get(st, st)}.p0"
         self.decls.add(f"declare {t} @{name}(ptr, i32 immarg, <{n} x i1>, {t})")
-        p = self.address(src[0], src[1])
+        p = self.address(src[0], src[1], inbounds=False)
         self.r[u] = self.val(f"call {t} @{name}(ptr {p}, i32 {u.dtype.scalar().itemsize}, {self.typed(src[2])}, {self.typed(src[3])})")
         return
       # like C's g ? buf[i] : alt, the load only happens when the gate is true (i may be out of bounds otherwise)
@@ -288,7 +290,7 @@ class _Writer:
       t, n, st = ltype(v.dtype), v.dtype.count, ltype(v.dtype.scalar())
       name = f"llvm.masked.store.v{n}{ {'float': 'f32', 'double': 'f64', 'half': 'f16'}.get(st, st)}.p0"
       self.decls.add(f"declare void @{name}({t}, ptr, i32 immarg, <{n} x i1>)")
-      self.emit(f"call void @{name}({t} {self.r[v]}, ptr {self.address(buf, idx)}, i32 {v.dtype.scalar().itemsize}, {self.typed(u.src[3])})")
+      self.emit(f"call void @{name}({t} {self.r[v]}, ptr {self.address(buf, idx, inbounds=False)}, i32 {v.dtype.scalar().itemsize}, {self.typed(u.src[3])})")
       return
     if len(u.src) > 3:
       then, join = self.new_label("st"), self.new_label("stjoin")

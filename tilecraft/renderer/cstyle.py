@@ -359,6 +359,16 @@ def unsigned_of(dt: DType) -> DType:
   u = dtypes.uint32 if dt.scalar() == dtypes.int32 else dtypes.uint64
   return u.vec(dt.count) if dt.count > 1 else u
 
+def _isa_dispatch(head: list[str], kinds: list[tuple[str, str]], fallback: str) -> list[str]:
+  """A helper function's body: the first (preprocessor condition, body) of kinds the compiler's ISA
+  macros satisfy, else the portable fallback; then the closing brace."""
+  out = list(head)
+  for i, (cond, body) in enumerate(kinds): out += [f"#{'if' if i == 0 else 'elif'} {cond}", "  " + body]
+  if kinds: out.append("#else")
+  out.append(fallback)
+  if kinds: out.append("#endif")
+  return out + ["}"]
+
 class CRenderer(CStyleLanguage):
   """C for the CPU device: gcc/clang vector extensions for vector lanes, OpenMP on the outer loop."""
   device = "CPU"
@@ -411,11 +421,7 @@ class CRenderer(CStyleLanguage):
       pre, rf, mpre, mri = reg[dt.itemsize][0], reg[dt.itemsize][2] + "d", *reg[dt.itemsize // 2][:2]
       kinds.append(("defined(__AVX512F__) && defined(__AVX512VL__)", f"{pre}_mask_storeu_pd((void*)p, {mpre}_test_epi32_mask(({mri})m, ({mri})m), ({rf})v); return;"))
       if dt.itemsize == 32: kinds.append(("defined(__AVX2__)", f"_mm256_maskstore_pd((double*)p, _mm256_cvtepi32_epi64((__m128i)(m != 0)), ({rf})v); return;"))
-    for i, (cond, body) in enumerate(kinds): out += [f"#{'if' if i == 0 else 'elif'} {cond}", "  " + body]
-    if kinds: out.append("#else")
-    out.append(f"  for (int i = 0; i < {n}; i++) if (m[i]) p[i] = v[i];")
-    if kinds: out.append("#endif")
-    return out + ["}"]
+    return _isa_dispatch(out, kinds, f"  for (int i = 0; i < {n}; i++) if (m[i]) p[i] = v[i];")
   def _masked_load_helper(self, dt: DType) -> list[str]:
     """tc_mload_<vt>(p, m): lane i is p[i] where m[i] != 0, else 0; a masked-off lane is never read
     (it may lie outside the buffer). AVX-512 zero-masking loads or AVX vmaskmov where the vector is one
@@ -433,11 +439,7 @@ class CRenderer(CStyleLanguage):
       pre, mpre, mri = reg[dt.itemsize][0], *reg[dt.itemsize // 2]
       kinds.append(("defined(__AVX512F__) && defined(__AVX512VL__)", f"return ({vt}){pre}_maskz_loadu_pd({mpre}_test_epi32_mask(({mri})m, ({mri})m), p);"))
       if dt.itemsize == 32: kinds.append(("defined(__AVX2__)", f"return ({vt})_mm256_maskload_pd((const double*)p, _mm256_cvtepi32_epi64((__m128i)(m != 0)));"))
-    for i, (cond, body) in enumerate(kinds): out += [f"#{'if' if i == 0 else 'elif'} {cond}", "  " + body]
-    if kinds: out.append("#else")
-    out.append(f"  {vt} r = {{}}; for (int i = 0; i < {n}; i++) if (m[i]) r[i] = p[i]; return r;")
-    if kinds: out.append("#endif")
-    return out + ["}"]
+    return _isa_dispatch(out, kinds, f"  {vt} r = {{}}; for (int i = 0; i < {n}; i++) if (m[i]) r[i] = p[i]; return r;")
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register of the ISA the C compiler targets (`CPU_ARCH`, default native)."""

@@ -32,16 +32,21 @@ _env_encode: Any = getattr(os.environ, "encodekey", None)
 _env_keys: dict[str, Any] = {}  # setting name -> its key in _env_data
 _parsed: dict[tuple, Any] = {}  # (raw value, type of the default) -> the parsed value
 
+_env_get: Any = _env_data.get if _env_data is not None and _env_encode is not None else os.environ.get  # a key's raw value
+
+def _env_key(name: str) -> Any:
+  """name as a key of _env_get (remembered in _env_keys)."""
+  if (k := _env_keys.get(name)) is None:
+    k = _env_keys[name] = name if _env_data is None or _env_encode is None else _env_encode(name)
+  return k
+
 def getenv(name: str, default: Any = 0) -> Any:
   """The current value of a setting: the innermost Context override, else the env var, else default.
   A value that isn't of the default's type raises SettingError naming the variable."""
   if _recording:
     for names in _recording: names.add(name)
   if (o := _overrides.get(name)): return o[-1]
-  if _env_data is None or _env_encode is None: raw = os.environ.get(name)
-  else:
-    if (k := _env_keys.get(name)) is None: k = _env_keys[name] = _env_encode(name)
-    raw = _env_data.get(k)  # the raw value (bytes on POSIX, str on Windows), None when unset
+  raw = _env_get(k if (k := _env_keys.get(name)) is not None else _env_key(name))  # (bytes on POSIX, str on Windows; None: unset)
   if raw is None: return default
   kind = type(default)
   if (hit := _parsed.get((raw, kind))) is not None: return hit
@@ -101,13 +106,6 @@ def settings_memo(fn: Any) -> Any:
   get.memo = memo  # type: ignore[attr-defined]
   return get
 
-_env_get: Any = _env_data.get if _env_data is not None and _env_encode is not None else os.environ.get  # a key's raw value
-
-def _env_key(name: str) -> Any:
-  """name as a key of _env_get."""
-  if _env_data is None or _env_encode is None: return name
-  if (k := _env_keys.get(name)) is None: k = _env_keys[name] = _env_encode(name)
-  return k
 
 class _Setting:
   """A named setting that reads like an int: `if DEBUG >= 2:`."""

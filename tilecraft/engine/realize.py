@@ -6,7 +6,7 @@ from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import ImageDType, dtypes
-from tilecraft.engine.schedule import create_schedule, replayed_walk
+from tilecraft.engine.schedule import _buf_dtype, create_schedule, replayed_walk
 from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
@@ -71,10 +71,10 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 # a _Plan keeps, per kernel, the runner's launcher and where its memory handles come from, the output
 # buffer to make and the sizes of the memory the kernels pass values in. A later realize of the
 # replayed graph under the same settings is then: allocate (from the caching allocator), launch, mark
-# the output realized, free what was on the way. The template fixes the graph's structure (every op, view, dtype, device, forced realize,
-# input kind: engine/schedule.py), so what was checked holds for every graph it describes; the
-# settings key (helpers.settings_memo) picks another plan when opts, compiler or renderer settings
-# change. DEBUG>=2 (per-kernel timings) takes run_schedule.
+# the output realized, free what was on the way. The template fixes the graph's structure (every op,
+# view, dtype, device, forced realize, input kind: engine/schedule.py), so what was checked holds for
+# every graph it describes; the settings key (helpers.settings_memo) picks another plan when opts,
+# compiler or renderer settings change. DEBUG>=2 (per-kernel timings) takes run_schedule.
 
 WORKSPACE_MAX = 1 << 18  # bytes of values on the way a plan keeps memory for (more: the allocator's, per call)
 
@@ -101,7 +101,6 @@ class _Plan:
   @staticmethod
   def of(t: Any, settings: tuple, order: list, leaves: list) -> Optional["_Plan"]:
     """The plan of template t under settings, or None while one of its runners isn't loaded."""
-    from tilecraft.engine.schedule import _buf_dtype
     device, last = order[-1].device, len(order) - 1
     slot: dict[int, int] = {}
     leaf_pos = sorted({p for _, pos, _ in t.items for p in pos if p < 0}, reverse=True)

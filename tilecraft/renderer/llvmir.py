@@ -114,6 +114,11 @@ class LLVMRenderer(Renderer):
     streams = streamable_stores(uops, getenv("CPU_STREAM_MIN_BYTES", STREAM_MIN_BYTES)) if platform.machine() in ("x86_64", "AMD64") else frozenset()
     return _Writer(name, uops, streams).render()
 
+def _masked_intrinsic(kind: str, dt: DType) -> str:
+  """The name of llvm.masked.load/store ("load" or "store") for vector dtype dt."""
+  st = ltype(dt.scalar())
+  return f"llvm.masked.{kind}.v{dt.count}{ {'float': 'f32', 'double': 'f64', 'half': 'f16'}.get(st, st)}.p0"
+
 class _Writer:
   """One walk over the linearized UOps, printing SSA instructions into basic blocks."""
   def __init__(self, name: str, uops: list[UOp], streams: frozenset = frozenset()):
@@ -265,9 +270,7 @@ class _Writer:
     if len(src) >= 4 and src[2].dtype.scalar() == dtypes.bool:
       if src[2].dtype.count > 1:  # per lane: llvm.masked.load reads only the lanes whose mask bit is set
         if src[2].dtype.count != u.dtype.count or u.dtype.scalar() == dtypes.bool: raise NotImplementedError(f"LLVMRenderer: a {u.dtype} load gated by {src[2].dtype}")
-        t, n = ltype(u.dtype), u.dtype.count
-        st = ltype(u.dtype.scalar())
-        name = f"llvm.masked.load.v{n}{ {'float': 'f32', 'double': 'f64', 'half': 'f16'}.get(st, st)}.p0"
+        t, n, name = ltype(u.dtype), u.dtype.count, _masked_intrinsic("load", u.dtype)
         self.decls.add(f"declare {t} @{name}(ptr, i32 immarg, <{n} x i1>, {t})")
         p = self.address(src[0], src[1], inbounds=False)
         self.r[u] = self.val(f"call {t} @{name}(ptr {p}, i32 {u.dtype.scalar().itemsize}, {self.typed(src[2])}, {self.typed(src[3])})")
@@ -287,8 +290,7 @@ class _Writer:
     join = None
     if len(u.src) > 3 and u.src[3].dtype.count > 1:  # per lane: llvm.masked.store writes only the lanes whose mask bit is set
       if u.src[3].dtype.count != v.dtype.count or v.dtype.scalar() == dtypes.bool: raise NotImplementedError(f"LLVMRenderer: a {v.dtype} store gated by {u.src[3].dtype}")
-      t, n, st = ltype(v.dtype), v.dtype.count, ltype(v.dtype.scalar())
-      name = f"llvm.masked.store.v{n}{ {'float': 'f32', 'double': 'f64', 'half': 'f16'}.get(st, st)}.p0"
+      t, n, name = ltype(v.dtype), v.dtype.count, _masked_intrinsic("store", v.dtype)
       self.decls.add(f"declare void @{name}({t}, ptr, i32 immarg, <{n} x i1>)")
       self.emit(f"call void @{name}({t} {self.r[v]}, ptr {self.address(buf, idx, inbounds=False)}, i32 {v.dtype.scalar().itemsize}, {self.typed(u.src[3])})")
       return

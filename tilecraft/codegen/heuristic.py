@@ -100,10 +100,10 @@ def _tensor_cores(k: Any) -> bool:
 # accumulators + 2 B vectors + a broadcast don't fit (gcc spills 3 accumulators to the stack, whose
 # store-to-load chains then bound the loop): there the tile has 6 rows (12 accumulators, 15
 # registers, as in BLAS kernels for AVX2), the row axis padded (PADTO) to a multiple of 6 when the
-# padding is small. Matmul 1024 on one thread: 0.73x -> 0.91x of OpenBLAS. Long reduces run in blocks (BLOCK) of CPU_REDUCE_BLOCK, with the output loops
-# swapped so the block of B (block x 2 vectors, L1-sized) is reused by every row tile before
-# moving on: this avoids re-reading B from L3 for every row tile, and the cache-set conflicts of
-# a power-of-two row pitch.
+# padding is small. Matmul 1024 on one thread: 0.73x -> 0.91x of OpenBLAS. Long reduces run in
+# blocks (BLOCK) of CPU_REDUCE_BLOCK, with the output loops swapped so the block of B (block x 2
+# vectors, L1-sized) is reused by every row tile before moving on: this avoids re-reading B from L3
+# for every row tile, and the cache-set conflicts of a power-of-two row pitch.
 TILE_ROWS, TILE_VECTORS = 8, 2
 TILE_ROWS_16_REGS = 6  # 16 vector registers (AVX2, AVX): 6 x 2 accumulators
 COLUMN_BLOCK = 8  # rows per block of a column-style reduce (column sums), see hand_coded_optimizations

@@ -1,7 +1,7 @@
 """Data types (API): scalar, vector, pointer and image dtypes, numpy-compatible promotion, and the
 value helpers (ranges, constant coercion, truncation, bfloat16 bits) the compiler folds constants with."""
 from __future__ import annotations
-import functools, math
+import functools, math, warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 import numpy as np
@@ -262,6 +262,14 @@ _TRUNCATE: dict[DType, Callable[[Any], Any]] = {
   dtypes.float32: _np_float(np.float32), dtypes.float16: _np_float(np.float16),
   **{d: _wrap_int(d, True) for d in _SIGNED}, **{d: _wrap_int(d, False) for d in _UNSIGNED},
 }
+
+def float_to_int(x: float, dt: DType) -> int:
+  """A float converted to the int dtype `dt` the way the targets' runtime casts do (numpy's on x86): in
+  range it truncates toward zero; NaN, inf and out-of-range values give what the hardware conversion
+  gives (int32/int64: the minimum, narrower ints through int32, uint32 through int64), never an error."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    return int(np.array(x, np.float64).astype(dt.scalar().np).item())
 
 def truncate(dt: DType) -> Callable[[Any], Any]:
   """The function storing a python value in `dt`, for constant folding: ints wrap two's-complement

@@ -117,6 +117,9 @@ def _py_dtype(x: Any) -> DType:
   if isinstance(x, Variable): return dtypes.int32
   raise TypeError(f"no tensor dtype for a python {type(x).__name__}")
 
+# per float dtype: the smallest normal number and the mantissa's bits
+_FLOAT_LIMITS = {dtypes.float16: (2.0 ** -14, 10), dtypes.bfloat16: (2.0 ** -126, 7), dtypes.float32: (2.0 ** -126, 23), dtypes.float64: (2.0 ** -1022, 52)}
+
 _PY_SCALARS = (bool, int, float)  # exactly these types (numpy scalars subclass float and int, but aren't weak)
 
 def _tensor_of(lb: LazyBuffer) -> "Tensor":
@@ -368,9 +371,18 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     return x._e(BinaryOps.MUL if x.dtype != dtypes.bool else BinaryOps.AND, y)
   def div(self, y: Any, reverse: bool = False) -> "Tensor":
     """True division (ints become floats, like numpy)."""
+    plain = not reverse and type(y) in _PY_SCALARS and (y == 0 or abs(y) >= 2.0 ** -126)  # x / 2.0: no tiny-divisor care needed
     x, y = self._broadcasted(y, reverse)
     x, y = x._default_float(), y._default_float()  # numpy divides ints (and bools) in float64: here default_float
-    return x * y.reciprocal()
+    return x * y.reciprocal() if plain and y.dtype != dtypes.float16 else x._div_float(y)
+  def _div_float(self, y: "Tensor") -> "Tensor":
+    """self * (1 / y), except that a divisor whose reciprocal overflows (one below the smallest normal, 1e-39 in
+    float32) is scaled up first by 2**(mantissa bits + 1), exactly, and the quotient back down by as much:
+    1e-39 / 1e-39 is 1, not inf."""
+    tiny, bits = _FLOAT_LIMITS[y.dtype]
+    small = (y < tiny) & (y > -tiny)
+    q = self * small.where(y * 2.0 ** (bits + 1), y).reciprocal()
+    return small.where(q * 2.0 ** (bits + 1), q)
   def maximum(self, y: Any) -> "Tensor":
     x, y = self._broadcasted(y)
     return x._e(BinaryOps.MAX, y) if x.dtype != dtypes.bool else x._e(BinaryOps.OR, y)

@@ -64,3 +64,67 @@ def test_pow_int_tensors(rng: np.random.Generator) -> None:
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     check(lambda p, q: p ** q, np.power, x, e)
+
+# ---- exact numpy results: large quotients, signed zeros, tiny divisors, Python-float exponents --------
+
+ALL_DEVICES = ["CPU", "LLVM", "OPENCL", "PYTHON"]
+
+def same_bits(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
+  """Equal values, nan where numpy has nan, and the same sign on zeros (a nan's sign is not compared)."""
+  got, want = np.asarray(got), np.asarray(want)
+  assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{got.shape} != numpy {want.dtype}{want.shape}"
+  nan = np.isnan(want)
+  bad = ~((got == want) | (nan & np.isnan(got))) | (~nan & (np.signbit(got) != np.signbit(want)))
+  assert not bad.any(), f"{what}: {int(bad.sum())} differ, e.g. got {got[bad][:4]} want {want[bad][:4]}"
+
+def _mod_operands(rng: np.random.Generator, dt: type, n: int) -> tuple[np.ndarray, np.ndarray]:
+  """Dividends up to 1e30 (float16: its range) over divisors of every size, plus the special values."""
+  top = 4 if dt == np.float16 else 30
+  x = (10.0 ** rng.uniform(-3, top, n) * rng.choice([-1, 1], n)).astype(dt)
+  y = (10.0 ** rng.uniform(-3, 2, n) * rng.choice([-1, 1], n)).astype(dt)
+  sx = np.array([3902246.2, 47319576, 1e30, 1e20, -0.0, 0.0, 5.0, -5.0, np.inf, 3.0, -3.0, 0.0, 1.0, np.nan, 2.0, -0.0], np.float64)
+  sy = np.array([0.1, -2.3, 0.1, 0.1, 2.0, -2.0, 2.5, 2.5, 2.0, np.inf, np.inf, 0.0, 0.0, 1.0, np.nan, -np.inf], np.float64)
+  with np.errstate(over="ignore"): return np.concatenate([x, sx.astype(dt)]), np.concatenate([y, sy.astype(dt)])
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_float_mod_large_quotients(device: str, rng: np.random.Generator) -> None:
+  """x % y is numpy's exactly (fmod-based: the divisor's sign, |r| < |y|, a zero takes y's sign) however
+  large x / y is: 3902246.2 % 0.1 was -0.208 (numpy 0.0919), float64 1e20 % 0.1 was -5551."""
+  for dt in (np.float32, np.float64, np.float16):
+    if dt == np.float64 and device == "OPENCL" and "cl_khr_fp64" not in __import__("tilecraft.runtime.opencl", fromlist=["_context"])._context()[1].extensions: continue
+    x, y = _mod_operands(rng, dt, 300)
+    with np.errstate(all="ignore"): want = np.mod(x, y)
+    same_bits((Tensor(x, device=device) % Tensor(y, device=device)).numpy(), want, f"{device} {dt.__name__} %")
+    # a python-scalar divisor (a constant in the kernel) and a python-scalar dividend
+    with np.errstate(all="ignore"): w1, w2 = np.mod(x, dt(0.1)), np.mod(dt(1e4 if dt == np.float16 else 1e20), y)
+    same_bits((Tensor(x, device=device) % 0.1).numpy(), w1, f"{device} {dt.__name__} % 0.1")
+    same_bits(((1e4 if dt == np.float16 else 1e20) % Tensor(y, device=device)).numpy(), w2, f"{device} {dt.__name__} 1e20 %")
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_float_floordiv_signs_and_special_values(device: str, rng: np.random.Generator) -> None:
+  """x // y: numpy's value and sign of zero (-0.0 // 2 and 1 // -inf are -0.0 and -1), nan and inf
+  where numpy has them; exact for quotients below 2**22 (above, within an ulp: x * (1/y) is not a
+  correctly rounded division)."""
+  x, y = _mod_operands(rng, np.float32, 300)
+  with np.errstate(all="ignore"): want = np.floor_divide(x, y)
+  got = (Tensor(x, device=device) // Tensor(y, device=device)).numpy()
+  small = ~(np.abs(want) >= 2 ** 22)
+  same_bits(got[small], want[small], f"{device} //")
+  np.testing.assert_allclose(got[~small], want[~small], rtol=2.5e-7)
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_division_by_tiny_divisors(device: str) -> None:
+  """A divisor whose reciprocal overflows (float32 below 2**-126, float16 below 2**-14) is scaled first:
+  1e-39 / 1e-39 was inf."""
+  for dt in (np.float32, np.float16):
+    x = np.array([1e-39, 3.0, -2e-39, 1.0, 0.0, 1e-38, 5e-7, 1e-5], dt)
+    y = np.array([1e-39, 1e-41, 1e-39, 3.0, 1e-40, 1e-45, -6e-8, 1e-5], dt)
+    with np.errstate(all="ignore"): want = x / y
+    np.testing.assert_allclose((Tensor(x, device=device) / Tensor(y, device=device)).numpy(), want, rtol=2e-7 if dt == np.float32 else 1e-3)
+    with np.errstate(all="ignore"): w2 = x // y
+    same_bits((Tensor(x, device=device) // Tensor(y, device=device)).numpy(), w2, f"{device} {dt.__name__} //")
+  np.testing.assert_allclose((Tensor(np.array([2.0, 1e-38], np.float32), device=device) / 1e-39).numpy(), np.array([np.inf, 10.0], np.float32), rtol=1e-6)
+
+def test_abs_of_negative_zero(device: str) -> None:
+  x = np.array([-0.0, 0.0, -1.5, 2.0, np.nan, -np.inf], np.float32)
+  same_bits(Tensor(x, device=device).abs().numpy(), np.abs(x), "abs")

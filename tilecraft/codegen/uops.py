@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, weakref
 from enum import Enum, auto
 from typing import Any, Optional
-from tilecraft.dtype import DType, dtypes, truncate
+from tilecraft.dtype import DType, dtypes, float_to_int, truncate
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 
 class UOps(Enum):
@@ -93,8 +93,9 @@ def _argkey(arg: Any) -> Any:
 
 def _const_value(dtype: DType, val: Any) -> Any:
   if isinstance(val, (int, float, bool)) and not isinstance(val, type(None)):
-    if dtypes.is_float(dtype): return float(val)
+    if dtypes.is_float(dtype): return truncate(dtype)(val)  # rounded to dtype, as the kernel holds it (1e20 as a float32 is 1.0000000200408773e20)
     if dtype == dtypes.bool: return bool(val)
+    if isinstance(val, float): return float_to_int(val, dtype)  # nan/inf/out of range: as the runtime casts, not an error
     return truncate(dtype)(int(val))
   return val
 
@@ -110,6 +111,11 @@ def _imod(a: int, b: int) -> int:
   if b == 0: return 0
   return a - _idiv(a, b) * b
 
+def _mod(a: Any, b: Any) -> Any:
+  """C's remainder: fmod for floats (exact; nan for an infinite dividend or a zero divisor), truncating for ints."""
+  if isinstance(a, float) or isinstance(b, float): return _safe(math.fmod, a, b)
+  return _imod(a, b)
+
 def _safe(f, *x):
   try: return f(*x)
   except (OverflowError, ValueError): return math.nan
@@ -122,7 +128,7 @@ python_alu: dict[Any, Any] = {
   UnaryOps.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
   UnaryOps.RECIP: lambda x: 1 / x if x != 0 else math.copysign(math.inf, x),
   BinaryOps.ADD: lambda a, b: a + b, BinaryOps.SUB: lambda a, b: a - b, BinaryOps.MUL: lambda a, b: a * b,
-  BinaryOps.IDIV: _idiv, BinaryOps.MOD: _imod,
+  BinaryOps.IDIV: _idiv, BinaryOps.MOD: _mod,
   BinaryOps.MAX: lambda a, b: a if (a >= b or math.isnan(a) if isinstance(a, float) else a >= b) else b,
   BinaryOps.CMPLT: lambda a, b: a < b, BinaryOps.CMPNE: lambda a, b: a != b,
   BinaryOps.XOR: lambda a, b: a ^ b, BinaryOps.OR: lambda a, b: a | b, BinaryOps.AND: lambda a, b: a & b,

@@ -65,6 +65,7 @@ class MathOps:
   def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def abs(self) -> "Tensor":
     if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
+    if dtypes.is_float(self.dtype): return (self <= 0).where(self.sub(0.0, True), self)  # 0 - (-0.0) is +0.0; -(-0.0) would do, -(+0.0) not
     return (self < 0).where(-self, self)
   def sign(self) -> "Tensor":
     s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
@@ -96,30 +97,33 @@ class MathOps:
   def clip(self, lo: Any, hi: Any) -> "Tensor": return self.maximum(lo).minimum(hi)
 
   # numpy's floor division and modulo
+  # Both follow numpy's npy_divmod: r = fmod(x, y) (exact: BinaryOps.MOD on floats is C's fmod) moved
+  # into the divisor's sign by adding y once, and q = (x - r) / y rounded to the nearest integer. An
+  # x // y from floor(x / y) and x % y as x - q * y instead are wrong once |x / y| passes 2**24: q * y
+  # is rounded (3902246.2 % 0.1 gave -0.208, 1e30 % 0.1 gave 1.5e22).
   def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
     """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
-      q = x._float_floor_quotient(y)
-      # numpy: inf // finite is nan; finite // inf is -1 when the signs differ, else 0
-      q = (x.isinf() & (y != 0)).where(math.nan, q)
-      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(x._const_like(-1.0), 0.0), q)
+      m = x._e(BinaryOps.MOD, y)
+      div = (x - m) / y
+      div = ((m != 0) & ((m < 0) != (y < 0))).where(div - 1, div)
+      fl = div.floor()
+      fl = (div - fl > 0.5).where(fl + 1, fl)
+      zero = (x._signbit() != y._signbit()).where(x._const_like(-0.0), x._const_like(0.0))  # copysign(0, x / y)
+      return (y == 0).where(x / y, (div == 0).where(zero, fl))
     if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
     return x._e(BinaryOps.IDIV, y)  # the code generator gives numpy's floor, 0 for // 0, and MIN // -1 == MIN
   def mod(self, y: Any, reverse: bool = False) -> "Tensor":
-    """numpy modulo: the result takes the divisor's sign; integer modulo by zero gives 0."""
+    """numpy modulo: the result takes the divisor's sign (a zero result too); integer modulo by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
-      r = x - x._float_floor_quotient(y) * y
-      return (y.isinf() & x.isfinite()).where(((x != 0) & ((x < 0) != (y < 0))).where(y, x), r)
+      m = x._e(BinaryOps.MOD, y)
+      zero = (y < 0).where(x._const_like(-0.0), x._const_like(0.0))
+      return ((m != 0) & ((m < 0) != (y < 0))).where(m + y, (m == 0).where(zero, m))
     if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
     return x._e(BinaryOps.MOD, y)
-  def _float_floor_quotient(self, y: "Tensor") -> "Tensor":
-    """floor(self / y) for floats, exact where q*y is representable. Division is x * (1/y), which can
-    land one ulp below an exact integer quotient (49 * (1/49) = 0.99999994), so the floor is checked
-    against the remainder and moved by one; nan remainders (y = 0, infinities) leave it unchanged."""
-    q = (self / y).floor()
-    r = self - q * y
-    pos = y > 0
-    up, down = pos.where(r >= y, r <= y), pos.where(r < 0, r > 0)
-    return up.where(q + 1, down.where(q - 1, q))
+  def _signbit(self) -> "Tensor":
+    """Whether a float's sign is negative, -0.0 included (1 / -0.0 is -inf); false for nan. (Not from a
+    bitcast: OpenCL without cl_khr_fp16 keeps half values in floats.)"""
+    return (self < 0) | ((self == 0) & (self.reciprocal() < 0))

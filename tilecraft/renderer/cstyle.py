@@ -96,6 +96,7 @@ class CStyleLanguage(Renderer):
       return f"(({a[0]})>({a[1]})?({a[0]}):({a[1]}))"
     if op is TernaryOps.WHERE: return f"({a[0]}?{a[1]}:{a[2]})"
     if op is TernaryOps.MULACC: return f"(({a[0]}*{a[1]})+{a[2]})"
+    if op is BinaryOps.MOD and dtypes.is_float(dt): return self.render_fmod(a[0], a[1], dt)
     sym = _C_BINARY[op]
     if dt.scalar() == dtypes.bool and op in (BinaryOps.AND, BinaryOps.OR): sym *= 2
     return f"({a[0]}{sym}{a[1]})"
@@ -138,6 +139,12 @@ class CStyleLanguage(Renderer):
     if dt.scalar() == dtypes.float64: return f"{fn}({x})"
     if dt.scalar() == dtypes.float32: return f"{fn}f({x})"
     return f"(({self.render_dtype(dt)}){fn}f((float)({x})))"
+
+  def render_fmod(self, a: str, b: str, dt: DType) -> str:
+    """A float MOD: C's fmod, the exact remainder with the dividend's sign (the frontend's numpy % is built on it)."""
+    if dt.scalar() == dtypes.float64: return f"fmod({a}, {b})"
+    if dt.scalar() == dtypes.float32: return f"fmodf({a}, {b})"
+    return f"(({self.render_dtype(dt)})fmodf((float)({a}), (float)({b})))"
 
   # a load's or store's (pointer, index) as rendered: the buffer and its index, unless offset_addressing
   offset_addressing = False
@@ -582,6 +589,7 @@ class OpenCLRenderer(CStyleLanguage):
   def render_math(self, op: Any, x: str, dt: DType) -> str:
     fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
     return f"{fn}({x})"
+  def render_fmod(self, a: str, b: str, dt: DType) -> str: return f"fmod({a}, {b})"  # exact in OpenCL C (0 ulp)
   def render_vectorize(self, vals: list[str], dt: DType) -> str: return f"(({self.render_dtype(dt)})({','.join(vals)}))"
   def render_image_param(self, name: str, dt: ImageDType, mutable: bool) -> str: return f"{'write_only' if mutable else 'read_only'} image2d_t {name}"
   def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:

@@ -65,6 +65,9 @@ class CUDARenderer(GPUCStyleLanguage):
     fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
     if dt == dtypes.float64: return f"{fn}({x})"
     return f"{fn}f({x})" if dt == dtypes.float32 else f"tc_rh({fn}f({x}))"
+  def render_fmod(self, a: str, b: str, dt: DType) -> str:
+    if dt == dtypes.float64: return f"fmod({a}, {b})"
+    return f"fmodf({a}, {b})" if dt == dtypes.float32 else f"tc_rh(fmodf({a}, {b}))"  # (exact: the rounding keeps it)
   def render_load(self, buf: str, idx: str, dt: DType, buf_dt: DType, aligned: bool = False) -> str:
     if isinstance(buf_dt, PtrDType) and buf_dt.base == _H and not buf_dt.local: return f"tc_h2f({buf}[{idx}])"
     return super().render_load(buf, idx, dt, buf_dt, aligned)

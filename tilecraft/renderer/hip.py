@@ -34,6 +34,11 @@ class HIPRenderer(GPUCStyleLanguage):
   def render_gep(self, x: str, i: int) -> str: return f"{x}[{i}]"
   def render_bits(self, x: str, dt: DType, src_dt: DType) -> str: return f"__builtin_bit_cast({self.render_dtype(dt)}, ({self.render_dtype(src_dt)})({x}))"
   def render_math(self, op: Any, x: str, dt: DType) -> str: return f"__ocml_{_OCML[op]}_{_SUFFIX[dt.scalar()]}({x})"
+  def render_fmod(self, a: str, b: str, dt: DType) -> str:
+    """clang's builtin: an LLVM frem, which the AMDGPU backend expands exactly (no library call)."""
+    if dt.scalar() == dtypes.float64: return f"__builtin_fmod({a}, {b})"
+    if dt.scalar() == dtypes.float32: return f"__builtin_fmodf({a}, {b})"
+    return f"(({self.render_dtype(dt)})__builtin_fmodf((float)({a}), (float)({b})))"
   def render_barrier(self) -> str:
     return '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
   def render_local(self, name: str, dt: DType, size: int) -> str: return f"__attribute__((shared, aligned(16))) {self.render_dtype(dt)} {name}[{size}];"

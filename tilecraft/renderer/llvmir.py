@@ -380,7 +380,7 @@ class _Writer:
       return self.val(f"icmp {'ult' if is_bool or not signed else 'slt'} {st} {a[0]}, {a[1]}")
     if op is BinaryOps.CMPNE: return self.val(f"fcmp une {st} {a[0]}, {a[1]}" if fl else f"icmp ne {st} {a[0]}, {a[1]}")
     if fl:
-      fop = {BinaryOps.ADD: "fadd", BinaryOps.SUB: "fsub", BinaryOps.MUL: "fmul"}.get(op)
+      fop = {BinaryOps.ADD: "fadd", BinaryOps.SUB: "fsub", BinaryOps.MUL: "fmul", BinaryOps.MOD: "frem"}.get(op)  # frem: C's fmod, exact
       if fop is None: raise NotImplementedError(f"LLVMRenderer: {op} on {dt}")
       return self.val(f"{fop}{_FLAGS} {t} {a[0]}, {a[1]}")
     if is_bool:  # C computes bools in int and converts back: + is |, * is &, - is ^

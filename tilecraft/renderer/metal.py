@@ -30,6 +30,8 @@ class MetalRenderer(GPUCStyleLanguage):
   def render_math(self, op: Any, x: str, dt: DType) -> str:
     fn = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}[op]
     return f"precise::{fn}({x})" if dt.scalar() == dtypes.float32 else f"{fn}({x})"
+  def render_fmod(self, a: str, b: str, dt: DType) -> str:
+    return f"precise::fmod({a}, {b})" if dt.scalar() == dtypes.float32 else f"fmod({a}, {b})"  # the fast fmod is x - y*trunc(x/y)
   def render_barrier(self) -> str: return "threadgroup_barrier(mem_flags::mem_threadgroup);"
   def render_local(self, name: str, dt: DType, size: int) -> str: return f"threadgroup {self.render_dtype(dt)} {name}[{size}];"
   def header(self, uops: list[UOp]) -> list[str]: return ["#include <metal_stdlib>", "using namespace metal;"]

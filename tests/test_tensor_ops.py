@@ -274,6 +274,23 @@ def test_argmax_argmin(device: str, rng: np.random.Generator, shape: tuple, axis
   if device == "CPU": check(lambda t: t.argmin(axis, keepdim=True), lambda a: a.argmin(axis, keepdims=True), x.astype(F32), device=device)
   if device == "CPU" and len(shape) == 3: check(lambda t: t.argmax(), lambda a: a.argmax(), x, device=device)
 
+_CHAINS = {"exp": lambda t: t.exp(), "softmax": lambda t: t.softmax(-1), "sigmoid": lambda t: t.sigmoid(), "log": lambda t: t.abs().log(),
+           "tanh": lambda t: t.tanh(), "x*y+z": lambda t: t * 1.7 + t * t}
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL", "PYTHON"])
+def test_argmax_of_computed_values(device: str, rng: np.random.Generator) -> None:
+  """argmax/argmin of a transcendental chain is always in [0, N) and picks the first extreme of the values
+  computed: exp(x).argmax(-1) returned 8 (N) in ~7% of rows on CPU and LLVM, when the row max and the
+  compare with it came from two kernels whose exp2 differ in the last bit."""
+  rows = 40 if device == "PYTHON" else 1000
+  x = rng.standard_normal((rows, 8)).astype(F32)
+  for name, f in _CHAINS.items():
+    vals = f(Tensor(x, device=device)).numpy()
+    for op in ("argmax", "argmin"):
+      got = getattr(f(Tensor(x, device=device)), op)(-1).numpy()
+      assert ((got >= 0) & (got < 8)).all(), f"{name}.{op}: {int(((got < 0) | (got >= 8)).sum())} rows out of range"
+      np.testing.assert_array_equal(got, getattr(np, op)(vals, -1), err_msg=f"{name}.{op}")
+
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0,), (2, 0, 3)], ids=str)
 def test_reduce_zero_size(shape: tuple) -> None:
   """Reductions over empty axes give numpy's identities (0, nan for mean); max/min of one can't."""

@@ -23,7 +23,7 @@ from tilecraft.frontend.random import RandomOps
 from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import broadcast_shape as _broadcast_shape, norm_shape as _shape, same_dim as _same  # noqa: F401
 from tilecraft.helpers import prod
-from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.symbolic import Node, Variable, sint, sym_eval, unbind_all
 
 Scalar = Union[int, float, bool]
@@ -121,6 +121,19 @@ def _py_dtype(x: Any) -> DType:
 _FLOAT_LIMITS = {dtypes.float16: (2.0 ** -14, 10), dtypes.bfloat16: (2.0 ** -126, 7), dtypes.float32: (2.0 ** -126, 23), dtypes.float64: (2.0 ** -1022, 52)}
 
 _PY_SCALARS = (bool, int, float)  # exactly these types (numpy scalars subclass float and int, but aren't weak)
+
+_EXACT_OPS = (UnaryOps.NEG, UnaryOps.CAST, UnaryOps.BITCAST)
+
+def _computed_exactly(lb: LazyBuffer) -> bool:
+  """Whether every kernel that computes lb gets the same bits: ints and bools, and floats read from
+  memory or constants through negations and casts. Float arithmetic may not (a vector exp2 polynomial
+  in one kernel, libm's exp2f in the other; an FMA contracted in one only), so argmax, which compares
+  the values with their max, reads such a tensor from memory: exp(x).argmax() returned N, one past
+  the end, in 7% of rows when the max and the compare came from two evaluations of exp."""
+  if not dtypes.is_float(lb.dtype): return True
+  b = lb.base
+  if b.op is None or b.op is BufferOps.CONST: return True
+  return b.op in _EXACT_OPS and all(_computed_exactly(s) for s in b.srcs)
 
 def _tensor_of(lb: LazyBuffer) -> "Tensor":
   """Tensor(lb), for the hot paths: nothing to check or convert."""
@@ -572,9 +585,10 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     if axis is None: return self.flatten().argmax(0, keepdim=False).reshape((1,) * self.ndim if keepdim else ())
     a = self._axis(axis)
     n = self.shape[a]
-    m = self.max(a, keepdim=True)
+    x = self if _computed_exactly(self.lazydata) else self.contiguous()
+    m = x.max(a, keepdim=True)
     idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape((n,) + (1,) * (self.ndim - a - 1))
-    hit = (self == m) | ((self != self) & (m != m))
+    hit = (x == m) | ((x != x) & (m != m))
     return (n - (hit.where(idx._expand_to(self.shape), 0)).max(a, keepdim)).cast(dtypes.int64)
   def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor":
     """Index of the first minimum (numpy semantics)."""

@@ -34,3 +34,15 @@ def test_cumsum_long_row_is_not_quadratic() -> None:
       shape = next(y.arg.st.shape for y in src.lazyops if y.op is BufferOps.LOAD or y.op is BufferOps.CONST)
       assert max(shape[a] for a in r.arg) <= 32, (si.ast, r.arg)
   np.testing.assert_array_equal(t.numpy(), np.arange(1, (1 << 20) + 1))
+
+@on_devices("n,pos", [(64, 1), (100, 40), (1100, 500), (40, 39)], opencl=[1])
+def test_cumsum_nan_inf_only_spread_forward(device: str, rng: np.random.Generator, n: int, pos: int) -> None:
+  """A nan or inf at `pos` changes only the sums from `pos` on, as in numpy: [1, nan, 1, ...] gave nan
+  from the start of its 32-element block, and an inf at 40 made 32..39 nan (the block offset was the
+  inclusive running sum of block totals minus the block's own total)."""
+  for bad in (np.nan, np.inf, -np.inf):
+    x = randf(rng, 2, n)
+    x[:, pos] = bad
+    got, want = Tensor(x, device=device).cumsum(1).numpy(), np.cumsum(x.astype(np.float64), 1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * n)

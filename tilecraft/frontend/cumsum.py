@@ -16,13 +16,15 @@ def cumsum_window(flat: Tensor) -> Tensor:
 
 def cumsum_rows(flat: Tensor) -> Tensor:
   """Running sums along axis 1 of a (rows, n) tensor. Long rows are cut into blocks of
-  CUMSUM_BLOCK: a windowed running sum inside each block, plus the running sum of the block totals
-  before it (the same function, on n/CUMSUM_BLOCK columns), so the work is O(n * block), not O(n^2)."""
+  CUMSUM_BLOCK: a windowed running sum inside each block, plus the (exclusive) running sum of the
+  block totals before it (the same function, on n/CUMSUM_BLOCK columns), so the work is O(n * block), not O(n^2)."""
   rows, n = flat.shape
   B = CUMSUM_BLOCK
   if not isinstance(n, int) or n <= B: return cumsum_window(flat)
   nb = -(-n // B)
   inner = cumsum_window(flat.pad(((0, 0), (0, nb * B - n))).reshape(rows * nb, B)).reshape(rows, nb, B)
   totals = inner[:, :, B - 1]
-  before = cumsum_rows(totals) - totals  # sum of all earlier blocks
+  # the sum of all earlier blocks: the running sum of the totals shifted right by one, not the running
+  # sum minus the block's own total (a nan or inf in a block made that nan for every element of it)
+  before = cumsum_rows(totals.pad(((0, 0), (1, 0)))[:, :nb])
   return (inner + before.reshape(rows, nb, 1)).reshape(rows, nb * B)[:, :n]

@@ -89,15 +89,21 @@ def test_full_zeros_ones_empty() -> None:
                                      ((1,), {}), ((-3, 4), {"dtype": dtypes.int16}), ((3,), {"dtype": dtypes.float64}), ((5, 1), {})], ids=str)
 def test_arange(args: tuple, kw: dict) -> None:
   want = np.arange(*args)
-  want = want.astype(kw["dtype"].np if "dtype" in kw else np.float32 if want.dtype.kind == "f" else np.int32)
+  want = want.astype(kw["dtype"].np if "dtype" in kw else np.float32 if want.dtype.kind == "f" else np.int64)  # numpy: int64 for python ints
   same(Tensor.arange(*args, **kw), want)
+
+@pytest.mark.parametrize("args", [(0, 3 * 2**30, 2**30), (2**31 + 5, 2**31 + 10), (-2**40, 2**40, 2**39), (2**63 - 3, 2**63 - 1), (10, -2**40, -2**39)], ids=str)
+def test_arange_python_ints_are_int64(args: tuple) -> None:
+  """int32 wrapped: arange(0, 3*2**30, 2**30) ended negative and arange(2**31+5, 2**31+10) raised OverflowError."""
+  same(Tensor.arange(*args), np.arange(*args, dtype=np.int64))
+  with pytest.raises(OverflowError, match="int64"): Tensor.arange(2**63, 2**63 + 2)
 
 @pytest.mark.parametrize("n,m", [(3, None), (2, 4), (4, 2), (1, None), (0, None), (0, 3)], ids=str)
 def test_eye(n: int, m: Optional[int]) -> None:
   same(Tensor.eye(n, m), np.eye(n, m, dtype=np.float32))
 
 def test_constructors_on_devices(device: str) -> None:
-  same(Tensor.arange(1, 8, 2, device=device), np.arange(1, 8, 2, dtype=np.int32))
+  same(Tensor.arange(1, 8, 2, device=device), np.arange(1, 8, 2, dtype=np.int64))
   same(Tensor.eye(3, 2, dtype=dtypes.int32, device=device), np.eye(3, 2, dtype=np.int32))
   same(Tensor.full((2, 1, 3), 7, device=device), np.full((2, 1, 3), 7, np.int32))
   same(Tensor.zeros(0, 3, device=device), np.zeros((0, 3), np.float32))

@@ -280,8 +280,14 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
     if not all(math.isfinite(x) for x in (start, stop, step)): raise ValueError(f"arange: start, stop and step must be finite, got {start}, {stop}, {step}")
-    n = max(0, math.ceil((stop - start) / step))
-    dt = _tensor_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
+    ints = all(isinstance(x, int) for x in (start, stop, step))
+    n = max(0, -((start - stop) // step) if ints else math.ceil((stop - start) / step))  # (ints: exact however large)
+    # numpy's rule: int64 for python ints (int32 wrapped arange(0, 3 * 2**30, 2**30)), default_float for floats
+    if dtype is not None: dt = _tensor_dtype(dtype)
+    elif any(isinstance(x, float) for x in (start, stop, step)): dt = dtypes.default_float
+    else:
+      if not all(-2**63 <= int(x) < 2**63 for x in (start, stop, step)): raise OverflowError(f"arange({start}, {stop}, {step}): values past int64")
+      dt = dtypes.int64
     if n == 0: return Tensor.zeros(0, dtype=dt, device=device)
     dev = _canon_device(device)
     idt = dtypes.int64 if n > 2**31 - 1 else dtypes.int32

@@ -1,7 +1,7 @@
 """numpy's special cases spelled out in tilecraft/frontend/math.py, against numpy: floor division
 and modulo (ints and floats, by zero, exact quotients), powers (integer and float)."""
 from __future__ import annotations
-import warnings
+import math, warnings
 import numpy as np
 import pytest
 from tilecraft import Tensor, dtypes
@@ -128,3 +128,48 @@ def test_division_by_tiny_divisors(device: str) -> None:
 def test_abs_of_negative_zero(device: str) -> None:
   x = np.array([-0.0, 0.0, -1.5, 2.0, np.nan, -np.inf], np.float32)
   same_bits(Tensor(x, device=device).abs().numpy(), np.abs(x), "abs")
+
+POW_BASES = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, np.inf, -np.inf, np.nan, -3.0, 1.0001, -1.0001], np.float32)
+POW_EXPONENTS = [math.inf, -math.inf, math.nan, 1e20, -1e20, 16777217.0, 16777215.0, -16777215.0, 1e10 + 1, 3.0, -3.0, 33.0, -33.0,
+                 0.0, -0.0, 0.5, 2.5, -2.5, 1e-45, 7.0]
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL", "PYTHON"])
+def test_pow_python_float_exponents(device: str) -> None:
+  """x ** e for python floats e: inf and nan crashed the constant folder (OverflowError/ValueError); 1e20
+  and 16777217.0 (even integers in float32) gave nan for negative bases; (-1) ** inf is 1; zero bases keep
+  their sign for odd exponents. Special values and signs are exact, the rest within a few ulp."""
+  x = Tensor(POW_BASES, device=device)
+  for e in POW_EXPONENTS:
+    with np.errstate(all="ignore"): want = POW_BASES ** np.float32(e)
+    got = (x ** e).numpy()
+    fin = np.isfinite(want) & (want != 0)
+    same_bits(got[~fin], want[~fin], f"{device} x ** {e}")
+    np.testing.assert_allclose(got[fin], want[fin], rtol=5e-6, err_msg=f"{device} x ** {e}")
+    assert (np.signbit(got[fin]) == np.signbit(want[fin])).all()
+
+def test_pow_tensor_exponents_special_values(device: str) -> None:
+  """The same table with the exponents as a tensor (no fast paths): C pow's special cases, with nan
+  for a finite negative base to a non-integer power, (-inf) ** 2.5 = inf and 0 ** nan = nan."""
+  e = np.array([v for v in POW_EXPONENTS if v != 0.5], np.float32)
+  X, E = np.meshgrid(POW_BASES, e)
+  with np.errstate(all="ignore"): want = X ** E
+  got = (Tensor(X.copy(), device=device) ** Tensor(E.copy(), device=device)).numpy()
+  fin = np.isfinite(want) & (want != 0)
+  same_bits(got[~fin], want[~fin], f"{device} x ** y")
+  np.testing.assert_allclose(got[fin], want[fin], rtol=5e-6)
+  assert (np.signbit(got[fin]) == np.signbit(want[fin])).all()
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL", "PYTHON"])
+def test_constant_folding_follows_the_runtime(device: str) -> None:
+  """A cast or floor of a constant is folded when the kernel is built: inf.floor() and nan.cast(int32)
+  crashed there, and a float -> int32 cast out of range wrapped where the runtime gives INT_MIN."""
+  vals = [math.inf, -math.inf, math.nan, 3e9, -3e9, 1e10, 300.0, -1.0, 1e20, 2.5e9, -129.7, 70000.5]
+  # (OpenCL C leaves out-of-range conversions to narrow ints undefined: PoCL's differ between its scalar and vector code)
+  for dt in (dtypes.int32, dtypes.int64) + ((dtypes.int8, dtypes.int16, dtypes.uint8) if device != "OPENCL" else ()):
+    runtime = Tensor(np.array(vals, np.float32), device=device).cast(dt).numpy()
+    folded = np.array([Tensor.full((1,), v, dtype=dtypes.float32, device=device).cast(dt).numpy()[0] for v in vals])
+    np.testing.assert_array_equal(folded, runtime, err_msg=f"{device} {dt.name}")
+    with np.errstate(all="ignore"): np.testing.assert_array_equal(folded, np.array(vals, np.float32).astype(dt.np), err_msg=dt.name)
+  for v in (math.inf, -math.inf, math.nan, 1e20, -2.5):
+    same_bits(Tensor.full((2,), v, device=device).floor().numpy(), np.floor(np.full(2, v, np.float32)), f"floor({v})")
+    same_bits(Tensor.full((2,), v, device=device).round().numpy(), np.round(np.full(2, v, np.float32)), f"round({v})")

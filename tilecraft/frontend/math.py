@@ -20,18 +20,19 @@ class MathOps:
       if dtypes.is_float(self.dtype) and float(y).is_integer() and abs(y) <= 32:
         r = self._ipow_const(abs(int(y)))
         return r if y >= 0 else r.reciprocal()
+      if dtypes.is_float(self.dtype) and y == 0.5: return self.sqrt()  # as numpy's fast path: (-0.0) ** 0.5 is -0.0, (-inf) ** 0.5 nan
     x, y = self._broadcasted(y, reverse)
     if not dtypes.is_float(x.dtype):
       if x.dtype == dtypes.bool: x, y = x.cast(dtypes.int8), y.cast(dtypes.int8)
       return x._ipow_tensor(y)
-    # |x| ** y, then the sign for negative bases with integer exponents
+    # C's pow: |x| ** y (through log2 and exp2, which also give the zero and infinite bases and exponents
+    # their magnitudes), negative for a negative base (-0.0 included) and an odd integer exponent, nan for
+    # a finite negative base and a non-integer exponent; 1 for y == 0, x == 1 and (-1) ** +-inf
     mag = (y * x.abs().log2()).exp2()
-    is_int = y.floor() == y
+    is_int = y.floor() == y  # (infinities count as even integers; nan fails)
     odd = (y.abs() < 2.0 ** 53) & (y.cast(dtypes.int64) & 1).cast(dtypes.bool)  # floats >= 2**53 are even integers
-    neg = x < 0
-    res = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
-    res = (x == 0).where((y == 0).where(1.0, (y < 0).where(x._const_like(math.inf), 0.0)), res)
-    return ((y == 0) | (x == 1)).where(1.0, res)  # x ** 0 and 1 ** y are 1, even for nan
+    res = ((x < 0) & (x > -math.inf) & ~is_int).where(math.nan, (x._signbit() & odd).where(-mag, mag))
+    return ((y == 0) | (x == 1) | ((x == -1) & (y.abs() == math.inf))).where(1.0, res)
   def _ipow_const(self, n: int) -> "Tensor":
     """x ** n for an int n >= 0 by repeated squaring (exact for integers)."""
     if n == 0: return self._const_like(1)

@@ -155,6 +155,20 @@ def test_reverse_ops_with_scalars(device: str, rng: np.random.Generator) -> None
               "rfloordiv": (lambda x: 7 // x, lambda x: 7 // x), "rmod": (lambda x: 5.5 % x, lambda x: 5.5 % x),
               "radd_int": (lambda x: 3 + x, lambda x: 3 + x)}, a, device=device, atol=1e-5)
 
+def test_numpy_operand_on_the_left(device: str) -> None:
+  """np.float32(0.5) * t and np.ones(2) + t gave numpy object arrays of 0-d Tensors: they are Tensors,
+  with numpy's value and dtype, like 0.5 * t."""
+  a = np.array([1.0, -2.5], F32)
+  ai = np.array([1, 6], np.int32)
+  cases = [(lambda t: np.float32(0.5) * t, lambda x: np.float32(0.5) * x), (lambda t: np.ones(2) + t, lambda x: np.ones(2) + x),
+           (lambda t: np.ones(2, F32) - t, lambda x: np.ones(2, F32) - x), (lambda t: np.float32(3) / t, lambda x: np.float32(3) / x),
+           (lambda t: np.float32(3) // t, lambda x: np.float32(3) // x), (lambda t: np.float32(3) % t, lambda x: np.float32(3) % x),
+           (lambda t: np.float32(2) ** t, lambda x: np.float32(2) ** x), (lambda t: np.ones(2) < t, lambda x: np.ones(2) < x),
+           (lambda t: np.ones(2, F32) == t, lambda x: np.ones(2, F32) == x), (lambda t: np.ones((3, 2), F32) @ t, lambda x: np.ones((3, 2), F32) @ x)]
+  for f_t, f_np in cases: check(f_t, f_np, a, device=device)
+  check(lambda t: np.int32(3) & t, lambda x: np.int32(3) & x, ai, device=device)
+  check(lambda t: np.int64(7) - t, lambda x: np.int64(7) - x, ai, device=device)
+
 def test_where(device: str, rng: np.random.Generator) -> None:
   c, a, b, i = rng.random((3, 1)) > 0.5, randf(rng, 3, 4), randf(rng, 4), randi(rng, 3, 4)
   check_many({

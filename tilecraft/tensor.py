@@ -143,6 +143,11 @@ def _tensor_of(lb: LazyBuffer) -> "Tensor":
 
 class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   __slots__ = ("lazydata",)
+  # a numpy operand on the left (np.float32(0.5) * t, np.ones(2) + t, a < t): numpy's operators defer to
+  # the Tensor's reflected one, which gives a Tensor, instead of an object array of 0-d Tensors. (numpy
+  # ufuncs called on a Tensor, np.exp(t), raise TypeError: use t.exp() or t.numpy().)
+  __array_ufunc__ = None
+  __array_priority__ = 1000
 
   def __init__(self, data: Any, device: Optional[str] = None, dtype: Optional[Union[DType, str]] = None):
     dt = _tensor_dtype(dtype) if dtype is not None else None

@@ -124,3 +124,39 @@ def test_access_before_the_start_is_caught():
   assert np.isnan(out[0]) and not np.isnan(out[1:]).any()  # the input's front guard is poisoned
   res = _verify(dt, _src(ctype, good, 64), [_src(ctype, good, 64), _src(ctype, good + " data0[-1] = 1.0f;", 64)], front=64)
   assert res[0][0] and not res[1][0] and "before the start of output 0" in res[1][2]
+
+# ---- the search's tolerance (issue 28, item 10) ---------------------------------------------------
+
+def _relu_of_sums(order: np.ndarray, terms: np.ndarray) -> np.ndarray:
+  """relu of each row's float32 sum of terms, added in the given order (a candidate's reordered reduce)."""
+  acc = np.zeros(terms.shape[0], np.float32)
+  for j in order: acc = acc + terms[:, j]
+  return np.maximum(acc, np.float32(0))
+
+def test_search_tolerance_scales_by_a_magnitude_a_relu_cannot_zero():
+  """relu((a@a)) is 0 in half its elements, so its median magnitude is 0; candidates that merely sum
+  in another order differ by a rounding error where the sum is near 0 and were called code generation
+  bugs. The tolerance scales by the size of the nonzero values, and real errors are still caught."""
+  rng = np.random.default_rng(28)
+  half = rng.uniform(-4, 4, (256, 32)).astype(np.float32)
+  # each row's exact sum is 0 for even rows (every term cancelled), clearly nonzero (either sign) for odd ones
+  terms = np.concatenate([half, -half], axis=1)
+  terms[1::2, 0] += rng.uniform(-8, 8, 128).astype(np.float32)
+  ref = _relu_of_sums(np.arange(64), terms)
+  cand = _relu_of_sums(rng.permutation(64), terms)
+  assert (ref == 0).mean() >= 0.5 and np.median(np.abs(ref)) == 0.0
+  assert not np.array_equal(ref, cand)  # rounding differs where the sums cancel
+  assert worker.check_output(cand, ref, dtypes.float32) is None
+  assert worker._magnitude(ref, dtypes.float32) > 1.0
+  # a real bug: one element off by 5% of its value, or a zero where the value is not
+  bad = cand.copy()
+  k = int(np.argmax(ref))
+  bad[k] *= 1.05
+  assert (msg := worker.check_output(bad, ref, dtypes.float32)) is not None and "1/256 elements differ" in msg
+  bad = cand.copy()
+  bad[k] = 0.0
+  assert worker.check_output(bad, ref, dtypes.float32) is not None
+  # all zeros: exact (nothing to scale by); ints stay exact
+  assert worker._magnitude(np.zeros(4, np.float32), dtypes.float32) == 0.0
+  assert worker.check_output(np.array([1e-6, 0], np.float32), np.zeros(2, np.float32), dtypes.float32) is not None
+  assert worker.check_output(np.array([1, 2], np.int32), np.array([1, 3], np.int32), dtypes.int32) is not None

@@ -64,3 +64,38 @@ def test_runners_are_per_target(rng):
   native = get_runner(sched[-1].ast, "CPU")
   with Context(CPU_ARCH="haswell"): hsw = get_runner(sched[-1].ast, "CPU")
   assert hsw is not native and get_runner(sched[-1].ast, "CPU") is native
+
+# ---- ISAs the host can't execute: built and inspected, never run --------------------------------
+
+from tilecraft.host import CPUTarget, KNOWN_X86_ARCHS, check_runnable, host_target, missing_features, runnable_archs
+
+X86 = host_target().isa in ("AVX-512", "AVX2", "AVX", "SSE")
+
+@pytest.mark.skipif(not X86, reason="ISA checks are for x86-64 hosts")
+def test_missing_features_are_named():
+  fake = CPUTarget("future-cpu", "AVX-512", 16, host_target().features | {"avx512f", "avx10_9", "amx_fp99"})
+  missing = missing_features(fake)
+  assert "amx_fp99" in missing and "avx10_9" in missing and ("avx512f" in missing) != _host_has("avx512f")
+  with pytest.raises(RuntimeError, match=r"future-cpu.*amx_fp99.*SIGILL"): check_runnable(fake)
+  check_runnable(host_target())  # the host runs its own code
+  # extensions a compiler never emits by itself (a VM hides some) are not held against a target
+  check_runnable(CPUTarget("vm-cpu", host_target().isa, 8, host_target().features | {"sgx", "rdrnd", "clwb"}))
+
+@pytest.mark.skipif(not X86 or _host_has("avx512f"), reason="needs an x86-64 host without AVX-512")
+@pytest.mark.parametrize("device", ["CPU", "LLVM"])
+def test_avx512_arch_is_an_error_not_sigill(device):
+  """CPU_ARCH=skylake-avx512 on an AVX2 host: a RuntimeError naming avx512f before any kernel runs.
+  (Before, the process died of SIGILL at the first kernel.)"""
+  with Context(CPU_ARCH="skylake-avx512"):
+    with pytest.raises(RuntimeError, match="avx512f"): (Tensor([1.0, 2.0], device=device) + 1).numpy()
+    with pytest.raises(RuntimeError, match="avx512f"): Device[device].compiler.check_runnable()
+    # building for it still works: the code can be inspected
+    sched = (Tensor([1.0, 2.0, 3.0], device=device) * 2).schedule()
+    src = Kernel(sched[-1].ast, Device[device].renderer).to_program().src
+    assert Device[device].compiler.compile(src)
+
+@pytest.mark.skipif(not X86, reason="x86-64 -march names")
+def test_runnable_archs_include_the_baseline_and_native():
+  archs = runnable_archs()
+  assert archs[-1] == "native" and "x86-64" in archs and set(archs) - {"native"} <= set(KNOWN_X86_ARCHS)
+  assert ("skylake-avx512" in archs) == _host_has("avx512f") and ("haswell" in archs) == _host_has("avx2")

@@ -142,6 +142,9 @@ class Compiler:
     self.cachekey = cachekey
     if cachekey is not None and CACHELEVEL > 0: disk_cache_off()  # find out (and warn) now, before worker processes start
   def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} cannot compile")
+  def check_runnable(self) -> None:
+    """Raise (naming why) when this host cannot execute what the compiler builds under the current
+    settings, e.g. a CPU ISA it lacks: callers ask before running anything. Most compilers can't tell."""
   def cache_key(self, src: str) -> str:
     """The full key of src's binary: compiler identity, flags and the source itself."""
     return "\0".join([self.cachekey or "", " ".join(self.flags), src])

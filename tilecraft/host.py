@@ -1,6 +1,8 @@
-"""Facts about the host machine that both the C renderer and the CPU runtime need: which C
-compiler builds kernels, and the SIMD ISA it targets for `CPU_ARCH` (the renderer sizes vectors by
-it, the runtime passes it as -march). Below both in the import graph."""
+"""Facts about the host machine that the CPU renderers (C, LLVM IR) and runtimes need: which C
+compiler builds kernels, the SIMD ISA it targets for `CPU_ARCH` (the renderers size vectors by it,
+the C runtime passes it as -march, the LLVM JIT takes it as its target CPU), and whether this host
+can execute that ISA (`check_runnable`: code for an ISA the host lacks may be built and inspected,
+never run). Below the renderers and runtimes in the import graph."""
 from __future__ import annotations
 import functools, os, platform, re, shutil, subprocess, warnings
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ class CPUTarget:
   arch: str          # the -march value
   isa: str           # the widest SIMD the compiler enables for it: "AVX-512", "AVX2", "AVX", "SSE", "NEON", "scalar"
   vector_width: int  # float32 lanes of one SIMD register
+  features: frozenset[str] = frozenset()  # ISA extensions it enables, named as in /proc/cpuinfo-style lower case: "avx2", "f16c", "avx512f"
   def __str__(self) -> str: return f"{self.arch} ({self.isa}, {self.vector_width} float lanes)"
 
 def cpu_arch() -> str:
@@ -60,14 +63,61 @@ def _arch_target(cc: str, arch: str) -> CPUTarget:
   if r.returncode != 0:
     err = next((l for l in r.stderr.splitlines() if "march" in l), r.stderr.strip()[:300])
     raise ValueError(f"CPU_ARCH={arch!r}: {os.path.basename(cc)} does not accept -march={arch}: {err}")
-  macros = {l.split()[1] for l in r.stdout.splitlines() if l.startswith("#define ")}
+  defines = dict((l.split() + [""])[1:3] for l in r.stdout.splitlines() if l.startswith("#define "))
+  macros = set(defines)
+  # an ISA extension shows as an upper-case macro defined to 1 (__AVX512F__, __SSE4_2__, __F16C__)
+  features = frozenset(m[2:-2].lower() for m, v in defines.items()
+                       if v == "1" and re.fullmatch(r"__[A-Z][A-Z0-9_]*__", m) and not m.startswith(_NOT_FEATURE_PREFIXES))
   for macro, isa, width in (("__AVX512F__", "AVX-512", 16), ("__AVX2__", "AVX2", 8), ("__AVX__", "AVX", 8), ("__ARM_NEON", "NEON", 4), ("__SSE2__", "SSE", 4)):
-    if macro in macros: return CPUTarget(arch, isa, width)
-  return CPUTarget(arch, "scalar", 4)
+    if macro in macros: return CPUTarget(arch, isa, width, features)
+  return CPUTarget(arch, "scalar", 4, features)
+
+# predefined macros defined to 1 that are the language's, the ABI's or the compiler's, not ISA extensions
+_NOT_FEATURE_PREFIXES = ("__STDC", "__GCC", "__GNUC", "__ELF", "__LP64", "__OPTIMIZE", "__NO_INLINE", "__PIC", "__PIE", "__CHAR",
+                         "__ORDER", "__SIZEOF", "__FLT", "__DBL", "__LDBL", "__DEC", "__SSE_MATH", "__SSE2_MATH", "__MMX_WITH_SSE",
+                         "__SEG_", "__CET", "__SHSTK", "__HAVE_", "__REGISTER", "__USER_LABEL", "__VERSION", "__BIGGEST", "__BYTE_ORDER",
+                         "__FINITE", "__FLOAT_WORD")
 
 def cpu_target(cc: Optional[str] = None) -> CPUTarget:
   """The ISA the CPU device targets now (per `CPU_ARCH`), as the C compiler sees that -march."""
   return _arch_target(cc or find_c_compiler(), cpu_arch())
+
+def host_target(cc: Optional[str] = None) -> CPUTarget:
+  """The ISA of the CPU this process runs on, as the C compiler sees `-march=native`."""
+  return _arch_target(cc or find_c_compiler(), "native")
+
+# A kernel built for an ISA the host lacks dies of SIGILL at its first instruction the host can't
+# decode, taking the Python process with it. The runtimes ask first, before loading a kernel.
+def missing_features(target: CPUTarget, cc: Optional[str] = None) -> list[str]:
+  """The ISA extensions `target` enables that this host's CPU does not have (empty: it can run here).
+  Only x86-64 hosts are checked (elsewhere -march names are not comparable this way)."""
+  if target.arch == "native" or platform.machine() not in ("x86_64", "AMD64"): return []
+  return sorted(f for f in target.features - host_target(cc).features if f.startswith(_CODEGEN_FEATURES))
+
+# extensions a compiler uses in plain C (vectorizing, bit tricks) without intrinsics: the ones a
+# kernel can contain. Others (sgx, rdrnd, xsave, clwb, ...) differ between a CPU model and a VM's
+# view of it but never appear in a kernel.
+_CODEGEN_FEATURES = ("sse", "ssse3", "avx", "fma", "f16c", "bmi", "lzcnt", "popcnt", "movbe", "abm", "xop", "amx", "mmx", "3dnow", "adx")
+
+def check_runnable(target: CPUTarget, what: str = "CPU_ARCH", cc: Optional[str] = None) -> None:
+  """Raise RuntimeError naming the missing extensions when this host cannot execute code built for `target`."""
+  if (missing := missing_features(target, cc)):
+    raise RuntimeError(f"{what}={target.arch} builds code for ISA extensions this host's CPU does not have: {', '.join(missing)}; "
+                       f"running it would crash the process (SIGILL). Unset {what}, or pick one this host can run "
+                       f"(`tilecraft devices` lists them); code for {target.arch} can still be rendered and compiled for inspection")
+
+# -march names `tilecraft devices` checks against the host (x86-64 levels, then common CPUs)
+KNOWN_X86_ARCHS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "haswell", "skylake", "skylake-avx512", "icelake-server",
+                   "sapphirerapids", "znver2", "znver3", "znver4")
+
+def runnable_archs(cc: Optional[str] = None) -> list[str]:
+  """The KNOWN_X86_ARCHS this host can execute (and the compiler knows), plus native."""
+  out = []
+  for arch in KNOWN_X86_ARCHS:
+    try: t = _arch_target(cc or find_c_compiler(), arch)
+    except ValueError: continue
+    if not missing_features(t, cc): out.append(arch)
+  return out + ["native"]
 
 @functools.cache
 def host_vector_width() -> int:

@@ -3,10 +3,11 @@ applies to, edge values (NaN, inf, -0.0, integer extremes, x//0, MIN//-1), every
 dtypes, vector lanes (and the vector exp2), Variables, reduces, and the IR's semantics flags
 (no nsw/nuw, only `contract`). Kernels hold many outputs each, so a table is one compile."""
 from __future__ import annotations
-import itertools, re
+import itertools, platform, re
 from typing import Any
 import numpy as np
 import pytest
+from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Device
 from tilecraft.dtype import DType, dtypes
@@ -232,3 +233,35 @@ def test_streaming_stores(rng: np.random.Generator):
   src = get_program(big, [Opt(OptOps.UPCAST, 0, 8)], "LLVM").src
   assert "!nontemporal" in src and "fence seq_cst" in src and "ptrtoint" in src
   assert "!nontemporal" not in get_program(add(4096), [Opt(OptOps.UPCAST, 0, 8)], "LLVM").src
+
+def _half_cases() -> np.ndarray:
+  """Doubles at, next to and around every kind of half rounding decision: midpoints between
+  neighbouring halves (where rounding through float first goes wrong), subnormals, the overflow edge."""
+  rng = np.random.default_rng(7)
+  h = rng.integers(0, 0x7C00, 3000, dtype=np.uint16).view(np.float16)
+  lo, hi = h.astype(np.float64), np.nextafter(h, np.float16(np.inf)).astype(np.float64)
+  mid = (lo + hi) / 2
+  x = np.concatenate([mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf), -mid, lo,
+                      [0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65519.99, 65520.0, 1e6, 2.0 ** -25, 2.0 ** -24 * 1.5, 1e-30, 1e300]])
+  return x
+
+@pytest.mark.parametrize("arch", ["native", "x86-64-v2"])  # x86-64-v2: no F16C, every conversion by integer arithmetic
+def test_half_conversions_without_runtime_helpers(arch):
+  """double/float/int -> half round once to nearest even, half -> float/double is exact, half arithmetic
+  rounds per op; no compiler-runtime symbol (__truncdfhf2, ...) is needed at link time."""
+  if platform.machine() not in ("x86_64", "AMD64"): pytest.skip("x86-64 -march names")
+  x = _half_cases()
+  with Context(CPU_ARCH=arch):
+    for src in (np.float64, np.float32):
+      got = Tensor(x.astype(src), device="LLVM").cast("float16").numpy()
+      want = x.astype(src).astype(np.float16)
+      np.testing.assert_array_equal(got.view(np.uint16)[~np.isnan(want)], want.view(np.uint16)[~np.isnan(want)])
+      assert np.isnan(got[np.isnan(want)]).all()
+      back = Tensor(want, device="LLVM").cast(src.__name__).numpy()
+      np.testing.assert_array_equal(back, want.astype(src))
+    ints = np.arange(-70001, 70001, 7, dtype=np.int32)
+    with np.errstate(over="ignore"): np.testing.assert_array_equal(Tensor(ints, device="LLVM").cast("float16").numpy(), ints.astype(np.float16))
+    a, b = want[:2000], want[2000:4000]
+    with np.errstate(all="ignore"):
+      np.testing.assert_array_equal((Tensor(a, device="LLVM") * Tensor(b, device="LLVM")).numpy(), (a.astype(np.float32) * b.astype(np.float32)).astype(np.float16))
+      np.testing.assert_array_equal((Tensor(a, device="LLVM") < Tensor(b, device="LLVM")).numpy(), a < b)

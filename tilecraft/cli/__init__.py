@@ -124,6 +124,6 @@ def open_device(name: Optional[str]) -> str:
   except DeviceUnavailable as e: raise CLIError(f"device {dev} can't be used here: {e}") from None
   if opened.render_only is not None:
     raise CLIError(f"device {dev} can't be used here: it is not available to run kernels, only to render and compile-check them ({opened.render_only})")
-  try: getattr(Device[dev].compiler, "target", None)  # a bad target setting (CPU_ARCH) is named here, not mid-run
-  except ValueError as e: raise CLIError(str(e)) from None
+  try: Device[dev].compiler.check_runnable()  # a bad target setting (CPU_ARCH, one this host can't run) is named here, not mid-run
+  except (ValueError, RuntimeError) as e: raise CLIError(str(e)) from None
   return dev

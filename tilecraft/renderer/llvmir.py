@@ -25,7 +25,7 @@ from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
 from tilecraft.renderer.c_vector_math import EXP2_POLY
 from tilecraft.helpers import getenv
-from tilecraft.host import host_vector_width
+from tilecraft.host import CPUTarget, cpu_target, host_vector_width
 from tilecraft.renderer.analysis import STREAM_MIN_BYTES, streamable_stores
 
 _SCALAR = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16", dtypes.int32: "i32",
@@ -41,6 +41,10 @@ def ltype(dt: DType) -> str:
   if dt == dtypes.void: return "void"
   s = _SCALAR[dt.scalar()]
   return f"<{dt.count} x {s}>" if dt.count > 1 else s
+
+def vtype(scalar: DType, n: int) -> str:
+  """The LLVM type of n lanes of a scalar dtype (the scalar type when n == 1)."""
+  return ltype(scalar.vec(n) if n > 1 else scalar)
 
 def mtype(dt: DType) -> str:
   """The type a dtype has in memory: bool is a byte there."""
@@ -105,14 +109,20 @@ class LLVMRenderer(Renderer):
   masked_loads = True  # llvm.masked.load
   @property
   def vector_width(self) -> int:
-    """float32 lanes per SIMD register on this host (the JIT targets the host CPU)."""
-    return host_vector_width()
-  def settings_key(self) -> tuple: return (getenv("CPU_STREAM_MIN_BYTES", STREAM_MIN_BYTES),)
+    """float32 lanes per SIMD register of the CPU the JIT targets (`CPU_ARCH`, default native)."""
+    return llvm_target().vector_width
+  def settings_key(self) -> tuple: return (llvm_target().arch, getenv("CPU_STREAM_MIN_BYTES", STREAM_MIN_BYTES))
   def render(self, name: str, uops: list) -> str:
     # streaming stores as the C renderer makes them (x86 hosts): `!nontemporal` stores, taken where the
     # address is aligned to the store (x86 streams only aligned ones), and a fence before returning
     streams = streamable_stores(uops, getenv("CPU_STREAM_MIN_BYTES", STREAM_MIN_BYTES)) if platform.machine() in ("x86_64", "AMD64") else frozenset()
-    return _Writer(name, uops, streams).render()
+    return _Writer(name, uops, streams, llvm_target()).render()
+
+def llvm_target() -> CPUTarget:
+  """The CPU the LLVM device builds for (`CPU_ARCH`, default native) as the C compiler reports that
+  -march; without a C compiler, the host's vector width and no known extensions."""
+  try: return cpu_target()
+  except RuntimeError: return CPUTarget("native", "unknown", host_vector_width())
 
 def _masked_intrinsic(kind: str, dt: DType) -> str:
   """The name of llvm.masked.load/store ("load" or "store") for vector dtype dt."""
@@ -121,8 +131,9 @@ def _masked_intrinsic(kind: str, dt: DType) -> str:
 
 class _Writer:
   """One walk over the linearized UOps, printing SSA instructions into basic blocks."""
-  def __init__(self, name: str, uops: list[UOp], streams: frozenset = frozenset()):
-    self.name, self.uops, self.streams = name, uops, streams
+  def __init__(self, name: str, uops: list[UOp], streams: frozenset, target: CPUTarget):
+    self.name, self.uops, self.streams, self.target = name, uops, streams, target
+    self.f16c = "f16c" in target.features  # float <-> half conversion instructions
     self.streamed = False
     self.r: dict[UOp, str] = {}
     self.lines: list[str] = []
@@ -258,6 +269,44 @@ class _Writer:
     base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
     return self.val(f"getelementptr {'inbounds ' if inbounds else ''}{mtype(base.scalar())}, ptr {self.r[buf]}, {self.typed(idx)}", "p")
 
+  # LLVM (at least 20-22) miscompiles llvm.masked.load/store on AVX and AVX2 targets when a vector
+  # wider than a register is split and a part's mask is known false (after unrolling, or a padded
+  # row's constant lane mask): the part becomes a plain load of the masked-off lanes, or an assertion
+  # aborts the process. On those targets, 4- and 8-byte lanes use the vmaskmov intrinsics directly,
+  # in register-sized pieces, with a mask instcombine can't turn back into llvm.masked.* (the sign of
+  # each lane comes from a bitcast of half-width lanes, not a sext of the bool vector).
+  def avx_masked(self, dt: DType) -> bool:
+    return self.target.isa in ("AVX", "AVX2") and dt.scalar().itemsize in (4, 8) and dt.scalar() != dtypes.bool
+
+  def avx_masked_access(self, dt: DType, p: str, mask: str, value: str = "") -> str:
+    """vmaskmov load (value == "": returns the loaded vector, 0 in masked-off lanes) or store of
+    value, of vector dtype dt at p under the <n x i1> mask, in pieces of 8 or 4 float / 4 or 2 double lanes."""
+    n, size = dt.count, dt.scalar().itemsize
+    ft, it, half, suffix = ("float", "i32", "i16", "ps") if size == 4 else ("double", "i64", "i32", "pd")
+    dup = ", ".join(f"i32 {i // 2}" for i in range(2 * n))
+    wide = self.val(f"sext <{2 * n} x i1> {self.val(f'shufflevector <{n} x i1> {mask}, <{n} x i1> poison, <{2 * n} x i32> <{dup}>')} to <{2 * n} x {half}>")
+    imask = self.val(f"bitcast <{2 * n} x {half}> {wide} to <{n} x {it}>")
+    fvec = f"<{n} x {ft}>"
+    if value: value = value if _is_f(dt) else self.val(f"bitcast {ltype(dt)} {value} to {fvec}")
+    per, out = 32 // size, "zeroinitializer" if not value else ""
+    for start in range(0, n, per):
+      w = per if n - start > per // 2 else per // 2  # the piece's lanes (past n: mask 0)
+      name = f"llvm.x86.avx.mask{'store' if value else 'load'}.{suffix}{'.256' if w * size == 32 else ''}"
+      pick = ", ".join(f"i32 {start + i if start + i < n else n}" for i in range(w))
+      m = self.val(f"shufflevector <{n} x {it}> {imask}, <{n} x {it}> zeroinitializer, <{w} x i32> <{pick}>")
+      q = self.val(f"getelementptr {ft}, ptr {p}, i32 {start}", "p")
+      if value:
+        self.decls.add(f"declare void @{name}(ptr, <{w} x {it}>, <{w} x {ft}>)")
+        piece = self.val(f"shufflevector {fvec} {value}, {fvec} poison, <{w} x i32> <{pick}>")
+        self.emit(f"call void @{name}(ptr {q}, <{w} x {it}> {m}, <{w} x {ft}> {piece})")
+        continue
+      self.decls.add(f"declare <{w} x {ft}> @{name}(ptr, <{w} x {it}>)")
+      piece = self.val(f"call <{w} x {ft}> @{name}(ptr {q}, <{w} x {it}> {m})")
+      for i in range(min(w, n - start)):
+        out = self.val(f"insertelement {fvec} {out}, {ft} {self.val(f'extractelement <{w} x {ft}> {piece}, i32 {i}')}, i32 {start + i}")
+    if value or _is_f(dt): return out
+    return self.val(f"bitcast {fvec} {out} to {ltype(dt)}")
+
   def plain_load(self, u: UOp) -> str:
     dt, align = u.dtype, max(u.dtype.scalar().itemsize, 1)
     p = self.address(u.src[0], u.src[1])
@@ -271,8 +320,12 @@ class _Writer:
       if src[2].dtype.count > 1:  # per lane: llvm.masked.load reads only the lanes whose mask bit is set
         if src[2].dtype.count != u.dtype.count or u.dtype.scalar() == dtypes.bool: raise NotImplementedError(f"LLVMRenderer: a {u.dtype} load gated by {src[2].dtype}")
         t, n, name = ltype(u.dtype), u.dtype.count, _masked_intrinsic("load", u.dtype)
-        self.decls.add(f"declare {t} @{name}(ptr, i32 immarg, <{n} x i1>, {t})")
         p = self.address(src[0], src[1], inbounds=False)
+        if self.avx_masked(u.dtype):
+          v = self.avx_masked_access(u.dtype, p, self.r[src[2]])
+          self.r[u] = v if src[3].op is UOps.CONST and not src[3].arg else self.val(f"select {self.typed(src[2])}, {t} {v}, {self.typed(src[3])}")
+          return
+        self.decls.add(f"declare {t} @{name}(ptr, i32 immarg, <{n} x i1>, {t})")
         self.r[u] = self.val(f"call {t} @{name}(ptr {p}, i32 {u.dtype.scalar().itemsize}, {self.typed(src[2])}, {self.typed(src[3])})")
         return
       # like C's g ? buf[i] : alt, the load only happens when the gate is true (i may be out of bounds otherwise)
@@ -291,6 +344,9 @@ class _Writer:
     if len(u.src) > 3 and u.src[3].dtype.count > 1:  # per lane: llvm.masked.store writes only the lanes whose mask bit is set
       if u.src[3].dtype.count != v.dtype.count or v.dtype.scalar() == dtypes.bool: raise NotImplementedError(f"LLVMRenderer: a {v.dtype} store gated by {u.src[3].dtype}")
       t, n, name = ltype(v.dtype), v.dtype.count, _masked_intrinsic("store", v.dtype)
+      if self.avx_masked(v.dtype):
+        self.avx_masked_access(v.dtype, self.address(buf, idx, inbounds=False), self.r[u.src[3]], self.r[v])
+        return
       self.decls.add(f"declare void @{name}({t}, ptr, i32 immarg, <{n} x i1>)")
       self.emit(f"call void @{name}({t} {self.r[v]}, ptr {self.address(buf, idx, inbounds=False)}, i32 {v.dtype.scalar().itemsize}, {self.typed(u.src[3])})")
       return
@@ -303,7 +359,7 @@ class _Writer:
     p = self.address(buf, idx)
     if u in self.streams and join is None:
       # a streaming store where p is aligned to it (up to one SIMD register), else a plain one
-      align = min(dt.itemsize, 4 * host_vector_width())
+      align = min(dt.itemsize, 4 * self.target.vector_width)
       addr = self.val(f"ptrtoint ptr {p} to i64")
       low = self.val(f"and i64 {addr}, {align - 1}")
       aligned = self.val(f"icmp eq i64 {low}, 0")
@@ -338,22 +394,30 @@ class _Writer:
       self.helpers.setdefault(f"exp2_{dt.count}", _vector_exp2(dt.count))
       return self.val(f"call {t} @tc_exp2_v{dt.count}({t} {x})")
     if dt.scalar() == dtypes.float16:  # like C: computed in float, rounded back to half
-      f = ltype(dtypes.float32.vec(dt.count))
-      xf = self.val(f"fpext {t} {x} to {f}")
-      return self.val(f"fptrunc {f} {self.math(op, xf, dtypes.float32.vec(dt.count))} to {t}")
+      f32 = dtypes.float32.vec(dt.count)
+      return self.cast(self.math(op, self.cast(x, dt, f32), f32), f32, dt)
     suffix = ("v" + str(dt.count) if dt.count > 1 else "") + {dtypes.float32: "f32", dtypes.float64: "f64"}[dt.scalar()]
     fn = f"llvm.{_MATH[op]}.{suffix}"
     self.decls.add(f"declare {t} @{fn}({t})")
     return self.val(f"call {t} @{fn}({t} {x})")
 
-  def alu(self, u: UOp) -> str:
-    op, dt, src = u.arg, u.dtype, u.src
-    a = [self.r[s] for s in src]
-    sdt = src[0].dtype
+  def alu(self, u: UOp) -> str: return self.alu_op(u.arg, u.dtype, [self.r[s] for s in u.src], [s.dtype for s in u.src])
+
+  def alu_op(self, op: Any, dt: DType, a: list[str], dts: list[DType]) -> str:
+    """op of dtype dt on the values a (of dtypes dts)."""
+    sdt = dts[0]
     t, st = ltype(dt), ltype(sdt)
     is_bool, fl, signed = sdt.scalar() == dtypes.bool, _is_f(sdt), not dtypes.is_unsigned(sdt)
     if _is_bf16(sdt) or (_is_bf16(dt) and op not in (BinaryOps.CMPLT, BinaryOps.CMPNE)):
       raise NotImplementedError("LLVMRenderer: bfloat16 arithmetic (the lowerer computes it in float32)")
+    if any(d.scalar() == dtypes.float16 for d in dts) and op not in _MATH and op is not TernaryOps.WHERE:
+      # like C: each op computed in float and rounded back to half (x86 without AVX512-FP16 has no half
+      # arithmetic, and without F16C LLVM would call compiler-runtime helpers the JIT can't resolve)
+      widen = lambda d: d.scalar() == dtypes.float16  # noqa: E731
+      f32 = dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32
+      fa = [self.cast(x, d, f32) if widen(d) else x for x, d in zip(a, dts)]
+      r = self.alu_op(op, f32 if widen(dt) else dt, fa, [f32 if widen(d) else d for d in dts])
+      return self.cast(r, f32, dt) if widen(dt) else r
     if op is UnaryOps.NEG:
       if is_bool: return self.val(f"xor {t} {a[0]}, {self.ones(dt)}")
       return self.val(f"fneg{_FLAGS} {t} {a[0]}" if fl else f"sub {t} {self.zero(dt)}, {a[0]}")
@@ -363,7 +427,7 @@ class _Writer:
     if op in _MATH:
       if not fl: raise NotImplementedError(f"LLVMRenderer: {op} of {dt}")
       return self.math(op, a[0], dt)
-    if op is TernaryOps.WHERE: return self.val(f"select {self.typed(src[0])}, {self.typed(src[1])}, {self.typed(src[2])}")
+    if op is TernaryOps.WHERE: return self.val(f"select {ltype(dts[0])} {a[0]}, {ltype(dts[1])} {a[1]}, {ltype(dts[2])} {a[2]}")
     if op is TernaryOps.MULACC:
       if not fl: return self.val(f"add {t} {self.val(f'mul {t} {a[0]}, {a[1]}')}, {a[2]}")
       return self.val(f"fadd{_FLAGS} {t} {self.val(f'fmul{_FLAGS} {t} {a[0]}, {a[1]}')}, {a[2]}")
@@ -399,6 +463,83 @@ class _Writer:
     c = lconst(x, dt)
     return c if dt.count == 1 else "<" + ", ".join([f"{ltype(dt.scalar())} {c}"] * dt.count) + ">"
 
+  # ---- half conversions -------------------------------------------------------------------------
+  # x86 converts float <-> half in hardware only with F16C, and never double -> half; LLVM would
+  # otherwise call compiler-runtime helpers (__truncdfhf2, __extendhfsf2, ...) that the JIT may not
+  # find. So: every conversion goes through float; float <-> half is one instruction with F16C and
+  # integer arithmetic without; double -> float rounds to odd first, so the second rounding (to half,
+  # 13 bits shorter) is the one correctly rounded result.
+  def half_cast(self, x: str, src: DType, dst: DType) -> str:
+    n, s, d = dst.count, src.scalar(), dst.scalar()
+    f32 = dtypes.float32.vec(n) if n > 1 else dtypes.float32
+    if s == dtypes.float16:
+      f = self.val(f"fpext {ltype(src)} {x} to {ltype(f32)}") if self.f16c else self.f16_to_f32(x, n)
+      return self.cast(f, f32, dst)
+    if s == dtypes.float64: x = self.f64_to_f32_odd(x, n)
+    elif s != dtypes.float32: x = self.cast(x, src, f32)  # ints: exact below 2**24, and anything larger is inf in half anyway
+    return self.val(f"fptrunc {ltype(f32)} {x} to {ltype(dst)}") if self.f16c else self.f32_to_f16(x, n)
+
+  def _ic(self, c: int, n: int) -> str: return self.splat_const(c, dtypes.int32.vec(n) if n > 1 else dtypes.int32)
+
+  def f32_to_f16(self, x: str, n: int) -> str:
+    """float -> half, round to nearest even, by integer arithmetic on the bits."""
+    i, f, c = vtype(dtypes.int32, n), vtype(dtypes.float32, n), lambda v: self._ic(v, n)  # noqa: E731
+    b = vtype(dtypes.bool, n)
+    u = self.val(f"bitcast {f} {x} to {i}")
+    sign = self.val(f"and {i} {self.val(f'lshr {i} {u}, {c(16)}')}, {c(0x8000)}")
+    a = self.val(f"and {i} {u}, {c(0x7FFFFFFF)}")
+    # normal halves: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even
+    odd = self.val(f"and {i} {self.val(f'lshr {i} {a}, {c(13)}')}, {c(1)}")
+    rebiased = self.val(f"sub {i} {a}, {c(0x38000000)}")
+    bias = self.val(f"add {i} {odd}, {c(0xFFF)}")
+    norm = self.val(f"lshr {i} {self.val(f'add {i} {rebiased}, {bias}')}, {c(13)}")
+    # below 2**-14 (subnormal halves): adding 0.5 lines the value up with float's ulp at 0.5, which is
+    # half's 2**-24, and the float add rounds to nearest even; what is above 0.5 is the half's bits
+    small = self.val(f"fadd {f} {self.val(f'bitcast {i} {a} to {f}')}, {self.splat_const(0.5, dtypes.float32.vec(n) if n > 1 else dtypes.float32)}")
+    sub = self.val(f"sub {i} {self.val(f'bitcast {f} {small} to {i}')}, {c(0x3F000000)}")
+    h = self.val(f"select {b} {self.val(f'icmp ult {i} {a}, {c(0x38800000)}')}, {i} {sub}, {i} {norm}")
+    h = self.val(f"select {b} {self.val(f'icmp uge {i} {a}, {c(0x477FF000)}')}, {i} {c(0x7C00)}, {i} {h}")  # 65520 and up: inf
+    payload = self.val(f"and {i} {self.val(f'lshr {i} {a}, {c(13)}')}, {c(0x3FF)}")
+    nan = self.val(f"or {i} {payload}, {c(0x7E00)}")
+    h = self.val(f"select {b} {self.val(f'icmp ugt {i} {a}, {c(0x7F800000)}')}, {i} {nan}, {i} {h}")
+    t16 = vtype(dtypes.int16, n)
+    bits = self.val(f"trunc {i} {self.val(f'or {i} {h}, {sign}')} to {t16}")
+    return self.val(f"bitcast {t16} {bits} to {vtype(dtypes.float16, n)}")
+
+  def f16_to_f32(self, x: str, n: int) -> str:
+    """half -> float (exact), by integer arithmetic on the bits."""
+    i, f, c = vtype(dtypes.int32, n), vtype(dtypes.float32, n), lambda v: self._ic(v, n)  # noqa: E731
+    b = vtype(dtypes.bool, n)
+    t16 = vtype(dtypes.int16, n)
+    h = self.val(f"zext {t16} {self.val(f'bitcast {vtype(dtypes.float16, n)} {x} to {t16}')} to {i}")
+    sign = self.val(f"shl {i} {self.val(f'and {i} {h}, {c(0x8000)}')}, {c(16)}")
+    em = self.val(f"and {i} {h}, {c(0x7FFF)}")
+    exp = self.val(f"and {i} {h}, {c(0x7C00)}")
+    shifted = self.val(f"shl {i} {em}, {c(13)}")
+    norm = self.val(f"add {i} {shifted}, {c(0x38000000)}")  # rebias 15 -> 127
+    special = self.val(f"add {i} {shifted}, {c(0x70000000)}")  # inf and NaN keep their payload
+    scaled = self.val(f"fmul {f} {self.val(f'uitofp {i} {em} to {f}')}, {self.splat_const(2.0 ** -24, dtypes.float32.vec(n) if n > 1 else dtypes.float32)}")
+    sub = self.val(f"bitcast {f} {scaled} to {i}")
+    r = self.val(f"select {b} {self.val(f'icmp eq {i} {exp}, {c(0)}')}, {i} {sub}, {i} {norm}")
+    r = self.val(f"select {b} {self.val(f'icmp eq {i} {exp}, {c(0x7C00)}')}, {i} {special}, {i} {r}")
+    return self.val(f"bitcast {i} {self.val(f'or {i} {r}, {sign}')} to {f}")
+
+  def f64_to_f32_odd(self, x: str, n: int) -> str:
+    """double -> float rounded to odd: truncated toward zero, lowest bit set when inexact."""
+    d, f = vtype(dtypes.float64, n), vtype(dtypes.float32, n)
+    i, b, c = vtype(dtypes.int32, n), vtype(dtypes.bool, n), lambda v: self._ic(v, n)  # noqa: E731
+    fabs = f"llvm.fabs.{'v' + str(n) if n > 1 else ''}f64"
+    self.decls.add(f"declare {d} @{fabs}({d})")
+    r = self.val(f"fptrunc {d} {x} to {f}")
+    back = self.val(f"fpext {f} {r} to {d}")
+    inexact = self.val(f"fcmp une {d} {back}, {x}")
+    abs_back, abs_x = self.val(f"call {d} @{fabs}({d} {back})"), self.val(f"call {d} @{fabs}({d} {x})")
+    away = self.val(f"fcmp ogt {d} {abs_back}, {abs_x}")
+    u = self.val(f"bitcast {f} {r} to {i}")
+    trunc = self.val(f"select {b} {away}, {i} {self.val(f'sub {i} {u}, {c(1)}')}, {i} {u}")
+    odd = self.val(f"select {b} {inexact}, {i} {self.val(f'or {i} {trunc}, {c(1)}')}, {i} {u}")
+    return self.val(f"bitcast {i} {odd} to {f}")
+
   def cast(self, x: str, src: DType, dst: DType) -> str:
     """C's conversion of x from src to dst (elementwise for vectors)."""
     if src.count != dst.count: raise NotImplementedError(f"LLVMRenderer: cast {src} -> {dst} changes the lane count")
@@ -422,6 +563,7 @@ class _Writer:
       biased = self.val(f"add i32 {u}, 32767")
       rounded = self.val(f"lshr i32 {self.val(f'add i32 {biased}, {odd}')}, 16")
       return self.val(f"trunc i32 {self.val(f'select i1 {nan}, i32 {qnan}, i32 {rounded}')} to i16")
+    if d == dtypes.float16 or s == dtypes.float16: return self.half_cast(x, src, dst)
     if d == dtypes.bool:
       if _is_f(src): return self.val(f"fcmp une {ts} {x}, {self.zero(src)}")
       return self.val(f"icmp ne {ts} {x}, {self.zero(src)}")

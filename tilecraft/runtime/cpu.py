@@ -7,7 +7,7 @@ from typing import Any, Optional
 import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiled, Compiler, run_compiler
 from tilecraft.helpers import DEBUG, cache_dir
-from tilecraft.host import CPUTarget, _compiler_identity, cpu_arch, cpu_target, find_c_compiler
+from tilecraft.host import CPUTarget, _compiler_identity, check_runnable, cpu_arch, cpu_target, find_c_compiler
 from tilecraft.renderer.cstyle import CRenderer
 
 # Threads that spin between kernels starve everything else when the cores are shared (tests run
@@ -38,6 +38,7 @@ class CPUCompiler(Compiler):
     super().__init__(f"cpu|{_compiler_identity(self.cc)}")
   @property
   def target(self) -> CPUTarget: return cpu_target(self.cc)
+  def check_runnable(self) -> None: check_runnable(self.target, cc=self.cc)
   @property
   def flags(self) -> tuple[str, ...]: return self._flags(True)  # requested flags: part of the cache key
   def _flags(self, openmp: bool) -> tuple[str, ...]: return (f"-march={cpu_arch()}",) + self.base_flags + (("-fopenmp",) if openmp else ())
@@ -141,6 +142,7 @@ class CPUProgram:
   """A loaded kernel. Called with buffer handles, then the symbolic values as `long long`s."""
   def __init__(self, name: str, lib: bytes):
     self.name = name
+    check_runnable(cpu_target())  # built for the CPU_ARCH in force: an ISA this host lacks is an error, not a SIGILL
     self.lib = load_library(lib)
     try: self.fxn = getattr(self.lib, name)
     except AttributeError: raise RuntimeError(f"compiled CPU library has no function named {name!r}") from None

@@ -14,28 +14,46 @@ import ctypes, functools, itertools, os, queue, threading, time
 from typing import Any, Callable, Optional
 from tilecraft.device import CompileError, Compiled, Compiler
 from tilecraft.helpers import DEBUG, getenv
+from tilecraft.host import CPUTarget, check_runnable, cpu_arch, cpu_target
 
 try: import llvmlite
 except ImportError as e: raise ImportError("the LLVM device needs llvmlite: pip install 'tilecraft[llvm]'") from e
 import llvmlite.binding as llvm
 
-@functools.cache
-def target_machine() -> Any:
-  """The host CPU as an LLVM target (llvmlite >= 0.44 initializes LLVM itself; older ones need the calls)."""
-  for init in ("initialize_native_target", "initialize_native_asmprinter"):
+def _init_llvm() -> None:
+  for init in ("initialize_native_target", "initialize_native_asmprinter"):  # llvmlite >= 0.44 initializes LLVM itself
     try: getattr(llvm, init)()
     except (AttributeError, RuntimeError): pass
+
+@functools.lru_cache(maxsize=None)
+def _target_machine(arch: str) -> Any:
+  _init_llvm()
   target = llvm.Target.from_triple(llvm.get_process_triple())
-  return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
-                                      reloc="pic", codemodel="jitdefault")
+  cpu, features = (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()) if arch == "native" else (arch, "")
+  return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")
+
+def target_machine() -> Any:
+  """The LLVM target of `CPU_ARCH`, the same -march names as the C device (haswell, x86-64-v2,
+  skylake-avx512, ...); default native: this host's CPU and features."""
+  return _target_machine(cpu_arch())
+
+def _check_runnable() -> None:
+  """RuntimeError naming the missing ISA extensions when this host can't run code built for CPU_ARCH."""
+  if (arch := cpu_arch()) == "native": return
+  try: target: CPUTarget = cpu_target()  # what the -march enables, as the C compiler reports it
+  except RuntimeError: raise RuntimeError(f"CPU_ARCH={arch}: without a C compiler the LLVM device can't tell whether this host runs it; unset CPU_ARCH") from None
+  check_runnable(target)
 
 class LLVMCompiler(Compiler):
-  """LLVM IR -> optimized host object code (bytes)."""
-  flags = ("-O3", "fp-contract=fast")  # what the pipeline below does: part of the cache key
+  """LLVM IR -> optimized object code (bytes) for the CPU_ARCH target (default: the host CPU)."""
   def __init__(self) -> None:
     tm = target_machine()
+    # the host's CPU and features stay in the identity: a native build is only valid on the same kind of CPU
     super().__init__(f"llvm|llvmlite {llvmlite.__version__}|llvm {'.'.join(map(str, llvm.llvm_version_info))}|{tm.triple}|"
                      f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}")
+  @property
+  def flags(self) -> tuple[str, ...]: return ("-O3", "fp-contract=fast", f"cpu={cpu_arch()}")  # what compile does: part of the cache key
+  def check_runnable(self) -> None: _check_runnable()
   def compile(self, src: str) -> bytes:
     tm = target_machine()
     try:
@@ -56,7 +74,7 @@ _jit_state: dict[int, Any] = {}  # pid -> LLJIT: a forked child builds its own
 _lib_ids = itertools.count()
 
 def _jit() -> Any:
-  if (j := _jit_state.get(os.getpid())) is None: j = _jit_state[os.getpid()] = llvm.create_lljit_compiler(target_machine())
+  if (j := _jit_state.get(os.getpid())) is None: j = _jit_state[os.getpid()] = llvm.create_lljit_compiler(_target_machine("native"))
   return j
 
 def thread_count() -> int:
@@ -101,6 +119,7 @@ class LLVMProgram:
   """A linked kernel. Called with buffer handles, then the symbolic values as int64s."""
   def __init__(self, name: str, lib: bytes):
     self.name = name
+    _check_runnable()  # built for CPU_ARCH: an ISA this host lacks is an error, not a SIGILL
     try:
       self.tracker = llvm.JITLibraryBuilder().add_object_img(lib).add_current_process().export_symbol(name).export_symbol("tc_parallel") \
                         .link(_jit(), f"tilecraft_{next(_lib_ids)}_{name}")

@@ -331,3 +331,35 @@ def test_sign_of_nan_is_nan(device: str) -> None:
                          ids=["cat", "stack", "pool-stride0", "pool-k0", "pool-dil", "pool-1d", "arange-step0", "arange-step0.0", "arange-inf", "arange-nan"])
 def test_bad_arguments_name_the_problem(call: Any, match: str) -> None:
   with pytest.raises(ValueError, match=match): call()
+
+@pytest.mark.parametrize("call, exc, match", [
+  (lambda: Tensor(3.0).cumsum(), ValueError, "cumsum.*0-d"), (lambda: Tensor(3.0).softmax(), ValueError, "softmax of a 0-d"),
+  (lambda: Tensor(3.0).log_softmax(), ValueError, "log_softmax of a 0-d"), (lambda: Tensor.eye(-1), ValueError, "non-negative"),
+  (lambda: Tensor.eye(2, -3), ValueError, "non-negative"), (lambda: Tensor.ones(3).pad(((-5, 0),)), ValueError, "remove 5 elements from an axis of 3"),
+  (lambda: Tensor.ones(3).pad(((-2, -2),)), ValueError, "remove 4"), (lambda: Tensor.ones(3).pad(((1.5, 0),)), TypeError, "integers"),
+  (lambda: Tensor.ones(3).unsqueeze(7), IndexError, "axis 7"), (lambda: Tensor.ones(3).unsqueeze(-3), IndexError, "axis -3"),
+  (lambda: Tensor.rand(-1), ValueError, "negative"), (lambda: Tensor.randn(2, -1), ValueError, "negative")],
+  ids=["cumsum-0d", "softmax-0d", "log_softmax-0d", "eye-1", "eye-m", "pad-neg", "pad-neg-both", "pad-float", "unsqueeze7", "unsqueeze-3", "rand-1", "randn-1"])
+def test_bad_arguments_raise_clear_errors(call: Any, exc: type, match: str) -> None:
+  """These crashed deep inside (IndexError: tuple index out of range, 'cannot add float 1.5 to a symbolic
+  expression', a shrink out of range) or were silently accepted (unsqueeze(7) on a 1-d tensor, rand(-1))."""
+  with pytest.raises(exc, match=match): call()
+
+def test_numpy_dtypes_and_byte_orders_are_accepted() -> None:
+  """cast(np.float16) and dtype=np.int16 name numpy dtypes; big-endian arrays are read by value."""
+  same(Tensor.ones(3).cast(np.float16), np.ones(3, np.float16))
+  same(Tensor([1, 2], dtype=np.int16), np.array([1, 2], np.int16))
+  same(Tensor.ones(2).cast(np.dtype("float64")), np.ones(2))
+  for a in (np.arange(5, dtype=">i4"), np.array([1.5, -2.0, np.inf], dtype=">f8"), np.arange(6, dtype=">u2").reshape(2, 3)[:, ::2]):
+    same(Tensor(a) * 1, (a * 1).astype(a.dtype.newbyteorder("=")))
+  same(Tensor(3.0).cumsum(None), np.cumsum(np.float32(3.0)))
+
+def test_softmax_family_of_empty_tensors() -> None:
+  """softmax over an empty axis has nothing to normalize: an empty result (max over it had 'no identity');
+  logsumexp over one is log(0) = -inf, as in scipy."""
+  for shape, axis in (((3, 0), -1), ((0, 3), 1), ((2, 0, 4), 1)):
+    for op in ("softmax", "log_softmax"):
+      same(getattr(Tensor.zeros(*shape), op)(axis), np.zeros(shape, np.float32))
+  same(Tensor.zeros(3, 0).logsumexp(1), np.full(3, -np.inf, np.float32))
+  same(Tensor.zeros(3, 0).logsumexp(), np.float32(-np.inf).reshape(()))
+  same(Tensor.zeros(0, 3).logsumexp(1), np.zeros(0, np.float32))

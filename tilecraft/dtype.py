@@ -181,10 +181,12 @@ _BY_NAME: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstanc
 _FROM_NP = {(d.np.kind, d.np.itemsize): d for d in _BY_NAME.values() if d.np is not None}
 dtypes.void = DType(-1, 0, "void", None, 1)  # type: ignore[attr-defined]  # for UOps that produce no value
 
-def to_dtype(x: str | DType) -> DType:
-  """A DType from itself or from any of its names ("float32", "float", "half", "bfloat16", ...)."""
+def to_dtype(x: str | DType | np.dtype | type) -> DType:
+  """A DType from itself, any of its names ("float32", "float", "half", "bfloat16", ...) or a numpy
+  dtype (np.float16, np.dtype("int32"))."""
   if isinstance(x, DType): return x
   if isinstance(x, str) and x in _BY_NAME: return _BY_NAME[x]
+  if isinstance(x, np.dtype) or (isinstance(x, type) and issubclass(x, np.generic)): return dtypes.from_np(np.dtype(x).newbyteorder("="))
   raise ValueError(f"unknown dtype {x!r}; known names: {', '.join(sorted(_BY_NAME))}")
 
 # ---- promotion -----------------------------------------------------------------------------------

@@ -177,6 +177,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
       data = arr
     if isinstance(data, np.generic): data = np.array(data)
     if not isinstance(data, np.ndarray): raise TypeError(f"can't make a Tensor from {type(data).__name__}")
+    if not data.dtype.isnative and data.dtype.fields is None: data = data.astype(data.dtype.newbyteorder("="))  # big-endian data: the same values
     if dt is None:
       try: dt = _tensor_dtype(dtypes.from_np(data.dtype))
       except (TypeError, ValueError, KeyError) as e: raise TypeError(f"can't make a Tensor from a numpy array of {data.dtype}") from e
@@ -310,6 +311,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     """Ones on the diagonal: a row [1, 0 * k] repeated and cut into rows of k, so each row's 1 moves one
     place right (a view of one constant, no kernel of its own)."""
     m = n if m is None else m
+    if not all(isinstance(v, (int, np.integer)) and v >= 0 for v in (n, m)): raise ValueError(f"eye({n}, {m}): sizes must be non-negative integers")
     k = max(n, m)
     if k == 0 or n == 0 or m == 0: return Tensor.zeros(n, m, dtype=dtype or dtypes.default_float, device=device)
     x = Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device).pad(((0, k),)).reshape(1, k + 1).expand(k, k + 1).reshape(k * (k + 1))
@@ -503,8 +505,14 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     return self._expand_to(shape)
   def pad(self, padding: Sequence[tuple[sint, sint]], value: Scalar = 0) -> "Tensor":
     """numpy-style: one (before, after) pair per axis."""
-    padding = tuple((int(b), int(a)) if isinstance(b, int) and isinstance(a, int) else (b, a) for b, a in padding)
+    for p in padding:
+      if len(p) != 2 or not all(isinstance(x, (int, np.integer, Node)) and not isinstance(x, bool) for x in p):
+        raise TypeError(f"pad widths must be (before, after) pairs of integers, got {tuple(padding)}")
+    padding = tuple((int(b), int(a)) if isinstance(b, (int, np.integer)) and isinstance(a, (int, np.integer)) else (b, a) for b, a in padding)
     if len(padding) != self.ndim: raise ValueError(f"pad needs {self.ndim} (before, after) pairs, got {len(padding)}")
+    for (b, a), s in zip(padding, self.shape):
+      if isinstance(b, int) and isinstance(a, int) and isinstance(s, int) and min(b, 0) + min(a, 0) < -s:
+        raise ValueError(f"pad {padding} of shape {self.shape}: negative widths remove {-min(b, 0) - min(a, 0)} elements from an axis of {s}")
     if any((isinstance(x, int) and x < 0) for p in padding for x in p): return self._pad_negative(padding, value)
     if all(p == (0, 0) for p in padding): return self
     if _is_zero(self.shape):
@@ -532,6 +540,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     if self.shape[a] != 1: return self
     return self.reshape(self.shape[:a] + self.shape[a + 1:])
   def unsqueeze(self, axis: int) -> "Tensor":
+    if not -self.ndim - 1 <= axis <= self.ndim: raise IndexError(f"unsqueeze: axis {axis} is out of range for a new axis of a tensor of {self.ndim} dims")
     a = axis + self.ndim + 1 if axis < 0 else axis
     return self.reshape(self.shape[:a] + (1,) + self.shape[a:])
   def _axis(self, a: int, ndim: Optional[int] = None) -> int:
@@ -607,6 +616,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   def cumsum(self, axis: int = 0) -> "Tensor":
     """Running sum along an axis: a windowed reduce over a padded view."""
     if axis is None: return self.flatten().cumsum(0)
+    if self.ndim == 0: raise ValueError(f"cumsum(axis={axis}) of a 0-d tensor: it has no axis (axis=None gives numpy's 1-element result)")
     a = self._axis(axis)
     n = self.shape[a]
     x = self

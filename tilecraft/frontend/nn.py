@@ -2,7 +2,7 @@
 conv2d and pooling. Convolution and pooling take sliding windows as views (pad, reshape, expand,
 shrink: no copies), so a conv is one fused multiply-and-reduce kernel."""
 from __future__ import annotations
-import math
+import functools, math
 from typing import TYPE_CHECKING, Any, Optional
 from tilecraft.dtype import dtypes, least_upper_dtype
 from tilecraft.frontend.image import as_image, image_level
@@ -10,21 +10,44 @@ from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import memo_views, pair
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
+def _row_op(fn: Any) -> Any:
+  """A softmax-style method over one axis: a 0-d tensor has none (ValueError, as numpy has for axis=0
+  there), and a tensor with no elements gives an empty result of its shape (nothing to normalize)."""
+  @functools.wraps(fn)
+  def checked(self: Tensor, axis: int = -1) -> Tensor:
+    if self.ndim == 0: raise ValueError(f"{fn.__name__} of a 0-d tensor: it has no axis to normalize over (reshape(1) first)")
+    self._axis(axis)  # (IndexError for an axis out of range)
+    if 0 in self.shape: return type(self).zeros(self.shape, dtype=self._float().dtype, device=self.device)
+    return fn(self, axis)
+  return checked
+
+def _empty_reduce_is_log0(fn: Any) -> Any:
+  """logsumexp over an empty axis is log(0) = -inf, as in scipy (max over it has no identity)."""
+  @functools.wraps(fn)
+  def checked(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in self._axes(axis)):
+      return self._float().sum(axis, keepdim).log()
+    return fn(self, axis, keepdim)
+  return checked
+
 class NNOps:
   __slots__ = ()
   # The softmax family's row statistics (max, then the sum of exp(x - max)) are one kernel on CPU
   # targets (the scheduler fuses dependent reduces: engine/schedule.py), so the input is read twice:
   # once there, once by the elementwise output kernel.
+  @_row_op
   @recorded
   def softmax(self: Tensor, axis: int = -1) -> Tensor:
     x = self._float()
     e = (x - x.max(axis, keepdim=True)).exp()
     return e * e.sum(axis, keepdim=True).reciprocal()  # one reciprocal per row, a multiply per element
+  @_row_op
   @recorded
   def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
     x = self._float()
     m = x - x.max(axis, keepdim=True)
     return m - m.exp().sum(axis, keepdim=True).log()
+  @_empty_reduce_is_log0
   def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
     x = self._float()
     m = x.max(axis, keepdim=True)

@@ -37,6 +37,7 @@ class RandomOps:
   def rand(cls, *shape: Any, dtype: Any = None, device: Optional[str] = None) -> Tensor:
     """Uniform [0, 1): an integer hash of (seed, call, element index), computed in a kernel."""
     shape = norm_shape(shape)
+    if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"negative dimension in shape {shape}")
     n = int(prod(shape))
     cls._rng_counter += 1
     key = mix32((cls._seed * 0x9E3779B1 + cls._rng_counter * 0x85EBCA77) & 0xFFFFFFFF)

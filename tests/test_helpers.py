@@ -87,3 +87,94 @@ def test_settings_memo_recomputes_when_a_setting_it_read_changes(monkeypatch: py
     with pytest.raises(SettingError): outer(1)  # failures are not cached
   monkeypatch.delenv("TC_MEMO_A")
   assert outer(1) == (1, 0, 5)
+
+# ---- Context is per thread (issue 28, item 9) -------------------------------------------------------
+
+def _in_threads(*fns) -> None:
+  """Run each fn in its own thread; re-raise the first exception one of them raised."""
+  import threading
+  errors: list[BaseException] = []
+  def wrap(fn):
+    def run():
+      try: fn()
+      except BaseException as e: errors.append(e)  # noqa: BLE001
+    return run
+  ts = [threading.Thread(target=wrap(fn)) for fn in fns]
+  for t in ts: t.start()
+  for t in ts: t.join(60)
+  assert not any(t.is_alive() for t in ts), "a thread hung"
+  if errors: raise errors[0]
+
+def test_context_in_one_thread_does_not_move_another_threads_tensors() -> None:
+  import threading
+  from tilecraft import Device, Tensor
+  default = Device.DEFAULT
+  entered, checked = threading.Event(), threading.Event()
+  def a():
+    with Context(DEVICE="LLVM"):
+      entered.set()
+      assert Device.DEFAULT == "LLVM" and Tensor([1.0]).device == "LLVM"
+      assert checked.wait(30)
+  def b():
+    assert entered.wait(30)
+    try: assert Device.DEFAULT == default and Tensor([1.0]).device == default and getenv("DEVICE", "") != "LLVM"
+    finally: checked.set()
+  _in_threads(a, b)
+
+def test_overlapping_contexts_in_two_threads_keep_their_own_values() -> None:
+  """A enters X=1, B enters X=2, A leaves (B still sees 2), B leaves: each sees only its own."""
+  import threading
+  steps = [threading.Event() for _ in range(4)]
+  def a():
+    with Context(TC_THREAD_X=1):
+      steps[0].set()
+      assert steps[1].wait(30)
+      assert getenv("TC_THREAD_X", 0) == 1
+    assert getenv("TC_THREAD_X", 0) == 0
+    steps[2].set()
+    assert steps[3].wait(30)
+    assert getenv("TC_THREAD_X", 0) == 0
+  def b():
+    assert steps[0].wait(30)
+    with Context(TC_THREAD_X=2):
+      steps[1].set()
+      assert steps[2].wait(30)
+      assert getenv("TC_THREAD_X", 0) == 2
+      with Context(TC_THREAD_X=3): assert getenv("TC_THREAD_X", 0) == 3
+      assert getenv("TC_THREAD_X", 0) == 2
+    assert getenv("TC_THREAD_X", 0) == 0
+    steps[3].set()
+  _in_threads(a, b)
+  assert getenv("TC_THREAD_X", 0) == 0
+
+def test_one_context_object_entered_by_two_threads() -> None:
+  """A Context used as a decorator is one object entered by every call, in any thread."""
+  import threading
+  inside = threading.Barrier(2, timeout=30)
+  @Context(TC_THREAD_Y=5)
+  def f(own: int) -> None:
+    with Context(TC_THREAD_Z=own):
+      inside.wait()
+      assert getenv("TC_THREAD_Y", 0) == 5 and getenv("TC_THREAD_Z", 0) == own
+      inside.wait()
+    assert getenv("TC_THREAD_Z", 0) == 0
+  _in_threads(lambda: f(1), lambda: f(2))
+  assert getenv("TC_THREAD_Y", 0) == 0
+
+def test_settings_memo_is_right_per_thread() -> None:
+  """Two threads under different Contexts, calling one memo in turn, each get their own value."""
+  import threading
+  from tilecraft.helpers import settings_memo
+  @settings_memo
+  def value(k: int) -> tuple:
+    return (k, getenv("TC_THREAD_MEMO", 0))
+  turn = [threading.Semaphore(1), threading.Semaphore(0)]
+  def worker(me: int) -> None:
+    with Context(TC_THREAD_MEMO=10 + me):
+      for _ in range(20):
+        assert turn[me].acquire(timeout=30)
+        try: assert value(1) == (1, 10 + me)
+        finally: turn[1 - me].release()
+    assert value(1) == (1, 0)
+  _in_threads(lambda: worker(0), lambda: worker(1))
+  assert value(1) == (1, 0)

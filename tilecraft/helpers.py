@@ -1,6 +1,6 @@
 """Configuration (environment variables + Context) and small shared utilities."""
 from __future__ import annotations
-import contextlib, functools, operator, os
+import contextlib, contextvars, functools, itertools, operator, os
 from typing import Any, Iterable, TypeVar
 
 T = TypeVar("T")
@@ -18,8 +18,19 @@ def round_up(x: int, multiple: int) -> int:
   return (x + multiple - 1) // multiple * multiple
 
 # ---- configuration -------------------------------------------------------------------------------
-# Every setting is read from the environment once and can be overridden for a block with Context.
-_overrides: dict[str, list[Any]] = {}
+# Every setting is read from the environment and can be overridden for a block with Context. The
+# overrides are per thread (a contextvars.ContextVar: each thread, and each asyncio task, sees only the
+# Contexts it entered; a new thread starts with none). The state is a chain, innermost first:
+# (every override in force, a serial number unique to this state, the state outside it).
+_NO_OVERRIDES: tuple = ({}, 0, None)
+_state: contextvars.ContextVar[tuple] = contextvars.ContextVar("tilecraft_settings", default=_NO_OVERRIDES)
+_state_get = _state.get
+_serials = itertools.count(1)
+_MISSING = object()
+
+def current_overrides() -> dict[str, Any]:
+  """The settings this thread's Context blocks override now, innermost value each (a copy)."""
+  return dict(_state_get()[0])
 
 class SettingError(ValueError):
   """An environment variable whose value doesn't parse as its setting's type."""
@@ -45,7 +56,7 @@ def getenv(name: str, default: Any = 0) -> Any:
   A value that isn't of the default's type raises SettingError naming the variable."""
   if _recording:
     for names in _recording: names.add(name)
-  if (o := _overrides.get(name)): return o[-1]
+  if (o := _state_get()[0]) and (v := o.get(name, _MISSING)) is not _MISSING: return v
   raw = _env_get(k if (k := _env_keys.get(name)) is not None else _env_key(name))  # (bytes on POSIX, str on Windows; None: unset)
   if raw is None: return default
   kind = type(default)
@@ -60,41 +71,42 @@ def getenv(name: str, default: Any = 0) -> Any:
   _parsed[(raw, kind)] = ret
   return ret
 
-_generation = 0  # bumped whenever a Context is entered or left (what settings_memo checks for overrides)
-
 class Context(contextlib.ContextDecorator):
-  """`with Context(DEBUG=2, BEAM=0): ...` overrides settings for the block (API)."""
+  """`with Context(DEBUG=2, BEAM=0): ...` overrides settings for the block (API), in this thread only.
+  Blocks nest; one Context object may be entered by several threads at once (or as a decorator)."""
   def __init__(self, **settings: Any): self.settings = settings
   def __enter__(self) -> "Context":
-    global _generation
-    for k, v in self.settings.items(): _overrides.setdefault(k, []).append(v)
-    _generation += 1
+    outer = _state_get()
+    _state.set(({**outer[0], **self.settings}, next(_serials), outer))
     return self
   def __exit__(self, *exc: Any) -> None:
-    global _generation
-    for k in self.settings: _overrides[k].pop()
-    _generation += 1
+    inner = _state_get()
+    if inner[2] is not None: _state.set(inner[2])
 
 # ---- values computed from settings ---------------------------------------------------------------
 # Some values are computed from several settings on every realize (which runner a device uses: its
 # opts settings, compiler flags, renderer settings). settings_memo computes one once and keeps it while
 # no setting it read changed. Which settings it read is recorded as it computes (every getenv call
-# meanwhile), so it needn't be told; the value is computed again when a Context was entered or left
-# since, or when the environment value of any of those settings differs. (The function must depend
-# only on settings and its arguments: arguments are part of the key, by equality.)
+# meanwhile), so it needn't be told; the value is computed again when the calling thread's Context
+# state is another than the one it was computed under (its serial number differs), or when the
+# environment value of any of those settings differs. (The function must depend only on settings and
+# its arguments: arguments are part of the key, by equality.)
+# _recording is shared by all threads: a memo computing in one thread may also record names another
+# thread reads meanwhile. That only makes it depend on more settings than it needs (recomputed more
+# often), never on fewer, and keeps getenv's hot path free of thread-local lookups.
 _recording: list[set[str]] = []  # the names read by the memos computing now (getenv adds to each)
 
 
 def settings_memo(fn: Any) -> Any:
   """Decorate fn(*args) -> value: cached per args until a setting it read changes (see above)."""
-  memo: dict[tuple, tuple] = {}  # args -> (Context generation, names read, their env keys, the env values, value)
+  memo: dict[tuple, tuple] = {}  # args -> (the Context state's serial, names read, their env keys, the env values, value)
   @functools.wraps(fn)
   def get(*args: Any) -> Any:
-    if (hit := memo.get(args)) is not None and hit[0] == _generation and tuple(map(_env_get, hit[2])) == hit[3]:
+    if (hit := memo.get(args)) is not None and hit[0] == _state_get()[1] and tuple(map(_env_get, hit[2])) == hit[3]:
       if _recording:  # an outer memo computing now depends on these too
         for names in _recording: names.update(hit[1])
       return hit[4]
-    gen, names = _generation, set()
+    gen, names = _state_get()[1], set()
     _recording.append(names)
     try: val = fn(*args)
     finally: del _recording[next(i for i, x in enumerate(_recording) if x is names)]  # (by identity: equal sets are others')

@@ -171,7 +171,7 @@ class Pool:
 
   def _settings(self) -> dict[str, Any]:
     from tilecraft import helpers
-    out = {k: v[-1] for k, v in helpers._overrides.items() if v and isinstance(v[-1], (int, float, str, bool))}
+    out = {k: v for k, v in helpers.current_overrides().items() if isinstance(v, (int, float, str, bool))}
     out["DEBUG"] = out.get("DEBUG", int(DEBUG)) if DEBUG >= 6 else 0  # workers stay quiet unless asked
     return out
 

@@ -39,6 +39,12 @@ def _canon_device(device: Optional[str]) -> str:
 _TENSOR_DTYPES = (dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
                   dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 
+def _acc_dtype(dt: DType, acc_dtype: Any) -> DType:
+  """The dtype a reduce of `dt` values accumulates in: `acc_dtype` where the user names one, float32
+  for float16 and bfloat16 (rounded once at the end, DESIGN 12), else `dt` itself."""
+  if acc_dtype is not None: return _tensor_dtype(acc_dtype)
+  return dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+
 def _tensor_dtype(dtype: Union[DType, str]) -> DType:
   """A scalar dtype a Tensor can hold: vectors, pointers, images and void are kernel-internal."""
   dt = to_dtype(dtype)
@@ -566,13 +572,16 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     else: ret = Tensor(_lb_r(self.lazydata, op, axes))
     return ret if keepdim else ret.reshape(out_shape)
   @recorded
-  def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> "Tensor":
-    """numpy sum: bools and ints narrower than 64 bits are summed as (u)int64."""
+  def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None, acc_dtype: Any = None) -> "Tensor":
+    """numpy sum: bools and ints narrower than 64 bits are summed as (u)int64. float16 and bfloat16
+    accumulate in float32 and round once at the end (DESIGN 12); `acc_dtype` names another
+    accumulator (the result keeps the summed dtype)."""
     x = self
     if dtype is not None: x = x.cast(_tensor_dtype(dtype))
     elif x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8):
       x = x.cast(dtypes.uint64 if dtypes.is_unsigned(x.dtype) else dtypes.int64)
-    return x._reduce(ReduceOps.SUM, axis, keepdim)
+    acc = _acc_dtype(x.dtype, acc_dtype)
+    return x.cast(acc)._reduce(ReduceOps.SUM, axis, keepdim).cast(x.dtype)
   def max(self, axis: Any = None, keepdim: bool = False) -> "Tensor": return self._reduce(ReduceOps.MAX, axis, keepdim)
   def min(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
     if self.dtype == dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
@@ -589,17 +598,30 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     """Floats as they are, anything else as default_float (where numpy goes to float64 for every int)."""
     return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   @recorded
-  def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-    """numpy mean: ints and bools average as default_float (numpy: float64)."""
+  def mean(self, axis: Any = None, keepdim: bool = False, acc_dtype: Any = None) -> "Tensor":
+    """numpy mean: ints and bools average as default_float (numpy: float64); float16 and bfloat16
+    sum and divide in float32 (or `acc_dtype`) and round once at the end."""
     x = self._default_float()
-    return self._div_count(x.sum(axis, keepdim), self._count(axis))
-  def var(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor":
-    """Variance with `correction` (numpy's ddof) subtracted from the count."""
-    x = self._default_float()
-    ss = ((x - x.mean(axis, keepdim=True)) ** 2).sum(axis, keepdim)
+    acc = _acc_dtype(x.dtype, acc_dtype)
+    return self._div_count(x.cast(acc).sum(axis, keepdim, acc_dtype=acc), self._count(axis)).cast(x.dtype)
+  def _var_acc(self, axis: Any, keepdim: bool, correction: int, acc_dtype: Any) -> "Tensor":
+    """The variance in the accumulate dtype. Two passes over data shifted by its first element along
+    the reduced axes (the mean of the deviations, then the mean of their squares): the shift makes the
+    deviations exact where values sit close together (1e6 + small noise in float32), so nothing cancels."""
+    acc = _acc_dtype(self._default_float().dtype, acc_dtype)
+    x = self._default_float().cast(acc) - self._first_along(self._axes(axis))._default_float().cast(acc)
+    d = x - x.mean(axis, keepdim=True)
     n = self._count(axis)
-    return self._div_count(ss, n - correction if not isinstance(n, int) or n - correction > 0 else 0)
-  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 0) -> "Tensor": return self.var(axis, keepdim, correction).sqrt()
+    return self._div_count((d * d).sum(axis, keepdim), n - correction if not isinstance(n, int) or n - correction > 0 else 0)
+  def _first_along(self, axes: tuple[int, ...]) -> "Tensor":
+    """Each element's first element along `axes`, as a view broadcast back to this shape (0 where an axis is empty)."""
+    if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes): return self._const_like(0)
+    return self.shrink(tuple((0, 1) if i in axes else None for i in range(self.ndim)))._expand_to(self.shape)
+  def var(self, axis: Any = None, keepdim: bool = False, correction: int = 0, acc_dtype: Any = None) -> "Tensor":
+    """Variance with `correction` (numpy's ddof) subtracted from the count (float16/bfloat16: computed in float32, or `acc_dtype`)."""
+    return self._var_acc(axis, keepdim, correction, acc_dtype).cast(self._default_float().dtype)
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 0, acc_dtype: Any = None) -> "Tensor":
+    return self._var_acc(axis, keepdim, correction, acc_dtype).sqrt().cast(self._default_float().dtype)
   def argmax(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor":
     """Index of the first maximum (numpy semantics)."""
     if axis is None: return self.flatten().argmax(0, keepdim=False).reshape((1,) * self.ndim if keepdim else ())
@@ -621,6 +643,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     n = self.shape[a]
     x = self
     if x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8): x = x.cast(dtypes.int64 if not dtypes.is_unsigned(x.dtype) else dtypes.uint64)
+    if x.dtype in (dtypes.float16, dtypes.bfloat16) and not _is_zero(x.shape): return x.cast(dtypes.float32).cumsum(axis).cast(x.dtype)  # summed in float32, rounded once
     if _is_zero(x.shape): return Tensor(_lb_empty(x.shape, x.dtype, x.device))
     x = x.transpose(a, -1)
     lead = x.shape[:-1]
@@ -629,9 +652,11 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     return (out.reshape(*lead, n) if lead else out.reshape(n)).transpose(a, -1)
 
   # ---- matmul and friends -------------------------------------------------------------------------
-  def dot(self, w: "Tensor") -> "Tensor": return self.matmul(w)
+  def dot(self, w: "Tensor", acc_dtype: Any = None) -> "Tensor": return self.matmul(w, acc_dtype)
   @recorded
-  def matmul(self, w: Any) -> "Tensor":
+  def matmul(self, w: Any, acc_dtype: Any = None) -> "Tensor":
+    """numpy matmul; float16/bfloat16 operands are multiplied and summed in float32 (exact products,
+    one rounding at the end) unless `acc_dtype` names another accumulator."""
     w = self._to_tensor(w)
     if self.ndim == 0 or w.ndim == 0: raise ValueError("matmul: operands must have at least 1 dimension (use * for scalars)")
     x, y = self, w
@@ -648,5 +673,12 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
       if lvl >= 2 and isinstance(k_, int) and k_ % 4 == 0 and (xi := as_image(x, (x.shape[0], k_ // 4))) is not None: x = xi
     xv = x.reshape(*x.shape[:-1], *(1,) * min(y.ndim - 1, 1), x.shape[-1])
     yv = y.reshape(*y.shape[:-2], *(1,) * min(x.ndim - 1, 1), *y.shape[-min(y.ndim, 2):]).transpose(-1, -2) if y.ndim > 1 else y
-    out = (xv * yv).sum(-1, dtype=dt if not dtypes.is_int(dt) else None)
+    if dtypes.is_float(dt):
+      acc = _acc_dtype(dt, acc_dtype)
+      if acc != dt:  # exact products of half/bfloat16 values, summed in float32 (cast after the broadcast: a cast
+        shape = _broadcast_shape(xv.shape, yv.shape)  # value expanded would be realized as a float copy first)
+        xv, yv = xv._expand_to(shape).cast(acc), yv._expand_to(shape).cast(acc)
+      out = (xv * yv).sum(-1, acc_dtype=acc)
+    elif dtypes.is_int(dt): out = (xv * yv).sum(-1, acc_dtype=acc_dtype)
+    else: out = (xv * yv).sum(-1, dtype=dt)  # bool: any of the ANDs
     return out.cast(dt) if out.dtype != dt else out

@@ -91,14 +91,14 @@ def matmul_case(rng, M, N, K, dt=np.float16, batch=None):
   ast, inputs = _ast(lambda x, y: x @ y, a, b)
   return ast, inputs, a.astype(np.float64) @ b.astype(np.float64)
 
-def cast_case(rng, M=32, N=32, K=32):
-  """float32 out[m, n] = sum_k float(a[m, k]) * float(b[k, n]) for half a, b: CAST(LOAD) operands."""
+def cast_case(rng, M=32, N=32, K=32, to=dtypes.float32):
+  """`to` out[m, n] = sum_k to(a[m, k]) * to(b[k, n]) for half a, b: CAST(LOAD) operands."""
   a, b = rng.uniform(-1, 1, (M, K)).astype(np.float16), rng.uniform(-1, 1, (K, N)).astype(np.float16)
   sa = ShapeTracker.from_shape((M, K)).reshape((M, 1, K)).expand((M, N, K))
   sb = ShapeTracker.from_shape((K, N)).permute((1, 0)).reshape((1, N, K)).expand((M, N, K))
-  ld = lambda i, st: LazyOp(UnaryOps.CAST, (LazyOp(BufferOps.LOAD, (), MemBuffer(i, dtypes.float16, st)),), dtypes.float32)  # noqa: E731
+  ld = lambda i, st: LazyOp(UnaryOps.CAST, (LazyOp(BufferOps.LOAD, (), MemBuffer(i, dtypes.float16, st)),), to)  # noqa: E731
   red = LazyOp(ReduceOps.SUM, (LazyOp(BinaryOps.MUL, (ld(1, sa), ld(2, sb))),), (2,))
-  ast = LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (red,), MemBuffer(0, dtypes.float32, ShapeTracker.from_shape((M, N, 1)))),))
+  ast = LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (red,), MemBuffer(0, to, ShapeTracker.from_shape((M, N, 1)))),))
   return ast, {1: a.reshape(-1), 2: b.reshape(-1)}, a.astype(np.float64) @ b.astype(np.float64)
 
 def conv_case(rng, dt=np.float16, cin=16):
@@ -234,14 +234,15 @@ def test_refuse_not_mul_of_loads(rng):
   a = rng.uniform(-1, 1, (32, 32)).astype(np.float16)
   refuse(Kernel(_ast(lambda x: x.sum(-1), a)[0], opts=ren), lambda k: k.apply_tensor_cores(1), "SUM of a MUL")
   refuse(Kernel(_ast(lambda x: (x.reshape(32, 1, 32) + x.T.reshape(1, 32, 32)).sum(-1), a)[0], opts=ren), lambda k: k.apply_tensor_cores(1), "SUM of a MUL")
-  mm = _mm(rng)
+  mm = cast_case(rng)[0]  # STORE(SUM(MUL(CAST(LOAD), CAST(LOAD))))
   mul = mm.src[0].src[0].src[0]
   exp_op = LazyOp(mm.op, (LazyOp(mm.src[0].op, (LazyOp(ReduceOps.SUM, (LazyOp(BinaryOps.MUL, (LazyOp(UnaryOps.EXP2, (mul.src[0],)), mul.src[1])),), (2,)),),
                                  mm.src[0].arg),))
   refuse(Kernel(exp_op, opts=ren), lambda k: k.apply_tensor_cores(1, tc_opt=1), "LOAD")
   refuse(Kernel(_ast(lambda x: x.max(-1), a)[0], opts=ren), lambda k: k.apply_tensor_cores(1), "SUM")
-  # CAST(LOAD) operands need tc_opt 1
-  refuse(Kernel(cast_case(rng)[0], opts=ren), lambda k: k.apply_tensor_cores(2, tc_opt=0), "tc_opt 1")
+  # CAST(LOAD) operands need tc_opt 1, except half/bfloat16 widened to float32 (the frontend's matmul: DESIGN 12)
+  refuse(Kernel(cast_case(rng, to=dtypes.float64)[0], opts=ren), lambda k: k.apply_tensor_cores(2, tc_opt=0), "tc_opt 1")
+  Kernel(cast_case(rng)[0], opts=ren).apply_tensor_cores(2, tc_opt=0)
 
 def test_refuse_dtypes_without_a_core(rng):
   refuse(Kernel(_mm(rng, dt=np.float32), opts=fake(OpenCLRenderer, "CUDA")), lambda k: k.apply_tensor_cores(1), "no tensor core on .* takes dtypes.float")

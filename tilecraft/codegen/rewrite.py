@@ -4,7 +4,7 @@ A rule is (UPat, fn). `fn(**captures)` returns a replacement UOp or None (no cha
 are hash-consed, rebuilding a node with rewritten sources is also common-subexpression elimination.
 """
 from __future__ import annotations
-import math, sys
+import math
 from typing import Any, Callable, Iterable, Optional, Union
 from tilecraft.codegen.uops import UOp, UOps, exec_alu
 from tilecraft.dtype import DType, dtypes
@@ -66,21 +66,42 @@ class PatternMatcher:
     return None
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher) -> UOp:
-  """Rewrite every node bottom-up until no rule applies anywhere (a fixed point)."""
+  """Rewrite every node bottom-up until no rule applies anywhere (a fixed point). A node's sources are
+  rewritten first, then the node until no rule applies (at most 1000 times), each replacement's own
+  new subgraph rewritten before the next try. Iterative (an explicit stack): a graph may be any depth."""
   done: dict[UOp, UOp] = {}
-  def rw(u: UOp) -> UOp:
-    if (r := done.get(u)) is not None: return r
-    new = u
-    if u.src:
-      srcs = tuple(rw(s) for s in u.src)
-      if any(a is not b for a, b in zip(srcs, u.src)): new = u.replace(src=srcs)
-    for _ in range(1000):
+  # frames: (node, None, 0) to visit; (node, None, -1) to rebuild on its rewritten sources and rewrite;
+  # (node, r, n) to go on rewriting once the replacement r (the node's n-th) is done
+  stack: list[tuple[UOp, Optional[UOp], int]] = [(sink, None, 0)]
+  active: set[UOp] = set()  # visited, not done: a replacement that holds one of these is a cycle of rules
+  while stack:
+    u, r, n = stack.pop()
+    if r is None and n == 0:
+      if u in done: continue
+      if u in active: raise RuntimeError(f"rewrite rules cycle: a replacement holds the node it replaces ({u.op}, {u.arg!r})")
+      active.add(u)
+      stack.append((u, None, -1))
+      stack.extend((s, None, 0) for s in reversed(u.src) if s not in done)
+      continue
+    if r is None:
+      new, n = u, 0
+      if u.src:
+        srcs = tuple([done[s] for s in u.src])
+        if any(a is not b for a, b in zip(srcs, u.src)): new = u.replace(src=srcs)
+    else: new = done[r]
+    while n < 1000:
       if (r := pm.rewrite(new)) is None: break
-      new = rw(r)  # a replacement may hold new, not yet rewritten subgraphs
-    done[u] = done[new] = new
-    return new
-  if sys.getrecursionlimit() < 20000: sys.setrecursionlimit(20000)
-  return rw(sink)
+      n += 1
+      if (hit := done.get(r)) is None:  # a replacement may hold new, not yet rewritten subgraphs
+        stack.append((u, r, n))
+        stack.append((r, None, 0))
+        break
+      new = hit
+    else: r = None
+    if r is None:
+      done[u] = done[new] = new
+      active.discard(u)
+  return done[sink]
 
 # ---- rule sets -------------------------------------------------------------------------------------
 
@@ -157,4 +178,18 @@ algebraic = PatternMatcher([
    lambda st, b, i, v, g: UOp(UOps.STORE, st.dtype, (b, i, v), st.arg) if g.arg else UOp(UOps.SINK, dtypes.void, ())),
 ])
 
-symbolic_rules = constant_folding + algebraic
+def _is_bf16(dt: DType) -> bool: return dt.scalar() == dtypes.bfloat16
+def _f32_for(dt: DType) -> DType: return dtypes.float32.vec(dt.count) if _is_bf16(dt) else dt
+
+def _promote_bf16(a: UOp) -> Optional[UOp]:
+  """No target computes in bfloat16 (C, OpenCL and LLVM hold it as its 16 bits): an ALU op that reads
+  or makes bfloat16 values reads them as float32 (exact), computes in float32 and rounds its bfloat16
+  result to nearest even once (a CAST), as a bfloat16 op would. The lowerer does this for elementwise
+  ops already; this rule catches every other ALU (accumulator updates, horizontal and grouped combines)."""
+  if not (_is_bf16(a.dtype) or any(_is_bf16(s.dtype) for s in a.src)): return None
+  return UOp(UOps.ALU, _f32_for(a.dtype), tuple(s.cast(_f32_for(s.dtype)) for s in a.src), a.arg).cast(a.dtype)
+
+# bfloat16 arithmetic as float32 arithmetic (first: the rules after it then see float32 ops)
+bf16_promote = PatternMatcher([(UPat(UOps.ALU, name="a"), _promote_bf16)])
+
+symbolic_rules = bf16_promote + constant_folding + algebraic

@@ -41,10 +41,16 @@ class TCState:
   reduce_dtype: DType          # the original reduce's dtype (dtype_out may be wider: the result is cast back)
   axis_sizes: tuple[int, int, int]  # padded N, M, K sizes of the chosen axes (for show/debug)
 
+# half/bfloat16 operands widened to float32: what the frontend's matmul and conv multiply (DESIGN 12:
+# summed in float32), and exactly what a half/bfloat16 -> float core computes, so accepted at tc_opt 0
+_CORE_WIDENS = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32)}
+
 def _operand_load(x: LazyOp, tc_opt: int) -> Optional[LazyOp]:
-  """The LOAD under an operand: LOAD itself, or (tc_opt >= 1) CAST(LOAD) that widens exactly."""
+  """The LOAD under an operand: LOAD itself, a half/bfloat16 LOAD widened to float32, or (tc_opt >= 1)
+  any CAST(LOAD) that widens exactly."""
   if x.op is BufferOps.LOAD and not x.src: return x
-  if tc_opt >= 1 and x.op is UnaryOps.CAST and x.src[0].op is BufferOps.LOAD and not x.src[0].src and (x.src[0].dtype, x.arg) in _WIDENS:
+  if x.op is UnaryOps.CAST and x.src[0].op is BufferOps.LOAD and not x.src[0].src and \
+     (x.src[0].dtype, x.arg) in (_WIDENS if tc_opt >= 1 else _CORE_WIDENS):
     return x.src[0]
   return None
 

@@ -4,11 +4,16 @@ shrink: no copies), so a conv is one fused multiply-and-reduce kernel."""
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Any, Optional
-from tilecraft.dtype import dtypes, least_upper_dtype
+from tilecraft.dtype import dtypes, least_upper_dtype, to_dtype
 from tilecraft.frontend.image import as_image, image_level
 from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import memo_views, pair
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
+
+def _wide(x: Tensor) -> tuple[Tensor, Any]:
+  """x in the dtype its row statistics are computed in (float16/bfloat16: float32, rounded once at the
+  end, DESIGN 12), and x's own dtype to cast the result back to."""
+  return (x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x), x.dtype
 
 def _row_op(fn: Any) -> Any:
   """A softmax-style method over one axis: a 0-d tensor has none (ValueError, as numpy has for axis=0
@@ -38,32 +43,34 @@ class NNOps:
   @_row_op
   @recorded
   def softmax(self: Tensor, axis: int = -1) -> Tensor:
-    x = self._float()
+    x, dt = _wide(self._float())
     e = (x - x.max(axis, keepdim=True)).exp()
-    return e * e.sum(axis, keepdim=True).reciprocal()  # one reciprocal per row, a multiply per element
+    return (e * e.sum(axis, keepdim=True).reciprocal()).cast(dt)  # one reciprocal per row, a multiply per element
   @_row_op
   @recorded
   def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
-    x = self._float()
+    x, dt = _wide(self._float())
     m = x - x.max(axis, keepdim=True)
-    return m - m.exp().sum(axis, keepdim=True).log()
+    return (m - m.exp().sum(axis, keepdim=True).log()).cast(dt)
   @_empty_reduce_is_log0
   def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
-    x = self._float()
+    x, dt = _wide(self._float())
     m = x.max(axis, keepdim=True)
     m = m.isinf().where(0.0, m)  # all -inf gives -inf and any +inf gives inf, instead of nan
-    return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.max(axis, keepdim).shape)
+    return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.max(axis, keepdim).shape).cast(dt)
 
-  def linear(self: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
-    x = self.matmul(weight)
+  def linear(self: Tensor, weight: Tensor, bias: Optional[Tensor] = None, acc_dtype: Any = None) -> Tensor:
+    x = self.matmul(weight, acc_dtype)
     return x + bias if bias is not None else x
   @recorded
   def layernorm(self: Tensor, axis: Any = -1, eps: float = 1e-5) -> Tensor:
-    """(x - mean) / sqrt(var + eps) over `axis` (no scale or shift)."""
-    x = self._default_float()
-    m = x.mean(axis, keepdim=True)
-    xc = x - m
-    return xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()
+    """(x - mean) / sqrt(var + eps) over `axis` (no scale or shift). The statistics are two passes
+    over the row shifted by its first element (see Tensor.var): no cancellation where the values sit
+    close together. float16/bfloat16 rows are computed in float32 and rounded once."""
+    x, dt = _wide(self._default_float())
+    x = x - _wide(self._first_along(self._axes(axis))._default_float())[0]  # (a view of the input, cast after the broadcast)
+    xc = x - x.mean(axis, keepdim=True)
+    return (xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()).cast(dt)
 
   # ---- convolution and pooling ---------------------------------------------------------------------
   @memo_views
@@ -93,8 +100,9 @@ class NNOps:
     return rows.transpose(-1, -2)
   @recorded
   def conv2d(self: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
-             groups: int = 1) -> Tensor:
-    """NCHW input, (cout, cin/groups, kh, kw) weight."""
+             groups: int = 1, acc_dtype: Any = None) -> Tensor:
+    """NCHW input, (cout, cin/groups, kh, kw) weight. float16/bfloat16 products are summed in float32
+    (rounded once at the end) unless `acc_dtype` names another accumulator."""
     if self.ndim != 4 or weight.ndim != 4: raise ValueError(f"conv2d needs 4-D input and weight, got {self.shape} and {weight.shape}")
     n, cin, h, w = self.shape
     cout, cpg, kh, kw = weight.shape
@@ -112,8 +120,14 @@ class NNOps:
     win = win.reshape(n, groups, 1, cpg, oh, ow, kh, kw)
     wt = weight.reshape(1, groups, cout // groups, cpg, 1, 1, kh, kw)
     dt = least_upper_dtype(self.dtype, weight.dtype)
-    prod_ = (win.cast(dt) * wt.cast(dt)).permute(0, 1, 2, 4, 5, 3, 6, 7)  # n g co oh ow cpg kh kw
-    out = prod_.sum((5, 6, 7), dtype=dt if dtypes.is_float(dt) else None).reshape(n, cout, oh, ow)
+    if dtypes.is_float(dt):
+      acc = to_dtype(acc_dtype) if acc_dtype is not None else dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+      full = (n, groups, cout // groups, cpg, oh, ow, kh, kw)  # (cast after the broadcast: an expanded cast would be copied first)
+      prod_ = (win._expand_to(full).cast(acc) * wt._expand_to(full).cast(acc)).permute(0, 1, 2, 4, 5, 3, 6, 7)  # n g co oh ow cpg kh kw
+      out = prod_.sum((5, 6, 7), acc_dtype=acc).cast(dt).reshape(n, cout, oh, ow)
+    else:
+      prod_ = (win.cast(dt) * wt.cast(dt)).permute(0, 1, 2, 4, 5, 3, 6, 7)
+      out = prod_.sum((5, 6, 7), acc_dtype=acc_dtype).reshape(n, cout, oh, ow)
     return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
   @recorded
   def max_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:

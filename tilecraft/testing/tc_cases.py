@@ -30,7 +30,7 @@ def retype(ast: LazyOp, din: DType, dout: DType) -> LazyOp:
 def _case(fn: Callable, shapes: list[tuple], din: DType, dout: DType, rng: np.random.Generator, ref: Callable) -> tuple:
   from tilecraft import Tensor
   xs = [rng.uniform(-1, 1, s) for s in shapes]
-  ast = fn(*[Tensor(x.astype(np.float16)) for x in xs]).schedule()[-1].ast  # the shape of the kernel; dtypes set by retype
+  ast = fn(*[Tensor(x.astype(np.float32)) for x in xs]).schedule()[-1].ast  # the shape of the kernel (MUL of LOADs); dtypes set by retype
   vals = [held(x, din) for x in xs]
   return retype(ast, din, dout), {i + 1: v.astype(np_dtype(din)).reshape(-1) for i, v in enumerate(vals)}, ref(*vals)
 

@@ -151,7 +151,10 @@ def test_stack_upcasts_its_masked_axis(parts, devname, rng):
 def test_cpu_matmul_register_tile(rng):
   ast, data = matmul(64, 64, 64)
   k = hand(ast, Device["CPU"].renderer)
-  assert ops_of(k) == [OptOps.UPCAST] * 3 + [OptOps.SWAP, OptOps.PACK], k.applied_opts  # the 8 x (2 vectors) tile, B packed (tests/codegen/test_heuristics_cpu.py)
+  # the register tile (rows x 2 vectors: 8 rows on AVX-512, 6 padded rows on AVX2), then B packed; the
+  # exact tile per ISA is pinned in tests/codegen/test_heuristics_cpu.py
+  ops = ops_of(k)
+  assert ops.count(OptOps.UPCAST) == 3 and ops[-2:] == [OptOps.SWAP, OptOps.PACK] and set(ops) <= {OptOps.UPCAST, OptOps.PADTO, OptOps.SWAP, OptOps.PACK}, k.applied_opts
   assert not {OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP} & set(ops_of(k))
   assert "yellow" in k.colors()
   inputs, ref = data(rng)

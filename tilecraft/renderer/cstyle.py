@@ -187,7 +187,11 @@ class CStyleLanguage(Renderer):
       if isinstance(dt, PtrDType): params.append(f"{self.buffer_prefix}{'' if mutable else 'const '}{self.render_dtype(dt)} restrict {n}")
       elif isinstance(dt, ImageDType): params.append(self.render_image_param(n, dt, mutable))
       else: params.append(f"{self.arg_int_type} {n}")
-    return "\n".join(prelude + [f"{self.kernel_prefix}void {name}({', '.join(params)}) {{"] + body + ["}"]) + "\n"
+    return "\n".join(prelude + [f"{self.function_prefix(uops)}void {name}({', '.join(params)}) {{"] + body + ["}"]) + "\n"
+
+  def function_prefix(self, uops: list[UOp]) -> str:
+    """What precedes the kernel function's return type (qualifiers, attributes)."""
+    return self.kernel_prefix
 
   def prelude(self, uops: list[UOp]) -> list[str]: return []
   def parallel_schedule(self, start: UOp, end: UOp) -> str:
@@ -447,6 +451,16 @@ class CRenderer(CStyleLanguage):
       kinds.append(("defined(__AVX512F__) && defined(__AVX512VL__)", f"return ({vt}){pre}_maskz_loadu_pd({mpre}_test_epi32_mask(({mri})m, ({mri})m), p);"))
       if dt.itemsize == 32: kinds.append(("defined(__AVX2__)", f"return ({vt})_mm256_maskload_pd((const double*)p, _mm256_cvtepi32_epi64((__m128i)(m != 0)));"))
     return _isa_dispatch(out, kinds, f"  {vt} r = {{}}; for (int i = 0; i < {n}; i++) if (m[i]) r[i] = p[i]; return r;")
+  # gcc 12's loop vectorizer miscompiles if-converted gated loads (`c ? p[i-55] : 0` turned into
+  # vmaskmov loads): a padded row read the wrong elements at -O3 -march=haswell/znver3 (Debian 12's
+  # gcc 12.2; clang, -O2 and AVX-512 targets were right). Our gated accesses are already explicit
+  # (a branch per gate, vector lanes by masked-load helpers, whose lane-by-lane fallback is the same
+  # shape), so a kernel with gated loads or stores is compiled without loop if-conversion; gcc still
+  # vectorizes its loops' plain accesses, and every other kernel keeps the full -O3.
+  GATED_ATTRIBUTE = '#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize("no-tree-loop-if-convert")))\n#endif\n'
+  def function_prefix(self, uops: list[UOp]) -> str:
+    gated = any((u.op is UOps.LOAD and len(u.src) >= 4 and u.src[2].dtype.scalar() == dtypes.bool) or (u.op is UOps.STORE and len(u.src) > 3) for u in uops)
+    return (self.GATED_ATTRIBUTE if gated else "") + self.kernel_prefix
   @property
   def vector_width(self) -> int:
     """float32 lanes per SIMD register of the ISA the C compiler targets (`CPU_ARCH`, default native)."""

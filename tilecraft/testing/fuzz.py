@@ -191,7 +191,7 @@ def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kern
   return p
 
 def get_runner(p: Program) -> CompiledRunner:
-  key = (p.device, p.name, p.src)
+  key = (p.device, p.name, p.src, Device[p.device].compiler.flags)  # the same source built for another CPU_ARCH is another binary
   if (r := _runner_cache.get(key)) is not None:
     cache_stats.runner_hits += 1
     return r

@@ -1,7 +1,7 @@
 """The `tilecraft` command line, run the way a user runs it: `python -m tilecraft ...` in a subprocess.
 Small sizes (`--quick`) keep the whole file fast."""
 from __future__ import annotations
-import importlib.util, json, os, shutil, subprocess, sys
+import importlib.util, json, os, platform, shutil, subprocess, sys
 from pathlib import Path
 from typing import Any, Optional
 import pytest
@@ -122,6 +122,19 @@ def test_devices_lists_cpu_usable() -> None:
   devs = {d["name"]: d for d in json.loads(r.stdout)["devices"]}
   assert devs["CPU"]["usable"] and devs["CPU"]["caps"]["has_local"] is False
   assert not devs["METAL"]["usable"] and devs["METAL"]["reason"]
+  host = json.loads(r.stdout)["host"]
+  if platform.machine() in ("x86_64", "AMD64"):  # the host's ISA, and the CPU_ARCH values it can run
+    assert host["isa"] in ("AVX-512", "AVX2", "AVX", "SSE") and "sse2" in host["extensions"]
+    assert host["runnable_cpu_archs"][-1] == "native" and "x86-64" in host["runnable_cpu_archs"]
+    assert ("skylake-avx512" in host["runnable_cpu_archs"]) == ("avx512f" in host["extensions"])
+    assert "runnable here: x86-64" in tc("devices", "--no-run").stdout
+
+def test_unrunnable_cpu_arch_is_a_clear_cli_error() -> None:
+  """A CPU_ARCH whose ISA the host lacks: exit 2 naming the extensions, not a SIGILL (exit 132)."""
+  if platform.machine() not in ("x86_64", "AMD64"): pytest.skip("x86-64 -march names")
+  r = tc("show", "a+b", "--shapes", "a=4,b=4", env={"CPU_ARCH": "x86-64-v4"})
+  if "avx512f" in json.loads(tc("devices", "--json", "-", "--no-run").stdout)["host"]["extensions"]: assert r.returncode == 0, r.stderr
+  else: assert r.returncode == 2 and "avx512f" in r.stderr and "SIGILL" in r.stderr, (r.returncode, r.stderr)
 
 # ---- fuzz ----------------------------------------------------------------------------------------
 

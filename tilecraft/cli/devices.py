@@ -72,12 +72,21 @@ def _fmt(v: Any) -> str:
   if isinstance(v, list): return "x".join(str(x) for x in v) if v and all(isinstance(x, int) for x in v) else (", ".join(map(str, v)) or "none")
   return str(v)
 
+def host_isa() -> dict[str, Any]:
+  """The host CPU's ISA as the C compiler sees -march=native, the CPU_ARCH in force, and which
+  CPU_ARCH values this host can execute (CPU and LLVM devices)."""
+  from tilecraft.host import cpu_arch, host_target, runnable_archs
+  try: t = host_target()
+  except (RuntimeError, ValueError) as e: return {"error": str(e)}
+  return {"isa": t.isa, "vector_width": t.vector_width, "extensions": sorted(t.features), "cpu_arch": cpu_arch(), "runnable_cpu_archs": runnable_archs()}
+
 def run(args: argparse.Namespace) -> int:
-  """Run `tilecraft devices`: the table, then why each device is (not) usable."""
+  """Run `tilecraft devices`: the table, then why each device is (not) usable, then the host's ISA."""
   from tilecraft.device import DEVICES
   recs = [probe(d, not args.no_run) for d in DEVICES]
+  host = host_isa()
   if args.json:
-    txt = json.dumps({"devices": recs}, indent=1, default=str)
+    txt = json.dumps({"devices": recs, "host": host}, indent=1, default=str)
     if args.json == "-":
       print(txt)
       return 0
@@ -100,4 +109,9 @@ def run(args: argparse.Namespace) -> int:
       print(f"{r['name']:7s} usable: {how}; compiler: {r['compiler']}")
     elif r["mode"]: print(f"{r['name']:7s} render + compile-check only: {r['reason']}; compiler: {r['compiler']}")
     else: print(f"{r['name']:7s} not usable: {r['reason']}")
+  print()
+  if "error" in host: print(f"host ISA: unknown ({host['error']})")
+  else:
+    print(f"host ISA: {host['isa']} ({host['vector_width']} float lanes); extensions: {' '.join(host['extensions'])}")
+    print(f"CPU_ARCH (CPU and LLVM devices): {host['cpu_arch']}; runnable here: {', '.join(host['runnable_cpu_archs'])}")
   return 0

@@ -403,20 +403,23 @@ class Kernel:
     """The AST with the optimized shapes baked in; a grouped reduce becomes two stages through a
     local buffer; the root carries KernelInfo."""
     memo: dict[LazyOp, LazyOp] = {}
-    def fix(op: LazyOp) -> LazyOp:
-      if op in memo: return memo[op]
-      if op.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE):
-        i = self.bufs.index(op.arg)
-        arg = replace(op.arg, st=self.sts[i])
-        ret = LazyOp(op.op, tuple(fix(s) for s in op.src), arg)
-      elif op.op in ReduceOps and self.tensor_core is not None:
-        from tilecraft.codegen.tensor_cores import tc_reduce
-        ret = tc_reduce(self, op, fix)
-      elif op.op in ReduceOps:
-        ret = self._fix_reduce(op, fix(op.src[0]))
-      else: ret = LazyOp(op.op, tuple(fix(s) for s in op.src), op.arg)
-      memo[op] = ret
-      return ret
+    def fix(root: LazyOp) -> LazyOp:  # (an explicit stack: an AST may be deep; a reduce nests one call)
+      stack: list[tuple[LazyOp, bool]] = [(root, False)]
+      while stack:
+        op, ready = stack.pop()
+        if op in memo: continue
+        if op.op in ReduceOps:
+          if self.tensor_core is not None:
+            from tilecraft.codegen.tensor_cores import tc_reduce
+            memo[op] = tc_reduce(self, op, fix)
+          else: memo[op] = self._fix_reduce(op, fix(op.src[0]))
+        elif not ready:
+          stack.append((op, True))
+          stack.extend((s, False) for s in reversed(op.src) if s not in memo)
+        elif op.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE):
+          memo[op] = LazyOp(op.op, tuple([memo[s] for s in op.src]), replace(op.arg, st=self.sts[self.bufs.index(op.arg)]))
+        else: memo[op] = LazyOp(op.op, tuple([memo[s] for s in op.src]), op.arg)
+      return memo[root]
     stores = tuple(fix(s) for s in self.ast.src)
     return LazyOp(MetaOps.KERNEL, stores, KernelInfo(self.local_dims, self.upcasted, self.dont_use_locals))
 

@@ -374,10 +374,24 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
     elif op.op is BufferOps.CONST: res = self.lower_const(op, inner)
     elif op.op in ReduceOps: res = self.lower_reduce(op)
     else:
+      self._lower_sources(op, inner)
       srcs = [self.lower_op(s, inner) for s in op.src]
       res = {lane: self.alu(op, [s[lane] for s in srcs]) for lane in self.lanes(inner)}
     self.memo[key] = res
     return res
+
+  def _lower_sources(self, op: LazyOp, inner: bool) -> None:
+    """Lower the elementwise ops under op in the order lower_op's own recursion would (sources first,
+    left to right), with an explicit stack: an expression may be deeper than Python's recursion
+    limit. Loads, constants and reduces are lowered where they come, without looking inside."""
+    stack = [(s, False) for s in reversed(op.src)]
+    while stack:
+      x, ready = stack.pop()
+      if ("op", x, inner, self.mid, self.loop) in self.memo: continue
+      if ready or not x.src or x.op in ReduceOps or x.op in BufferOps: self.lower_op(x, inner)
+      else:
+        stack.append((x, True))
+        stack.extend((s, False) for s in reversed(x.src))
 
   def lower_load(self, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
     mb: MemBuffer = op.arg

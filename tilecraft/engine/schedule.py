@@ -13,7 +13,6 @@ expanding view (the same element used many times), padded through an op with f(0
 read by more than one kernel or by another reduce, or forced with contiguous().
 """
 from __future__ import annotations
-import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 from tilecraft.device import Buffer, Device
@@ -86,11 +85,21 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
   return order, leaves, (tuple(parts), tuple([pos[o.base] for o in outs]), fuse_reduces())
 
 def _subtree_ops(b: LazyBuffer, realizes: set[int], memo: dict[int, int]) -> int:
-  """How many elementwise ops computing b would inline (stops at realized values)."""
-  if id(b) in memo: return memo[id(b)]
-  n = 1 + sum(_subtree_ops(s.base, realizes, memo) for s in b.srcs if s.base.op in ELEMENTWISE_OPS and id(s.base) not in realizes)
-  memo[id(b)] = n
-  return n
+  """How many elementwise ops computing b would inline (stops at realized values). Iterative: a
+  chain of elementwise ops may be any length."""
+  if (n := memo.get(id(b))) is not None: return n
+  def inlined(x: LazyBuffer) -> list[LazyBuffer]:
+    return [s.base for s in x.srcs if s.base.op in ELEMENTWISE_OPS and id(s.base) not in realizes]
+  stack: list[tuple[LazyBuffer, bool]] = [(b, False)]
+  while stack:
+    x, done = stack.pop()
+    if done:
+      memo[id(x)] = 1 + sum(memo[id(s)] for s in inlined(x))
+      continue
+    if id(x) in memo: continue
+    stack.append((x, True))
+    stack.extend((s, False) for s in inlined(x) if id(s) not in memo)
+  return memo[id(b)]
 
 ELEMENTWISE_OPS = set(UnaryOps) | set(BinaryOps) | set(TernaryOps) | {MetaOps.CONTIGUOUS}
 
@@ -129,7 +138,18 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
   memo: dict[int, int] = {}
   for b in order:
     if b.op in ELEMENTWISE_OPS and users.get(id(b), 0) > 1 and _subtree_ops(b, realizes, memo) * users[id(b)] > 48: realizes.add(id(b))
+  # no kernel computes an expression deeper than MAX_KERNEL_DEPTH ops: a longer chain (a loop of
+  # `x = x + 1`) is cut into kernels, each reading the value the one before stored
+  depth: dict[int, int] = {}
+  for b in order:
+    d = 1 + max([depth.get(id(s.base), 0) for s in b.srcs if id(s.base) not in realizes], default=0)
+    if d > MAX_KERNEL_DEPTH and (b.op in ELEMENTWISE_OPS or b.op in ReduceOps):
+      realizes.add(id(b))
+      d = 0
+    depth[id(b)] = d
   return realizes
+
+MAX_KERNEL_DEPTH = 256  # ops on the longest path from a kernel's store to its loads (see _decide_realizes)
 
 def _kernels_reading(r: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> set[int]:
   """The kernels (their realized outputs) that would compute r inline: follow r's readers through
@@ -193,31 +213,50 @@ class _KernelBuilder:
     return st
 
   def build(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> LazyOp:
-    """The AST computing base b, viewed through st (b's shape -> the kernel's space)."""
-    key = (id(b), st, under_reduce)
-    if key in self.memo: return self.memo[key]
+    """The AST computing base b, viewed through st (b's shape -> the kernel's space). Elementwise ops
+    are walked with an explicit stack (sources left to right, as buffers are numbered in the order
+    they are first loaded): an expression may be any depth. A reduce builds its source by calling
+    build again, which nests once (a reduce under a reduce is another kernel)."""
+    memo = self.memo
+    if (hit := memo.get((id(b), st, under_reduce))) is not None: return hit
+    # entries: (base, its view, None) to visit; (base, its view, its sources' (base, view) pairs) to assemble
+    stack: list[tuple[LazyBuffer, ShapeTracker, Optional[list]]] = [(b, st, None)]
+    while stack:
+      x, xst, srcs = stack.pop()
+      key = (id(x), xst, under_reduce)
+      if srcs is not None:
+        ops = tuple(memo[(id(sb), sst, under_reduce)] for sb, sst in srcs)
+        memo[key] = ops[0] if x.op is MetaOps.CONTIGUOUS else LazyOp(x.op, ops, x.arg)
+        continue
+      if key in memo: continue
+      if (ret := self._node(x, xst, under_reduce)) is not None:
+        memo[key] = ret
+        continue
+      srcs = [(s.base, s.st + xst if s.is_view else xst) for s in x.srcs]
+      stack.append((x, xst, srcs))
+      stack.extend((sb, sst, None) for sb, sst in reversed(srcs))
+    return memo[(id(b), st, under_reduce)]
+
+  def _node(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> Optional[LazyOp]:
+    """The AST of base b viewed through st when it is a leaf of this kernel (a load, a constant, a
+    fused value) or its reduce; None for an elementwise op whose sources build() walks."""
     if b.op is not None and id(b) in self.realizes and b is not self.out and id(b) not in self.building and \
         (id(b) in self.fused or id(b) in self.prefused or (under_reduce and id(b) in self.fusable)):
-      ret = self._fused_value(b, st, under_reduce)
-      if ret is not None:
-        self.memo[key] = ret
-        return ret
+      if (ret := self._fused_value(b, st, under_reduce)) is not None: return ret
     if b.op is None or (id(b) in self.realizes and b is not self.out and id(b) not in self.building):
       if id(b) in self.fused or id(b) in self.prefused: raise _NoFuse(b)  # read here in a way the fused value can't give
       self.loaded.add(id(b))
       idx, _ = self.inputs.setdefault(id(b), (len(self.inputs) + 1, b))
-      ret = LazyOp(BufferOps.LOAD, (), MemBuffer(idx, _buf_dtype(b), self._unbind(st)))
-    elif b.op is BufferOps.CONST:
+      return LazyOp(BufferOps.LOAD, (), MemBuffer(idx, _buf_dtype(b), self._unbind(st)))
+    if b.op is BufferOps.CONST:
       val = b.arg
       if isinstance(val, Variable) and val.is_bound:
         u, v = val.unbind()
         self.var_vals[u] = v  # type: ignore[index]
         val = u
-      ret = LazyOp(BufferOps.CONST, (), ConstBuffer(val, b.dtype, self._unbind(st)))
-    elif b.op in ELEMENTWISE_OPS:
-      srcs = tuple(self.build(s.base, s.st + st if s.is_view else st, under_reduce) for s in b.srcs)
-      ret = srcs[0] if b.op is MetaOps.CONTIGUOUS else LazyOp(b.op, srcs, b.arg)
-    elif b.op in ReduceOps:
+      return LazyOp(BufferOps.CONST, (), ConstBuffer(val, b.dtype, self._unbind(st)))
+    if b.op in ELEMENTWISE_OPS: return None
+    if b.op in ReduceOps:
       if under_reduce: raise _Restart(b)  # a reduce of a reduce: the inner one gets its own kernel
       if not _is_reshape(st, b.shape): raise _Restart(b)
       if self.reduce is not None and (self.reduce.shape != b.shape or self.reduce.arg != b.arg or self.reduce.srcs[0].shape != b.srcs[0].shape):
@@ -225,10 +264,8 @@ class _KernelBuilder:
       self.reduce = b
       s = b.srcs[0]
       inp = self.build(s.base, s.st if s.is_view else ShapeTracker.from_shape(s.shape), True)
-      ret = LazyOp(b.op, (inp,), b.arg)
-    else: raise RuntimeError(f"scheduler can't fuse {b.op}")
-    self.memo[key] = ret
-    return ret
+      return LazyOp(b.op, (inp,), b.arg)
+    raise RuntimeError(f"scheduler can't fuse {b.op}")
 
   def _fused_value(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> Optional[LazyOp]:
     """The value of realized b computed in this kernel (a dependent reduce), or None to load it. Under
@@ -267,14 +304,31 @@ def _is_reshape(st: ShapeTracker, shape: tuple) -> bool:
   """st reads its base (of `shape`) element for element in order: a pure reshape."""
   return len(st.views) == 1 and st.views[0].contiguous and st.size == prod(shape)
 
+def _rebuild(root: LazyOp, leaf: Any, memo: dict) -> LazyOp:
+  """root with each node x for which leaf(x) is not None replaced by that (its sources not visited),
+  and every node above rebuilt on the new sources. Iterative: an AST may be any depth."""
+  stack: list[tuple[LazyOp, bool]] = [(root, False)]
+  while stack:
+    x, done = stack.pop()
+    if done:
+      srcs = tuple(memo[s] for s in x.src)
+      memo[x] = x if all(a is b for a, b in zip(srcs, x.src)) else LazyOp(x.op, srcs, x.arg)
+      continue
+    if x in memo: continue
+    if (r := leaf(x)) is not None:
+      memo[x] = r
+      continue
+    stack.append((x, True))
+    stack.extend((s, False) for s in reversed(x.src) if s not in memo)
+  return memo[root]
+
 def _reshape_leaves(op: LazyOp, shape: tuple, memo: dict) -> LazyOp:
   """Re-express the post-reduce part of a kernel in the reduce's output shape."""
-  if op in memo: return memo[op]
-  if op.op in ReduceOps: ret = op
-  elif op.op in (BufferOps.LOAD, BufferOps.CONST): ret = LazyOp(op.op, (), replace(op.arg, st=op.arg.st.reshape(shape)))
-  else: ret = LazyOp(op.op, tuple(_reshape_leaves(s, shape, memo) for s in op.src), op.arg)
-  memo[op] = ret
-  return ret
+  def leaf(x: LazyOp) -> Optional[LazyOp]:
+    if x.op in ReduceOps: return x
+    if x.op is BufferOps.LOAD or x.op is BufferOps.CONST: return LazyOp(x.op, (), replace(x.arg, st=x.arg.st.reshape(shape)))
+    return None
+  return _rebuild(op, leaf, memo)
 
 def _buffer_for(lb: LazyBuffer, var_vals: dict) -> Buffer:
   b = lb.base
@@ -294,7 +348,6 @@ def _bound_vals(x: Any) -> dict:
 
 def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   """The kernels that compute `outs`, in an order that respects their dependencies."""
-  if sys.getrecursionlimit() < 20000: sys.setrecursionlimit(20000)  # deep elementwise chains build recursively
   outs = [o for o in outs if not o.base.realized]
   if not outs: return []
   rp = outs[0].base.replayed if len(outs) == 1 else None
@@ -453,9 +506,7 @@ def _build_schedule(order: list[LazyBuffer], realizes: set[int], nofuse: Optiona
 
 def _shift_inputs(op: LazyOp, n: int, memo: dict) -> LazyOp:
   """op with every input buffer index moved up by n (room for n more outputs)."""
-  if op in memo: return memo[op]
-  if op.op is BufferOps.LOAD: ret = LazyOp(op.op, (), replace(op.arg, idx=op.arg.idx + n))
-  elif op.op is BufferOps.CONST: ret = op
-  else: ret = LazyOp(op.op, tuple(_shift_inputs(s, n, memo) for s in op.src), op.arg)
-  memo[op] = ret
-  return ret
+  def leaf(x: LazyOp) -> Optional[LazyOp]:
+    if x.op is BufferOps.LOAD: return LazyOp(x.op, (), replace(x.arg, idx=x.arg.idx + n))
+    return x if x.op is BufferOps.CONST else None
+  return _rebuild(op, leaf, memo)

@@ -115,8 +115,9 @@ def compile_error_line(e: Any) -> str:
   out = next((ln.strip() for ln in (getattr(e, "stderr", "") or "").splitlines() if ln.strip()), "")
   return f"{e.msg}: {out}" if out else f"{e.msg} (the compiler printed nothing; is CC or CPU_COMPILER a working C compiler?)"
 
-def open_device(name: Optional[str]) -> str:
-  """The canonical device name, opened; a CLIError (exit 2) saying why when it can't be used here."""
+def open_device(name: Optional[str], runs: bool = True) -> str:
+  """The canonical device name, opened; a CLIError (exit 2) saying why when it can't be used here
+  (`runs`: kernels will run on it, so its target must be one this host executes)."""
   from tilecraft.device import Device, DeviceUnavailable
   try: dev = Device.canonicalize(name) if name else Device.DEFAULT
   except ValueError as e: raise CLIError(str(e)) from None
@@ -124,6 +125,8 @@ def open_device(name: Optional[str]) -> str:
   except DeviceUnavailable as e: raise CLIError(f"device {dev} can't be used here: {e}") from None
   if opened.render_only is not None:
     raise CLIError(f"device {dev} can't be used here: it is not available to run kernels, only to render and compile-check them ({opened.render_only})")
-  try: Device[dev].compiler.check_runnable()  # a bad target setting (CPU_ARCH, one this host can't run) is named here, not mid-run
+  try:  # a bad target setting (CPU_ARCH, or one this host can't run) is named here, not mid-run
+    if runs: Device[dev].compiler.check_runnable()
+    else: getattr(Device[dev].compiler, "target", None)
   except (ValueError, RuntimeError) as e: raise CLIError(str(e)) from None
   return dev

@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
   from tilecraft.engine import realize
   from tilecraft.helpers import BEAM, NOOPT
   from tilecraft.ops import MetaOps
-  device = open_device(args.device)
+  device = open_device(args.device, runs=args.run)
   rng = np.random.default_rng(args.seed)
   env: dict[str, Any] = {}
   for name, (shape, dt) in parse_shapes(args.shapes).items():

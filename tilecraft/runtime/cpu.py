@@ -1,6 +1,13 @@
 """The CPU device: C kernels built by the system C compiler into a shared object, loaded with ctypes.
 The renderer puts `#pragma omp parallel for` on the outermost (global) loop, so kernels use all
-cores through OpenMP; the thread count comes from the environment (OMP_NUM_THREADS)."""
+cores through OpenMP; the thread count comes from the environment (OMP_NUM_THREADS).
+
+fork: GNU OpenMP (libgomp, what gcc links) is not fork-safe. A thread that ran a parallel region keeps
+a pool of worker threads, and a child forked from it inherits the pool's bookkeeping but not the
+threads: its next parallel region waits for them forever. So in a child forked after a kernel ran, the
+thread that forked (the child's only thread) runs kernels on one thread (omp_set_num_threads(1));
+threads the child starts get pools of their own and use every core. LLVM's OpenMP (libomp, what clang
+links) re-initializes itself in a child and is left alone."""
 from __future__ import annotations
 import ctypes, functools, os, subprocess, tempfile, time, warnings
 from typing import Any, Optional
@@ -138,12 +145,30 @@ def load_library(lib: bytes) -> ctypes.CDLL:
     return handle
   raise OSError("could not load a CPU kernel library from any directory (" + "; ".join(why) + ")")
 
+# ---- fork (see the module docstring) ----------------------------------------------------------------
+_ran = False  # a kernel ran in this process (so maybe an OpenMP pool exists in the thread that ran it)
+_omp_lib: Optional[ctypes.CDLL] = None  # a loaded kernel library: symbol lookups through it reach its OpenMP runtime
+
+def _kernel_ran() -> None:
+  global _ran
+  _ran = True
+
+def _after_fork_in_child() -> None:
+  if not _ran or _omp_lib is None: return
+  try:
+    if hasattr(_omp_lib, "__kmpc_fork_call"): return  # LLVM's libomp: fork-safe
+    _omp_lib.omp_set_num_threads(ctypes.c_int(1))
+  except AttributeError: pass  # built without OpenMP: no pool
+
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_after_fork_in_child)
+
 class CPUProgram:
   """A loaded kernel. Called with buffer handles, then the symbolic values as `long long`s."""
   def __init__(self, name: str, lib: bytes):
+    global _omp_lib
     self.name = name
     check_runnable(cpu_target())  # built for the CPU_ARCH in force: an ISA this host lacks is an error, not a SIGILL
-    self.lib = load_library(lib)
+    self.lib = _omp_lib = load_library(lib)
     try: self.fxn = getattr(self.lib, name)
     except AttributeError: raise RuntimeError(f"compiled CPU library has no function named {name!r}") from None
     self.fxn.restype = None
@@ -151,6 +176,7 @@ class CPUProgram:
   def __call__(self, *bufs: Any, global_size: Optional[list[int]] = None, local_size: Optional[list[int]] = None,
                vals: tuple[int, ...] = (), wait: bool = True) -> Optional[float]:
     args = [ctypes.c_void_p(b if isinstance(b, int) else b.ptr) for b in bufs] + [ctypes.c_int64(v) for v in vals]
+    if not _ran: _kernel_ran()
     st = time.perf_counter()
     self.fxn(*args)
     return time.perf_counter() - st if wait else None
@@ -160,6 +186,7 @@ class CPUProgram:
     if (f := self._typed) is None or len(f.argtypes) != len(bufs):
       f = self._typed = self.lib[self.name]  # (a new function object: fxn's untyped calls stay as they are)
       f.restype, f.argtypes = None, [ctypes.c_void_p] * len(bufs)
+      if not _ran: _kernel_ran()
     f(*bufs)
   def __repr__(self) -> str: return f"<CPUProgram {self.name}>"
 

@@ -61,6 +61,27 @@ claim_pocl_cache_dir()
 try: import pyopencl as cl
 except ImportError as e: raise ImportError("the OPENCL device needs pyopencl: pip install 'tilecraft[opencl]'") from e
 
+# ---- fork --------------------------------------------------------------------------------------------
+# PoCL (and OpenCL drivers generally) are not fork-safe: a child forked after the parent opened the
+# device inherits the driver's state but not its threads, and its first command waits forever. So in
+# such a child every use of OPENCL raises ForkedOpenCLError instead (buffers the parent made are
+# dropped without a driver call).
+class ForkedOpenCLError(RuntimeError):
+  """OPENCL used in a process forked after its parent opened the device."""
+
+_forked_from: Optional[int] = None  # in a child forked after OPENCL was opened: the parent's pid
+
+def _unusable(*args: Any) -> Any:
+  raise ForkedOpenCLError(f"OPENCL was opened in process {_forked_from} before it forked this one (pid {os.getpid()}), and OpenCL "
+                          "drivers (PoCL) can't be used from a forked child: start child processes with multiprocessing's "
+                          "'spawn' or 'forkserver' method (multiprocessing.get_context('spawn')), or open OPENCL only in the child")
+
+def _after_fork_in_child() -> None:
+  global _forked_from, _context
+  if _forked_from is None and _context.cache_info().currsize == 0: return  # never opened: the child may open it
+  if _forked_from is None: _forked_from = os.getppid()
+  _context = _unusable  # type: ignore[assignment]
+
 @functools.cache
 def _context() -> tuple[Any, Any, Any]:
   """(context, device, queue) on the first GPU, else the first device of any kind."""
@@ -96,7 +117,8 @@ class CLAllocator(Allocator):
       raise ValueError(f"{dt!r} is over the device's image limit of {dev.image2d_max_width}x{dev.image2d_max_height} texels")
     ctype = {4: cl.channel_type.FLOAT, 2: cl.channel_type.HALF_FLOAT}[dt.base.itemsize]
     return cl.create_image(ctx, cl.mem_flags.READ_WRITE, cl.ImageFormat(cl.channel_order.RGBA, ctype), (w, h))
-  def free(self, opaque: Any) -> None: opaque.release()
+  def free(self, opaque: Any) -> None:
+    if _forked_from is None: opaque.release()  # (the parent's buffer: no driver calls in a forked child)
   def copyin(self, dest: Any, src: memoryview) -> None:
     _, _, q = _context()
     if not src.nbytes: return
@@ -119,6 +141,7 @@ class CLProgram:
     self.kernel = getattr(self.prg, name)
   def __call__(self, *bufs: Any, global_size: Optional[list[int]] = None, local_size: Optional[list[int]] = None,
                vals: tuple[int, ...] = (), wait: bool = True) -> Optional[float]:
+    if _forked_from is not None: _unusable()
     args = list(bufs) + [np.int64(v) for v in vals]
     self.kernel.set_args(*args)
     gs = list(global_size or [1])
@@ -131,6 +154,8 @@ class CLProgram:
     if not wait: return None
     ev.wait()
     return (ev.profile.end - ev.profile.start) * 1e-9
+
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def cl_renderer() -> Any:
   from tilecraft.renderer.cstyle import OpenCLRenderer

@@ -99,3 +99,11 @@ def test_runnable_archs_include_the_baseline_and_native():
   archs = runnable_archs()
   assert archs[-1] == "native" and "x86-64" in archs and set(archs) - {"native"} <= set(KNOWN_X86_ARCHS)
   assert ("skylake-avx512" in archs) == _host_has("avx512f") and ("haswell" in archs) == _host_has("avx2")
+
+def test_compiler_version_is_in_the_binary_cache_key():
+  """A compiler upgrade (gcc 12.2 -> 12.3, a fixed miscompile) must not reuse the old binaries."""
+  comp = Device["CPU"].compiler
+  version = subprocess.run([comp.cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+  assert version in comp.cache_key("void f(void) {}")
+  import llvmlite
+  assert llvmlite.__version__ in Device["LLVM"].compiler.cache_key("define void @f() { ret void }")

@@ -131,7 +131,7 @@ def test_abs_of_negative_zero(device: str) -> None:
 
 POW_BASES = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, np.inf, -np.inf, np.nan, -3.0, 1.0001, -1.0001], np.float32)
 POW_EXPONENTS = [math.inf, -math.inf, math.nan, 1e20, -1e20, 16777217.0, 16777215.0, -16777215.0, 1e10 + 1, 3.0, -3.0, 33.0, -33.0,
-                 0.0, -0.0, 0.5, 2.5, -2.5, 1e-45, 7.0]
+                 0.0, -0.0, 0.5, 2.5, -2.5, 1.5, -3.7, 1e-45, 7.0]
 
 @pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL", "PYTHON"])
 def test_pow_python_float_exponents(device: str) -> None:

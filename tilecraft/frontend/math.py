@@ -47,7 +47,7 @@ class MathOps:
     # a finite negative base and a non-integer exponent; 1 for y == 0, x == 1 and (-1) ** +-inf
     mag = (y * x.abs().log2()).exp2()
     is_int = y.floor() == y  # (infinities count as even integers; nan fails)
-    odd = (y.abs() < 2.0 ** 53) & (y.cast(dtypes.int64) & 1).cast(dtypes.bool)  # floats >= 2**53 are even integers
+    odd = is_int & (y.abs() < 2.0 ** 53) & (y.cast(dtypes.int64) & 1).cast(dtypes.bool)  # floats >= 2**53 are even integers
     res = ((x < 0) & (x > -math.inf) & ~is_int).where(math.nan, (x._signbit() & odd).where(-mag, mag))
     return ((y == 0) | (x == 1) | ((x == -1) & (y.abs() == math.inf))).where(1.0, res)
   def _ipow_const(self, n: int) -> "Tensor":
@@ -151,6 +151,7 @@ class MathOps:
   def floordiv(self, y: Any, reverse: bool = False) -> "Tensor":
     """numpy floor division: rounds toward -inf; integer division by zero gives 0."""
     x, y = self._broadcasted(y, reverse)
+    if x.dtype in (dtypes.float16, dtypes.bfloat16): return x.cast(dtypes.float32).floordiv(y.cast(dtypes.float32)).cast(x.dtype)  # as numpy's half
     if dtypes.is_float(x.dtype):
       m = x._e(BinaryOps.MOD, y)
       div = (x - m) / y

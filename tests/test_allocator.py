@@ -144,3 +144,16 @@ def test_arrays_given_to_the_user_never_alias_pooled_memory(device):
   gc.collect()
   for k in range(3): (a * 0 + k).realize().numpy()  # same size: these outputs reuse t's memory
   np.testing.assert_array_equal(got, np.arange(4096, dtype=np.float32) + 1)
+
+def test_a_bad_alloc_cache_mb_is_a_clear_error_at_the_first_allocation(monkeypatch):
+  """(issue 28) ALLOC_CACHE_MB=abc was read only when a buffer was freed -- in __del__, where the error
+  was lost -- so it went unreported; now the first allocation that reaches the device names it."""
+  from tilecraft import Tensor
+  from tilecraft.helpers import SettingError
+  dev = FakeDevice()
+  a = CachingAllocator(dev, "FAKE")
+  monkeypatch.setenv("ALLOC_CACHE_MB", "abc")
+  with pytest.raises(SettingError, match="ALLOC_CACHE_MB='abc'"): a.alloc(64)
+  with pytest.raises(SettingError, match="ALLOC_CACHE_MB='abc'"): (Tensor(np.arange(4099, dtype=np.float32)) + 1).numpy()  # (a size no pool holds)
+  a.free(a.raw.alloc(64), 64)  # a free (where errors are lost) gives the memory back instead
+  assert dev.frees == 1

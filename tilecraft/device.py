@@ -5,7 +5,7 @@ import atexit, bisect, hashlib, importlib, os, re, subprocess, tempfile, warning
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
-from tilecraft.helpers import CACHELEVEL, DEBUG, cache_dir, getenv, prod, settings_memo
+from tilecraft.helpers import CACHELEVEL, DEBUG, SettingError, cache_dir, getenv, prod, settings_memo
 
 if TYPE_CHECKING:
   from tilecraft.dtype import DType
@@ -212,7 +212,7 @@ def alloc_cache_bytes() -> int:
   val = getenv("ALLOC_CACHE_MB", "512")
   try: mb = float(val)
   except (TypeError, ValueError): mb = -1.0
-  if not 0 <= mb < float("inf"): raise ValueError(f"ALLOC_CACHE_MB must be a number of megabytes >= 0, got {val!r}")
+  if not 0 <= mb < float("inf"): raise SettingError(f"environment variable ALLOC_CACHE_MB={val!r} is not a number of megabytes >= 0 (e.g. ALLOC_CACHE_MB=512)")
   return int(mb * (1 << 20))
 
 class CachingAllocator(Allocator):
@@ -246,6 +246,7 @@ class CachingAllocator(Allocator):
       self.hits += 1
       return h
     self.misses += 1
+    if self._cap is None: alloc_cache_bytes()  # a bad ALLOC_CACHE_MB is reported here (free runs where errors are lost: __del__)
     fresh = (lambda: self.raw.alloc(nbytes)) if image is None else (lambda: self.raw.alloc_image(image))
     try: return fresh()
     except NotImplementedError: raise
@@ -258,7 +259,8 @@ class CachingAllocator(Allocator):
     """Park `opaque` (of `nbytes` bytes) for reuse, or free it when it can't be pooled (unknown or
     zero size, bigger than the cap)."""
     if id(opaque) in self._pooled: raise RuntimeError(f"allocator {self.name}: {opaque!r} freed twice")
-    cap = self._cap if self._cap is not None else alloc_cache_bytes()
+    try: cap = self._cap if self._cap is not None else alloc_cache_bytes()
+    except SettingError: cap = 0  # (alloc reports it)
     if nbytes <= 0 or nbytes > cap:
       self.raw.free(opaque)
       return

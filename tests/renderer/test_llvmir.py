@@ -265,3 +265,19 @@ def test_half_conversions_without_runtime_helpers(arch):
     with np.errstate(all="ignore"):
       np.testing.assert_array_equal((Tensor(a, device="LLVM") * Tensor(b, device="LLVM")).numpy(), (a.astype(np.float32) * b.astype(np.float32)).astype(np.float16))
       np.testing.assert_array_equal((Tensor(a, device="LLVM") < Tensor(b, device="LLVM")).numpy(), a < b)
+
+@pytest.mark.parametrize("name", ["LLVM_THREADS", "OMP_NUM_THREADS"])
+def test_an_absurd_thread_count_is_a_clear_error(monkeypatch, name):
+  """(issue 28) LLVM_THREADS=100000 tried to start 100000 threads ("can't start new thread");
+  now it is a SettingError naming the variable and the usable range."""
+  from tilecraft.helpers import SettingError
+  from tilecraft.runtime import llvm as rt
+  monkeypatch.delenv("LLVM_THREADS", raising=False)
+  for bad in ("100000", "-2"):
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(SettingError, match=f"{name}={bad} is not a usable thread count.* 1 to "): rt.thread_count()
+  monkeypatch.setenv(name, "3")
+  assert rt.thread_count() == 3
+  monkeypatch.setenv("LLVM_THREADS", "100000")
+  with pytest.raises(SettingError, match="LLVM_THREADS=100000"):
+    (Tensor(np.ones(1 << 20, np.float32), device="LLVM") * 3).numpy()

@@ -72,7 +72,7 @@ def test_no_disk_cache_means_a_private_pocl_cache_dir(env: dict, tmp_path):
   """CACHELEVEL=0 (or an unusable cache dir): a temporary directory of the process's own, removed at exit."""
   p = _start({**env, "CACHELEVEL": "0"})
   d = _cache_dir_of(p)
-  assert os.path.basename(d).startswith("tilecraft-pocl-") and os.path.isdir(d)
+  assert os.path.basename(d).startswith("pocl-") and os.path.basename(os.path.dirname(d)) == f"tilecraft-{p.pid}.d" and os.path.isdir(d)
   _finish(p)
   assert not os.path.exists(d)
 

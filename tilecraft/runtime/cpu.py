@@ -9,7 +9,7 @@ thread that forked (the child's only thread) runs kernels on one thread (omp_set
 threads the child starts get pools of their own and use every core. LLVM's OpenMP (libomp, what clang
 links) re-initializes itself in a child and is left alone."""
 from __future__ import annotations
-import ctypes, functools, os, subprocess, tempfile, time, warnings
+import atexit, ctypes, functools, os, shutil, subprocess, tempfile, time, warnings
 from typing import Any, Optional
 import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiled, Compiler, run_compiler
@@ -21,6 +21,50 @@ from tilecraft.renderer.cstyle import CRenderer
 # in parallel, other programs); sleeping costs a few microseconds per parallel region instead.
 # Set before the first kernel loads libgomp; an explicit OMP_WAIT_POLICY wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# ---- temp files ----------------------------------------------------------------------------------
+# Compiled objects pass through files (the compiler's output, the copy dlopen maps). They live in a
+# directory of this process's own, tilecraft-<pid>.d in the temp dir, removed when the process exits;
+# one left by a process that was killed (kill -9 of a search's parent) is removed by the next process
+# that makes its own, as are bare tilecraft-*.so files older than an hour (what versions before left).
+_own_dirs: dict[tuple[int, str], str] = {}  # (pid, base dir) -> this process's dir there
+
+def _pid_alive(pid: int) -> bool:
+  try: os.kill(pid, 0)
+  except ProcessLookupError: return False
+  except OSError: return True  # (another user's: alive)
+  return True
+
+def _sweep_dead(base: str) -> None:
+  """Remove what processes that are gone left in base: their tilecraft-<pid>.d dirs (ours only), and
+  bare tilecraft-*.so files an hour old."""
+  try: entries = list(os.scandir(base))
+  except OSError: return
+  uid, now = os.getuid(), time.time()
+  for e in entries:
+    if not e.name.startswith("tilecraft-"): continue
+    try:
+      if e.name.endswith(".d") and e.name[10:-2].isdigit() and e.is_dir(follow_symlinks=False):
+        if e.stat(follow_symlinks=False).st_uid == uid and not _pid_alive(int(e.name[10:-2])): shutil.rmtree(e.path, ignore_errors=True)
+      elif e.name.endswith(".so") and e.is_file(follow_symlinks=False):
+        st = e.stat(follow_symlinks=False)
+        if st.st_uid == uid and now - st.st_mtime > 3600: os.unlink(e.path)
+    except OSError: pass
+
+def own_temp_dir(base: Optional[str] = None) -> str:
+  """This process's temp directory under base (default: the system temp dir), made on first use (an
+  OSError when it can't be)."""
+  base = base or tempfile.gettempdir()
+  if (d := _own_dirs.get((os.getpid(), base))) is not None and os.path.isdir(d): return d
+  _sweep_dead(base)
+  d = os.path.join(base, f"tilecraft-{os.getpid()}.d")
+  os.makedirs(d, mode=0o700, exist_ok=True)
+  if (os.getpid(), base) not in _own_dirs: atexit.register(_remove_own, os.getpid(), d)
+  _own_dirs[(os.getpid(), base)] = d
+  return d
+
+def _remove_own(pid: int, d: str) -> None:
+  if os.getpid() == pid: shutil.rmtree(d, ignore_errors=True)  # (a forked child inherits the atexit list)
 
 # ---- compiler ------------------------------------------------------------------------------------
 
@@ -50,7 +94,7 @@ class CPUCompiler(Compiler):
   def flags(self) -> tuple[str, ...]: return self._flags(True)  # requested flags: part of the cache key
   def _flags(self, openmp: bool) -> tuple[str, ...]: return (f"-march={cpu_arch()}",) + self.base_flags + (("-fopenmp",) if openmp else ())
   def _run(self, src: str, openmp: bool) -> tuple[Optional[bytes], str]:
-    fd, out = tempfile.mkstemp(suffix=".so", prefix="tilecraft-")
+    fd, out = tempfile.mkstemp(suffix=".so", prefix="cc-", dir=own_temp_dir())
     os.close(fd)
     try:
       self.target  # an unknown CPU_ARCH fails here, naming it, not as a compile error of the kernel
@@ -128,7 +172,7 @@ def load_library(lib: bytes) -> ctypes.CDLL:
       continue
     try:
       os.makedirs(d, exist_ok=True)
-      fd, path = tempfile.mkstemp(suffix=".so", prefix="tilecraft-", dir=d)
+      fd, path = tempfile.mkstemp(suffix=".so", prefix="lib-", dir=own_temp_dir(d))
     except OSError as e:
       why.append(f"{d}: {e}")
       continue

@@ -46,9 +46,9 @@ def claim_pocl_cache_dir() -> Optional[str]:
         break
     except OSError: pass  # an unusable cache dir: a private one below
   if path is None:  # PoCL dlopens the kernels it builds from there: not on a noexec mount
-    from tilecraft.runtime.cpu import _is_noexec, _lib_dirs
+    from tilecraft.runtime.cpu import _is_noexec, _lib_dirs, own_temp_dir
     for d in [d for d in _lib_dirs() if not _is_noexec(d)]:
-      try: path = tempfile.mkdtemp(prefix="tilecraft-pocl-", dir=d)
+      try: path = tempfile.mkdtemp(prefix="pocl-", dir=own_temp_dir(d))  # (removed with the process's own dir, even after kill -9)
       except OSError: continue
       atexit.register(shutil.rmtree, path, True)
       break

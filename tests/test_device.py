@@ -345,3 +345,41 @@ def test_run_compiler_reruns_a_crashed_compiler_once(tmp_path) -> None:
       res = run_compiler(fake(behaviour), input="src")
     assert (int(count.read_text()), res.returncode) == (runs, rc), behaviour
     assert (len(w) == 1) == (runs == 2), behaviour
+
+# ---- the disk cache's size bound (issue 28) --------------------------------------------------------
+
+def test_diskcache_is_bounded_least_recently_used_first(cache_home, monkeypatch):
+  """Every distinct Python scalar compiles a kernel and adds an entry: a loop with a changing learning
+  rate grew the cache without end. DISK_CACHE_MB bounds each table; the least recently used entries go
+  (a hit counts as a use), down to 3/4 of the bound."""
+  import time
+  from tilecraft.device import _diskcache_path, disk_cache_max_bytes
+  monkeypatch.setenv("DISK_CACHE_MB", str(100_000 / (1 << 20)))  # 100 kB
+  assert disk_cache_max_bytes() == 100_000
+  table = cache_home / "bounded"
+  t0 = time.time() - 1000
+  for i in range(30):
+    diskcache_put("bounded", f"key {i}", bytes(10_000))
+    os.utime(_diskcache_path("bounded", f"key {i}"), (t0 + i, t0 + i))  # (mtimes 1 s apart: the order is certain)
+    if i == 5: assert diskcache_get("bounded", "key 0") is not None  # a hit: key 0 is now the most recently used
+    sizes = [p.stat().st_size for p in table.iterdir()]
+    assert sum(sizes) <= 100_000 + 10_100, f"{sum(sizes)} bytes after {i + 1} puts"
+  kept = {i for i in range(30) if diskcache_get("bounded", f"key {i}") is not None}
+  assert 29 in kept and 28 in kept and 0 in kept and 1 not in kept and len(kept) >= 6
+  # a finished put's temp file of a killed process goes once it is an hour old
+  stale = table / ".tmp-dead"
+  stale.write_bytes(b"x")
+  os.utime(stale, (t0 - 7200, t0 - 7200))
+  for i in range(30, 40): diskcache_put("bounded", f"key {i}", bytes(10_000))
+  assert not stale.exists()
+
+def test_diskcache_bound_setting(cache_home, monkeypatch):
+  from tilecraft.device import disk_cache_max_bytes
+  from tilecraft.helpers import SettingError
+  monkeypatch.delenv("DISK_CACHE_MB", raising=False)
+  assert disk_cache_max_bytes() == 1024 << 20
+  monkeypatch.setenv("DISK_CACHE_MB", "0")  # no bound
+  for i in range(5): diskcache_put("unbounded", f"k{i}", bytes(1000))
+  assert len(list((cache_home / "unbounded").iterdir())) == 5
+  monkeypatch.setenv("DISK_CACHE_MB", "lots")
+  with pytest.raises(SettingError, match="DISK_CACHE_MB='lots'"): diskcache_put("unbounded", "k9", b"x")

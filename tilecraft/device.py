@@ -1,7 +1,7 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers with a disk cache,
 and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, bisect, hashlib, importlib, os, re, subprocess, tempfile, warnings
+import atexit, bisect, hashlib, importlib, os, re, subprocess, tempfile, time, warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
@@ -92,6 +92,55 @@ def _drop(path: str, why: str) -> None:
   try: os.unlink(path)
   except OSError: pass
 
+# The size bound: a table holds at most DISK_CACHE_MB megabytes of entries (default 1024; 0: no bound).
+# Each process learns a table's size once (a scan at its first put there) and adds what it puts; when
+# that passes the bound, the least recently used entries (oldest mtime: a hit touches its entry) are
+# removed until 3/4 of the bound is left. Other processes' puts are seen at that rescan, so the bound
+# may be passed by what they put since, not more. Temp files of puts that never finished (a killed
+# process) go at that rescan once they are an hour old.
+_table_bytes: dict[str, int] = {}  # table dir -> its size in bytes, as this process counts it
+
+@settings_memo
+def disk_cache_max_bytes() -> int:
+  """The bound on each disk cache table: `DISK_CACHE_MB` (default 1024; 0 means no bound)."""
+  val = getenv("DISK_CACHE_MB", "1024")
+  try: mb = float(val)
+  except (TypeError, ValueError): mb = -1.0
+  if not 0 <= mb < float("inf"): raise SettingError(f"environment variable DISK_CACHE_MB={val!r} is not a number of megabytes >= 0 (e.g. DISK_CACHE_MB=1024)")
+  return int(mb * (1 << 20))
+
+def _table_entries(tdir: str) -> list[tuple[float, int, str]]:
+  """(mtime, size, path) of the table's entries; stale temp files are removed on the way."""
+  out, now = [], time.time()
+  with os.scandir(tdir) as it:
+    for e in it:
+      try:
+        st = e.stat(follow_symlinks=False)
+        if e.name.startswith(".tmp-"):
+          if now - st.st_mtime > 3600: os.unlink(e.path)
+          continue
+        out.append((st.st_mtime, st.st_size, e.path))
+      except OSError: pass  # (removed meanwhile)
+  return out
+
+def _bound_table(tdir: str, added: int) -> None:
+  """Count `added` bytes put into the table at tdir; evict when it passes the bound (see above)."""
+  if (limit := disk_cache_max_bytes()) <= 0: return
+  if tdir in _table_bytes:
+    _table_bytes[tdir] += added
+    if _table_bytes[tdir] <= limit: return
+  entries = _table_entries(tdir)
+  total = sum(size for _, size, _ in entries)
+  if total > limit:
+    entries.sort()
+    for _, size, path in entries:
+      if total <= limit * 3 // 4: break
+      try: os.unlink(path)
+      except OSError: continue
+      total -= size
+    if DEBUG >= 1: print(f"diskcache: {tdir} over DISK_CACHE_MB, least recently used entries removed ({total} bytes left)")
+  _table_bytes[tdir] = total
+
 def diskcache_get(table: str, key: str) -> Optional[bytes]:
   """The bytes stored under (table, key), or None on a miss, a bad entry, a disabled cache or CACHELEVEL=0."""
   if CACHELEVEL <= 0 or disk_cache_off(): return None
@@ -99,6 +148,8 @@ def diskcache_get(table: str, key: str) -> Optional[bytes]:
   try:
     with open(path, "rb") as f: data = f.read()
   except OSError: return None
+  try: os.utime(path)  # recently used (what the size bound evicts last)
+  except OSError: pass
   head = len(_MAGIC) + 32
   if not (len(data) >= head + 4 and data[:len(_MAGIC)] == _MAGIC and hashlib.sha256(data[head:]).digest() == data[len(_MAGIC):head]):
     _drop(path, "corrupted")
@@ -123,6 +174,7 @@ def diskcache_put(table: str, key: str, value: bytes) -> None:
     with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(body).digest() + body)
     os.replace(tmp, path)
     tmp = None
+    _bound_table(os.path.dirname(path), len(_MAGIC) + 32 + len(body))
   except OSError as e: disk_cache_unusable(e)
   finally:
     if tmp is not None:

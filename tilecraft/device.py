@@ -27,17 +27,18 @@ def _crashed(res: subprocess.CompletedProcess) -> bool:
   out = res.stderr if isinstance(res.stderr, str) else (res.stderr or b"").decode(errors="replace")
   return res.returncode < 0 or (res.returncode != 0 and any(b in out for b in _CRASH_BANNERS))
 
-def run_compiler(args: list[str], input: Union[str, bytes, None] = None, timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+def run_compiler(args: list[str], input: Union[str, bytes, None] = None, timeout: Optional[float] = None,
+                 env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
   """Run an external compiler (output captured; text when `input` is text or absent). A compiler that
   crashed -- killed by a signal, or printing LLVM's or GCC's crash banner -- is run once more, with a
   warning: such a crash is a bug of the compiler that need not repeat (clang-15 once corrupted its heap
   on a large HIP module under load, and compiled the same module cleanly after) and says nothing about
   the source. A second crash is returned as it is, so the caller reports it with the source."""
   text = not isinstance(input, bytes)
-  res = subprocess.run(args, input=input, capture_output=True, text=text, timeout=timeout)
+  res = subprocess.run(args, input=input, capture_output=True, text=text, timeout=timeout, env=env)
   if _crashed(res):
     warnings.warn(f"{os.path.basename(args[0])} crashed (exit {res.returncode}); running it once more")
-    res = subprocess.run(args, input=input, capture_output=True, text=text, timeout=timeout)
+    res = subprocess.run(args, input=input, capture_output=True, text=text, timeout=timeout, env=env)
   return res
 
 class DeviceUnavailable(RuntimeError):

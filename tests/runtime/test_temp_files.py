@@ -43,3 +43,16 @@ def test_the_sweep_spares_live_processes(tmp_path) -> None:
   assert live.is_dir() and other.is_dir()
   own = cpu.own_temp_dir(str(tmp_path))
   assert os.path.basename(own) == f"tilecraft-{os.getpid()}.d" and os.path.isdir(own)
+
+def test_the_compilers_own_temp_files_go_to_the_process_dir(monkeypatch) -> None:
+  """gcc writes its intermediate files to TMPDIR; a compiler killed with its process (ccXXXX.s was
+  left in /tmp) leaves them in the process's own dir, which the next process removes."""
+  from tilecraft.runtime import cpu
+  seen = []
+  real = cpu.run_compiler
+  def spy(args, input=None, timeout=None, env=None):
+    seen.append(env and env.get("TMPDIR"))
+    return real(args, input=input, timeout=timeout, env=env)
+  monkeypatch.setattr(cpu, "run_compiler", spy)
+  cpu.CPUCompiler().compile("void k(float* restrict a) { a[0] = 1.0f; }\n")
+  assert seen and all(t == cpu.own_temp_dir() for t in seen)

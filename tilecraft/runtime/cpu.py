@@ -94,12 +94,12 @@ class CPUCompiler(Compiler):
   def flags(self) -> tuple[str, ...]: return self._flags(True)  # requested flags: part of the cache key
   def _flags(self, openmp: bool) -> tuple[str, ...]: return (f"-march={cpu_arch()}",) + self.base_flags + (("-fopenmp",) if openmp else ())
   def _run(self, src: str, openmp: bool) -> tuple[Optional[bytes], str]:
-    fd, out = tempfile.mkstemp(suffix=".so", prefix="cc-", dir=own_temp_dir())
+    fd, out = tempfile.mkstemp(suffix=".so", prefix="cc-", dir=(tmp := own_temp_dir()))
     os.close(fd)
     try:
       self.target  # an unknown CPU_ARCH fails here, naming it, not as a compile error of the kernel
       args = [self.cc, *self._flags(openmp), "-x", "c", "-", "-o", out, "-lm"]
-      r = run_compiler(args, input=src.encode())
+      r = run_compiler(args, input=src.encode(), env={**os.environ, "TMPDIR": tmp})  # (the compiler's own temp files too)
       if r.returncode != 0: return None, r.stderr.decode(errors="replace")
       with open(out, "rb") as f: return f.read(), r.stderr.decode(errors="replace")
     finally:

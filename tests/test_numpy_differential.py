@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from tilecraft import Tensor
+from op_checks import _has_f64
 
 DEVICES = ["CPU", "LLVM", "OPENCL", "PYTHON"]
 
@@ -84,9 +85,7 @@ def test_mod_and_floordiv_large_quotients(device: str, seed: int, size: int) -> 
   rng = np.random.default_rng(seed)
   n = (200 if device == "PYTHON" else 2000) * size
   for dt in (np.float32, np.float64, np.float16):
-    if dt == np.float64 and device == "OPENCL":
-      from tilecraft.runtime.opencl import _context
-      if "cl_khr_fp64" not in _context()[1].extensions: continue
+    if dt == np.float64 and not _has_f64(device): continue
     x, y = _divmod_operands(rng, dt, n)
     with np.errstate(all="ignore"): wm, wd = np.mod(x, y), np.floor_divide(x, y)
     tx, ty = Tensor(x, device=device), Tensor(y, device=device)
@@ -136,9 +135,7 @@ def test_pow_python_float_exponents(device: str, seed: int, size: int) -> None:
   rng = np.random.default_rng(seed)
   base = np.concatenate([rng.uniform(-3, 3, 40), np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5, -0.5, 2.0, -2.0])])
   for dt in (np.float32, np.float64):
-    if dt == np.float64 and device == "OPENCL":
-      from tilecraft.runtime.opencl import _context
-      if "cl_khr_fp64" not in _context()[1].extensions: continue
+    if dt == np.float64 and not _has_f64(device): continue
     x = base.astype(dt)
     t = Tensor(x, device=device)
     for e in _exponents(rng, 6 * size if device == "PYTHON" else 12 * size):

@@ -6,7 +6,7 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
-from tilecraft.dtype import dtypes
+from tilecraft.dtype import dtypes, truncate
 from tilecraft.ops import BinaryOps
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
@@ -85,15 +85,16 @@ class MathOps:
     """cos(x) = 1 - 2 sin(x/2)^2: x/2 is exact and sin reduces its argument exactly. The old sin(pi/2 - x)
     rounded pi/2 - x to x's precision, an error up to half an ulp of x (cos(1e6) in float32 was off by
     3e-3). Float32 and narrower compute it in float64 where the device has it (then the cancellation
-    near cos(x) = 0 costs nothing at their precision); otherwise, and for float64, |x| < 8 takes
-    sin((pi/2 - x) + the rest of pi/2), exact near x = pi/2."""
+    near cos(x) = 0 costs nothing at their precision); otherwise, and for float64, |x| < pi takes
+    sin((pi/2 - |x|) + the rest of pi/2), whose subtraction is exact there (near the zero at pi/2)."""
     x = self._float()
     if x.dtype != dtypes.float64 and _has_float64(x.device):
       h = (x.cast(dtypes.float64) * 0.5).sin()
       return (1.0 - 2.0 * h * h).cast(x.dtype)
-    hi = _PIO2_HI if x.dtype == dtypes.float64 else float(np.float32(_PIO2_HI))
-    h = (x * 0.5).sin()
-    return (x.abs() < 8.0).where(((hi - x) + (math.pi / 2 - hi if x.dtype != dtypes.float64 else _PIO2_LO)).sin(), 1.0 - 2.0 * h * h)
+    hi = truncate(x.dtype)(_PIO2_HI)  # pi/2 in x's dtype, and the rest of it
+    lo = _PIO2_LO if x.dtype == dtypes.float64 else _PIO2_HI - hi
+    h, ax = (x * 0.5).sin(), x.abs()
+    return (ax < 2 * hi).where(((hi - ax) + lo).sin(), 1.0 - 2.0 * h * h)  # (hi - |x| is exact for |x| in [pi/4, pi])
   def tan(self) -> "Tensor": return self.sin() / self.cos()
   def relu(self) -> "Tensor": return self.maximum(0) if not dtypes.is_float(self.dtype) else (self < 0).where(0.0, self)  # nan stays nan
   def sigmoid(self) -> "Tensor": return (1 + (-self._float()).exp()).reciprocal()

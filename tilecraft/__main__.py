@@ -8,6 +8,7 @@
   calibrate  measure the machine's peak FLOPS and memory bandwidth again
   roofline   redraw a roofline plot from `bench --json` results
   replay     process replay: record rendered kernels, diff their source against another revision
+  run        run an ONNX model (tilecraft.onnx): outputs and time per call
 """
 from __future__ import annotations
 import argparse, importlib, sys
@@ -22,6 +23,7 @@ COMMANDS: dict[str, str] = {
   "calibrate": "measure the machine's peak FLOPS and memory bandwidth (cached for bench)",
   "roofline": "draw a roofline PNG from `tilecraft bench --json` results",
   "replay": "process replay: record the kernels a run renders; diff their regenerated source against a git revision",
+  "run": "run an ONNX model with tilecraft.onnx: print or save its outputs and the time per call",
 }
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,98 @@
+"""The ONNX backend conformance cases (onnx.backend.test.case.node) as data for the tests: which op
+family and scope each case belongs to, and running one case through tilecraft.onnx. A case is
+out of scope when its op is (strings, sequences, optional, training, random, control flow,
+quantization: OUT_OF_SCOPE_OPS with the reason) or when its tensors use a dtype tilecraft doesn't have
+(string, complex, float8, int4/uint4, float4). Result of a run: ("pass", ""), ("unsupported", message:
+NotImplementedError) or ("fail", message: a wrong value, dtype or shape, or another exception)."""
+from __future__ import annotations
+import functools, math, traceback
+from typing import Any, Optional
+import numpy as np
+
+FAMILIES: dict[str, list[str]] = {
+  "elementwise math": ["Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign", "Reciprocal", "Sqrt", "Exp", "Log", "Sin", "Cos", "Tan",
+                       "Tanh", "Floor", "Ceil", "Round", "Atan", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf", "Sum", "Max",
+                       "Min", "Mean", "Clip", "IsNaN", "IsInf"],
+  "activations": ["Relu", "Sigmoid", "LeakyRelu", "PRelu", "Elu", "Celu", "Selu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Softplus",
+                  "Softsign", "Mish", "Gelu", "Shrink", "Swish"],
+  "comparison/logic/bitwise": ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr",
+                               "BitwiseXor", "BitwiseNot", "BitShift", "Where"],
+  "casts": ["Cast", "CastLike"],
+  "reductions": ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+                 "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum"],
+  "matmul": ["MatMul", "Gemm", "Einsum"],
+  "conv/pool": ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"],
+  "norm/softmax": ["BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+                   "MeanVarianceNormalization", "Softmax", "LogSoftmax", "Hardmax"],
+  "shape/index": ["Reshape", "Transpose", "Slice", "Gather", "GatherElements", "GatherND", "Concat", "Split", "Pad", "Expand", "Tile", "Resize",
+                  "OneHot", "Range", "Trilu", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size", "Identity", "Constant", "ConstantOfShape",
+                  "EyeLike", "DepthToSpace", "SpaceToDepth", "Upsample", "Dropout"],
+}
+OP_FAMILY = {o: f for f, ops in FAMILIES.items() for o in ops}
+
+OUT_OF_DTYPES = {8: "string", 14: "complex64", 15: "complex128", 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2",
+                 20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1", 24: "float8e8m0", 25: "uint2", 26: "int2"}
+
+@functools.lru_cache(None)
+def all_cases() -> dict[str, Any]:
+  import onnx.backend.test.case.node as node_cases
+  return {c.name: c for c in node_cases.collect_testcases() if c.model is not None}
+
+def _elem_types(model: Any) -> set[int]:
+  g = model.graph
+  ts = {vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.output) if vi.type.HasField("tensor_type")}
+  ts |= {t.data_type for t in g.initializer}
+  for n in g.node:
+    for a in n.attribute:
+      if a.name == "to": ts.add(a.i)
+      if a.HasField("t"): ts.add(a.t.data_type)
+  return ts
+
+def primary_op(name: str) -> Optional[str]:
+  """The op a case tests (the expanded variants test the same op through its function body)."""
+  cases = all_cases()
+  base = name.split("_expanded")[0]
+  c = cases.get(base, cases[name])
+  ops = [n.op_type for n in c.model.graph.node]
+  if len(set(ops)) == 1: return ops[0]
+  known = [o for o in ops if o in OP_FAMILY]
+  return known[-1] if known else ops[-1]
+
+def scope(name: str) -> tuple[str, str]:
+  """(family, "") for an in-scope case, ("out", reason) otherwise."""
+  c = all_cases()[name]
+  op = primary_op(name)
+  if op not in OP_FAMILY: return "out", f"op {op} is out of scope"
+  if "training" in name and op in ("BatchNormalization", "Dropout"): return "out", "training mode"
+  bad = sorted(OUT_OF_DTYPES[t] for t in _elem_types(c.model) if t in OUT_OF_DTYPES)
+  if bad: return "out", f"dtype {', '.join(bad)}"
+  return OP_FAMILY[op], ""
+
+def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Optional[str]:
+  want = np.asarray(want)
+  got = np.asarray(got)
+  if got.dtype != want.dtype: return f"dtype {got.dtype} != {want.dtype}"
+  if got.shape != want.shape: return f"shape {got.shape} != {want.shape}"
+  if want.dtype.kind in "fc":
+    try: np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    except AssertionError as e: return str(e).strip().splitlines()[-1][:300] if str(e).strip() else "mismatch"
+    return None
+  if want.dtype == object: return "object dtype"
+  if not np.array_equal(got, want): return f"values differ at {int(np.sum(got != want))} of {want.size}"
+  return None
+
+def run_case(name: str, device: Optional[str] = None) -> tuple[str, str]:
+  from tilecraft.onnx import load
+  c = all_cases()[name]
+  try:
+    m = load(c.model, device)
+    for inputs, outputs in c.data_sets:
+      names = [n for n, _ in m.inputs]
+      res = m.run(dict(zip(names, inputs)))
+      for (oname, _), want in zip(m.outputs, outputs):
+        err = _compare(res[oname], want, c.rtol, c.atol)
+        if err: return "fail", f"{oname}: {err}"
+  except NotImplementedError as e: return "unsupported", str(e)[:300]
+  except Exception as e:  # noqa: BLE001
+    return "fail", f"{type(e).__name__}: {str(e)[:250]} @ {traceback.extract_tb(e.__traceback__)[-1].name}"
+  return "pass", ""

@@ -1,0 +1,349 @@
+"""Elementwise ONNX ops: arithmetic, math functions, activations, comparisons, logic and bitwise ops,
+casts and the variadic Sum/Mean/Max/Min. Contract: results have the dtype the ONNX spec gives
+(the input's, bool for comparisons, `to` for Cast); functions the Tensor frontend lacks (atan, asin,
+acos, erf, sinh, ...) are built from its ops with float32-accurate formulas (computed in float64 for
+float64 inputs). Inputs of dtypes an op's spec doesn't allow are refused with NotImplementedError."""
+from __future__ import annotations
+import math
+from typing import Any, Optional
+from tilecraft.dtype import dtypes
+from tilecraft.onnx.graph import onnx_dtype
+from tilecraft.onnx.ops.common import const, is_float
+from tilecraft.onnx.registry import Node, op, unsupported
+from tilecraft.tensor import Tensor
+
+def _float_only(n: Node, x: Tensor) -> None:
+  if not is_float(x): raise unsupported(n, f"input of dtype {x.dtype.name}")
+
+# ---- arithmetic ----------------------------------------------------------------------------------
+@op("Add")
+def _add(n: Node, i: list) -> Tensor: return _same(n, i[0], i[1], i[0] + i[1])
+@op("Sub")
+def _sub(n: Node, i: list) -> Tensor: return _same(n, i[0], i[1], i[0] - i[1])
+@op("Mul")
+def _mul(n: Node, i: list) -> Tensor: return _same(n, i[0], i[1], i[0] * i[1])
+
+def _same(n: Node, a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+  if a.dtype != b.dtype: raise unsupported(n, f"operands of dtypes {a.dtype.name} and {b.dtype.name}")
+  if n.opset < 7 and "broadcast" in n.attrs: raise unsupported(n, "legacy broadcast attribute")
+  return out.cast(a.dtype)
+
+@op("Div")
+def _div(n: Node, i: list) -> Tensor:
+  a, b = i
+  if is_float(a): return _same(n, a, b, a / b)
+  if a.dtype == dtypes.bool: raise unsupported(n, "bool division")
+  q = a // b  # floor; ONNX (C) integer division truncates toward zero
+  r = a - q * b
+  fix = (r != 0) & ((a < 0) != (b < 0))
+  return _same(n, a, b, fix.where(q + 1, q))
+
+@op("Mod")
+def _mod(n: Node, i: list) -> Tensor:
+  a, b = i
+  if n.attr("fmod", 0) == 0:
+    if is_float(a): raise unsupported(n, "fmod=0 on floats")
+    return _same(n, a, b, a % b)
+  if is_float(a):
+    from tilecraft.ops import BinaryOps
+    x, y = a._broadcasted(b)
+    return _same(n, a, b, x._e(BinaryOps.MOD, y))  # C fmod
+  m = a % b  # numpy (divisor's sign) -> C fmod (dividend's sign)
+  return _same(n, a, b, ((m != 0) & ((m < 0) != (a < 0))).where(m - b, m))
+
+@op("Pow")
+def _pow(n: Node, i: list) -> Tensor:
+  x, y = i
+  if not is_float(x) and not is_float(y):
+    if dtypes.is_unsigned(y.dtype) or True:
+      return _int_pow(n, x, y)
+  wide = dtypes.float64 if dtypes.float64 in (x.dtype, y.dtype) or (not is_float(x) and x.dtype.itemsize == 8) else dtypes.float32 \
+    if x.dtype in (dtypes.float16, dtypes.bfloat16) or not is_float(x) else x.dtype
+  return x.cast(wide).pow(y.cast(wide)).cast(x.dtype)
+
+def _int_pow(n: Node, x: Tensor, y: Tensor) -> Tensor:
+  """Integer ** integer by squaring over the exponent's bits (negative exponents refused as unsupported data)."""
+  if y.dtype != x.dtype: y = y.cast(dtypes.int64)
+  xb, yb = x._broadcasted(y.cast(x.dtype) if y.dtype.itemsize <= x.dtype.itemsize else y)
+  res, base, e = xb._const_like(1), xb, yb.cast(dtypes.int64)
+  for _ in range(63 if x.dtype.itemsize == 8 else 32):
+    res = ((e & 1) == 1).where(res * base, res)
+    base, e = base * base, e >> 1
+  return res.cast(x.dtype)
+
+@op("Neg")
+def _neg(n: Node, i: list) -> Tensor: return -i[0]
+@op("Abs")
+def _abs(n: Node, i: list) -> Tensor: return i[0].abs()
+@op("Sign")
+def _sign(n: Node, i: list) -> Tensor: return i[0].sign()
+@op("Reciprocal")
+def _recip(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].reciprocal()
+@op("Sqrt")
+def _sqrt(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].sqrt()
+@op("Exp")
+def _exp(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].exp()
+@op("Log")
+def _log(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].log()
+@op("Sin")
+def _sin(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].sin()
+@op("Cos")
+def _cos(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].cos()
+@op("Tan")
+def _tan(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].tan()
+@op("Tanh")
+def _tanh(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].tanh()
+@op("Floor")
+def _floor(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].floor()
+@op("Ceil")
+def _ceil(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].ceil()
+@op("Round")
+def _round(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].round()
+
+def _wide(x: Tensor) -> Tensor:
+  """x in the float dtype to compute a composite function in (float64 stays, narrower floats -> float32)."""
+  return x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+
+def _atan(x: Tensor) -> Tensor:
+  """atan: |x| > 1 through pi/2 - atan(1/|x|); then two half-angle steps atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))
+  bring |t| below tan(pi/16) ~ 0.2, where 11 terms of the odd series are below float64's ulp."""
+  a = x.abs()
+  big = a > 1
+  t = big.where(a.reciprocal(), a)
+  for _ in range(2): t = t / (1 + (1 + t * t).sqrt())
+  t2, s, p = t * t, t * 0, t
+  for k in range(11):
+    s = s + p * ((-1) ** k / (2 * k + 1))
+    p = p * t2
+  r = s * 4
+  r = big.where(math.pi / 2 - r, r)
+  return (x < 0).where(-r, r)
+
+@op("Atan")
+def _atan_op(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return _atan(_wide(i[0])).cast(i[0].dtype)
+@op("Asin")
+def _asin(n: Node, i: list) -> Tensor:
+  _float_only(n, i[0]); x = _wide(i[0])
+  # asin(x) = 2 atan(x / (1 + sqrt(1 - x^2))): no cancellation near |x| = 1, nan outside [-1, 1]
+  return (_atan(x / (1 + (1 - x * x).sqrt())) * 2).cast(i[0].dtype)
+@op("Acos")
+def _acos(n: Node, i: list) -> Tensor:
+  _float_only(n, i[0]); x = _wide(i[0])
+  return (_atan(((1 - x) / (1 + x)).sqrt()) * 2).cast(i[0].dtype)
+@op("Sinh")
+def _sinh(n: Node, i: list) -> Tensor:
+  _float_only(n, i[0]); x = _wide(i[0])
+  e = x.exp()
+  series = x + x * x * x / 6 + x * x * x * x * x / 120 + x * x * x * x * x * x * x / 5040
+  return (x.abs() < 0.1).where(series, (e - e.reciprocal()) * 0.5).cast(i[0].dtype)
+@op("Cosh")
+def _cosh(n: Node, i: list) -> Tensor:
+  _float_only(n, i[0]); x = _wide(i[0])
+  e = x.exp()
+  return ((e + e.reciprocal()) * 0.5).cast(i[0].dtype)
+@op("Asinh")
+def _asinh(n: Node, i: list) -> Tensor:
+  _float_only(n, i[0]); x = _wide(i[0]); a = x.abs()
+  r = (a + (a * a + 1).sqrt()).log()
+  small = a - a * a * a / 6 + 3 * a * a * a * a * a / 40
+  r = (a < 0.05).where(small, r)
+  return (x < 0).where(-r, r).cast(i[0].dtype)
+@op("Acosh")
+def _acosh(n: Node, i: list) -> Tensor:
+  _float_only(n, i[0]); x = _wide(i[0])
+  return (x + (x * x - 1).sqrt()).log().cast(i[0].dtype)
+@op("Atanh")
+def _atanh(n: Node, i: list) -> Tensor:
+  _float_only(n, i[0]); x = _wide(i[0])
+  series = x + x * x * x / 3 + x * x * x * x * x / 5 + x * x * x * x * x * x * x / 7
+  return (x.abs() < 0.05).where(series, ((1 + x) / (1 - x)).log() * 0.5).cast(i[0].dtype)
+
+def _erf(x: Tensor) -> Tensor:
+  """erf: the Maclaurin series below |x| = 2 (terms peak near 21, so float32 keeps ~1e-6 absolute);
+  at and above 2, 1 - erfc with erfc from its continued fraction (40 levels)."""
+  a = x.abs()
+  s_in = (a < 2).where(a, 0.0)
+  t2 = s_in * s_in
+  term, s = s_in, s_in * 0
+  for k in range(60):
+    s = s + term / (2 * k + 1)
+    term = term * -t2 / (k + 1)
+  series = s * (2 / math.sqrt(math.pi))
+  b = (a < 2).where(2.0, a)
+  cf = b * 0
+  for k in range(40, 0, -1): cf = (k / 2) / (b + cf)
+  erfc = (-b * b).exp() / (b + cf) / math.sqrt(math.pi)
+  r = (a < 2).where(series, 1 - erfc)
+  return (x < 0).where(-r, r)
+
+@op("Erf")
+def _erf_op(n: Node, i: list) -> Tensor:
+  x = i[0]
+  if not is_float(x): raise unsupported(n, f"input of dtype {x.dtype.name}")
+  return _erf(x.cast(dtypes.float64) if _f64_ok(x) else _wide(x)).cast(x.dtype)
+
+def _f64_ok(x: Tensor) -> bool:
+  from tilecraft.frontend.math import _has_float64
+  return _has_float64(x.device)
+
+# ---- activations ---------------------------------------------------------------------------------
+@op("Relu")
+def _relu(n: Node, i: list) -> Tensor: return i[0].relu()
+@op("Sigmoid")
+def _sigmoid(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].sigmoid()
+@op("LeakyRelu")
+def _leaky(n: Node, i: list) -> Tensor:
+  x = i[0]; return (x < 0).where(x * n.attr("alpha", 0.01), x)
+@op("PRelu")
+def _prelu(n: Node, i: list) -> Tensor:
+  x, s = i
+  return (x < 0).where(x * s, x).cast(x.dtype)
+@op("Elu")
+def _elu(n: Node, i: list) -> Tensor:
+  x = i[0]; a = n.attr("alpha", 1.0)
+  return (x < 0).where((x.exp() - 1) * a, x)
+@op("Celu")
+def _celu(n: Node, i: list) -> Tensor:
+  x = i[0]; a = n.attr("alpha", 1.0)
+  return x.maximum(0) + ((x / a).exp() - 1).mul(a).minimum(0)
+@op("Selu")
+def _selu(n: Node, i: list) -> Tensor:
+  x = i[0]; a, g = n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875)
+  return (x <= 0).where((x.exp() * a - a) * g, x * g)
+@op("ThresholdedRelu")
+def _trelu(n: Node, i: list) -> Tensor:
+  x = i[0]; return (x > n.attr("alpha", 1.0)).where(x, 0.0)
+@op("HardSigmoid")
+def _hsig(n: Node, i: list) -> Tensor:
+  x = i[0]; return (x * n.attr("alpha", 0.2) + n.attr("beta", 0.5)).maximum(0.0).minimum(1.0)
+@op("HardSwish")
+def _hswish(n: Node, i: list) -> Tensor:
+  x = i[0]; return x * (x * (1 / 6) + 0.5).maximum(0.0).minimum(1.0)
+@op("Softplus")
+def _softplus(n: Node, i: list) -> Tensor:
+  x = i[0]; w = _wide(x)
+  return ((w > 20).where(w, (1 + w.exp()).log())).cast(x.dtype)
+@op("Softsign")
+def _softsign(n: Node, i: list) -> Tensor:
+  x = i[0]; return x / (1 + x.abs())
+@op("Mish")
+def _mish(n: Node, i: list) -> Tensor:
+  x = i[0]; w = _wide(x)
+  sp = (w > 20).where(w, (1 + w.exp()).log())
+  return (w * sp.tanh()).cast(x.dtype)
+@op("Gelu", since=20)
+def _gelu(n: Node, i: list) -> Tensor:
+  x = i[0]; _float_only(n, x); w = _wide(x)
+  if n.attr("approximate", "none") == "tanh": r = w * 0.5 * (1 + ((w + w * w * w * 0.044715) * math.sqrt(2 / math.pi)).tanh())
+  else: r = w * 0.5 * (1 + _erf(w * (1 / math.sqrt(2))))
+  return r.cast(x.dtype)
+@op("Shrink")
+def _shrink(n: Node, i: list) -> Tensor:
+  x = i[0]; lam, bias = n.attr("lambd", 0.5), n.attr("bias", 0.0)
+  z = x._const_like(0)
+  return (x < -lam).where(x + bias, (x > lam).where(x - bias, z)).cast(x.dtype)
+@op("Clip")
+def _clip(n: Node, i: list) -> Tensor:
+  x = i[0]
+  if n.opset < 11: lo, hi = n.attr("min"), n.attr("max")
+  else:
+    lo = i[1] if len(i) > 1 else None
+    hi = i[2] if len(i) > 2 else None
+  if lo is not None: x = x.maximum(lo.cast(x.dtype) if isinstance(lo, Tensor) else const(x, lo))
+  if hi is not None: x = x.minimum(hi.cast(x.dtype) if isinstance(hi, Tensor) else const(x, hi))
+  return x
+
+# ---- comparisons and logic -------------------------------------------------------------------------
+def _cmp(n: Node, a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+  if a.dtype != b.dtype: raise unsupported(n, f"operands of dtypes {a.dtype.name} and {b.dtype.name}")
+  return out
+@op("Equal")
+def _eq(n: Node, i: list) -> Tensor: return _cmp(n, i[0], i[1], i[0] == i[1])
+@op("Less")
+def _lt(n: Node, i: list) -> Tensor: return _cmp(n, i[0], i[1], i[0] < i[1])
+@op("Greater")
+def _gt(n: Node, i: list) -> Tensor: return _cmp(n, i[0], i[1], i[0] > i[1])
+@op("LessOrEqual")
+def _le(n: Node, i: list) -> Tensor: return _cmp(n, i[0], i[1], i[0] <= i[1])
+@op("GreaterOrEqual")
+def _ge(n: Node, i: list) -> Tensor: return _cmp(n, i[0], i[1], i[0] >= i[1])
+@op("Not")
+def _not(n: Node, i: list) -> Tensor: return i[0].logical_not()
+@op("And")
+def _and(n: Node, i: list) -> Tensor: return i[0] & i[1]
+@op("Or")
+def _or(n: Node, i: list) -> Tensor: return i[0] | i[1]
+@op("Xor")
+def _xor(n: Node, i: list) -> Tensor: return i[0] ^ i[1]
+@op("BitwiseAnd")
+def _band(n: Node, i: list) -> Tensor: return i[0] & i[1]
+@op("BitwiseOr")
+def _bor(n: Node, i: list) -> Tensor: return i[0] | i[1]
+@op("BitwiseXor")
+def _bxor(n: Node, i: list) -> Tensor: return i[0] ^ i[1]
+@op("BitwiseNot")
+def _bnot(n: Node, i: list) -> Tensor: return ~i[0]
+@op("BitShift")
+def _bitshift(n: Node, i: list) -> Tensor:
+  x, y = i
+  if not dtypes.is_unsigned(x.dtype): raise unsupported(n, f"input of dtype {x.dtype.name}")
+  bits = x.dtype.itemsize * 8
+  xb, yb = x._broadcasted(y)
+  r = xb << yb if n.attr("direction") == "LEFT" else xb >> yb
+  return (yb >= bits).where(xb._const_like(0), r)  # shifting all bits out gives 0 (C leaves it undefined)
+@op("IsNaN")
+def _isnan(n: Node, i: list) -> Tensor: return i[0].isnan()
+@op("IsInf")
+def _isinf(n: Node, i: list) -> Tensor:
+  x = i[0]
+  pos, neg = n.attr("detect_positive", 1), n.attr("detect_negative", 1)
+  r = x._const_like(False, dtypes.bool)
+  if pos: r = r | (x == math.inf)
+  if neg: r = r | (x == -math.inf)
+  return r
+@op("Where")
+def _where(n: Node, i: list) -> Tensor:
+  c, x, y = i
+  if x.dtype != y.dtype: raise unsupported(n, f"branches of dtypes {x.dtype.name} and {y.dtype.name}")
+  return c.where(x, y).cast(x.dtype)
+
+# ---- casts and identity ------------------------------------------------------------------------------
+@op("Cast")
+def _cast(n: Node, i: list) -> Tensor:
+  to = onnx_dtype(n.attr("to"), n.describe())
+  x = i[0]
+  if is_float(x) and not dtypes.is_float(to) and to != dtypes.bool:
+    # float -> int: truncation; values out of the target's range are undefined in ONNX, refuse nothing
+    return x.cast(to)
+  return x.cast(to)
+@op("CastLike")
+def _castlike(n: Node, i: list) -> Tensor: return i[0].cast(i[1].dtype)
+@op("Identity")
+def _identity(n: Node, i: list) -> Any: return i[0]
+@op("Dropout")
+def _dropout(n: Node, i: list) -> list:
+  x = i[0]
+  training = n.static(2) if n.opset >= 12 else None
+  if (training is not None and bool(training)) or (n.opset < 7 and not n.attr("is_test", 0)):
+    raise unsupported(n, "training mode (random)")
+  return [x, Tensor.full(x.shape, True, dtypes.bool, x.device)]
+
+# ---- variadic ----------------------------------------------------------------------------------------
+def _fold(n: Node, ts: list, fn: Any) -> Tensor:
+  ts = [t for t in ts if t is not None]
+  dt = ts[0].dtype
+  if any(t.dtype != dt for t in ts): raise unsupported(n, "operands of differing dtypes")
+  out = ts[0]
+  for t in ts[1:]: out = fn(out, t)
+  if len(ts) == 1: out = out + out._const_like(0) if dt != dtypes.bool else out
+  return out.cast(dt)
+@op("Sum")
+def _sum(n: Node, i: list) -> Tensor: return _fold(n, i, lambda a, b: a + b)
+@op("Max")
+def _max(n: Node, i: list) -> Tensor: return _fold(n, i, lambda a, b: a.maximum(b))
+@op("Min")
+def _min(n: Node, i: list) -> Tensor: return _fold(n, i, lambda a, b: a.minimum(b))
+@op("Mean")
+def _mean(n: Node, i: list) -> Tensor:
+  ts = [t for t in i if t is not None]
+  return (_fold(n, ts, lambda a, b: a + b) / len(ts)).cast(ts[0].dtype)

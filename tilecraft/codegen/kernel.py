@@ -204,6 +204,7 @@ class Kernel:
       from tilecraft.codegen.tensor_cores import apply_tc
       check(isinstance(opt.axis, int) and not isinstance(opt.axis, bool), f"TC: axis must be an int, got {opt.axis!r}")
       apply_tc(self, opt.axis, 0 if opt.amt is None else opt.amt, self._tc_use if self._tc_use is not None else int(TC))
+      self._check_workgroup()
       return
     if opt.op is OptOps.NOLOCALS:
       check(self.opts.has_local, "NOLOCALS: target has no local (workgroup) dims")
@@ -308,7 +309,7 @@ class Kernel:
   def _check_workgroup(self) -> None:
     """After any opt: later opts grow what earlier ones fit in (LOCAL, UPCAST and PADTO grow a grouped
     reduce's staging buffer; PADTO of a local or group axis adds threads)."""
-    if self.group_for_reduces: self._check_shared(1)
+    if self.group_for_reduces or self.use_tensor_cores == 3: self._check_shared(1)
     if self.local_dims or self.group_for_reduces: self._check_threads(1)
 
   def _check_threads(self, amt: int) -> None:
@@ -325,11 +326,28 @@ class Kernel:
     return axis not in lanes and axis not in ups
 
   def _check_shared(self, amt: int) -> None:
-    """The grouped reduce stages (locals x group x upcast) partials through local memory."""
-    upcast = prod(s for s, o in zip(self.full_shape[self.first_upcast:], self.output_shape[self.first_upcast:]) if s == o)
-    elems = prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]) * amt * upcast
-    nbytes = elems * self.outbufs[0].dtype.itemsize
+    """Everything the kernel keeps in local memory, with `amt` more threads on the next group axis, must
+    fit in the target's shared_max: a grouped reduce's staging buffer (locals x group x upcast partials,
+    of the reduce's dtype) and TC use 3's fragment staging (see _tc_staging_bytes)."""
+    nbytes: Any = 0
+    if self.group_for_reduces or amt > 1:
+      upcast = prod(s for s, o in zip(self.full_shape[self.first_upcast:], self.output_shape[self.first_upcast:]) if s == o)
+      elems = prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]) * amt * upcast
+      nbytes = elems * self.reduceops[0].dtype.itemsize
+    nbytes += self._tc_staging_bytes()
     check(isinstance(nbytes, int) and nbytes <= self.opts.shared_max, f"local memory of {nbytes} bytes is over the target's shared_max {self.opts.shared_max}")
+
+  def _tc_staging_bytes(self) -> int:
+    """TC use 3 on a target with workgroups (codegen/lower_wmma.py: _emulate_wmma): per warp, one A and
+    one B local buffer of threads x registers, doubled when a serial reduce loop alternates halves, for
+    every combination of the upcast/unrolled axes added after the TC (each is emulated on its own)."""
+    if self.use_tensor_cores != 3 or self.tensor_core is None or not self.opts.has_local: return 0
+    tc, st = self.tensor_core, self.tensor_core_opts
+    lanes = prod(self.full_shape[self.first_reduce - len(st.lane_bits):self.first_reduce])
+    warps = prod(self.full_shape[self.global_dims:self.first_reduce]) // lanes
+    halves = 2 if self.first_upcast > self.first_reduce else 1
+    calls = prod(self.full_shape[self.first_upcast + len(st.up_bits):])
+    return int(warps * tc.threads * (tc.layout.a.n_regs + tc.layout.b.n_regs) * tc.dtype_in.itemsize * halves * calls)
 
   def _padto(self, axis: int, amt: int, broadcast_unmasked: bool = False) -> None:
     """Pad `axis` to a multiple of amt; the padding is masked (reads 0, stores skipped). With

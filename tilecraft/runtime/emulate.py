@@ -519,12 +519,7 @@ def launch(prog: Executable, mems: list[np.ndarray], vals: tuple[int, ...], glob
   the symbolic values (sorted by name), over global_size workgroups of local_size threads."""
   if len(mems) != len(prog.globals): raise EmulatorError(f"{prog.name} takes {len(prog.globals)} buffers, got {len(mems)}")
   if len(vals) != len(prog.vars): raise EmulatorError(f"{prog.name} takes {len(prog.vars)} symbolic values, got {len(vals)}")
-  gs = [int(x) for x in (global_size or [1])]
-  ls = [int(x) for x in (local_size or [1] * len(gs))]  # no local size (NOLOCALS): one thread per workgroup
-  n = max(len(gs), len(ls), 1)
-  gs, ls = gs + [1] * (n - len(gs)), ls + [1] * (n - len(ls))
-  if any(x < 0 for x in gs + ls): raise EmulatorError(f"{prog.name}: negative launch size {gs} x {ls}")
-  if limits is not None: _check_limits(prog, gs, ls, limits)
+  gs, ls = check_launch(prog, global_size, local_size, limits)
   st = Launch(prog, gs, ls)
   for (idx, i), mem in zip(prog.globals, mems):
     dt = prog.ins[i].dtype
@@ -542,6 +537,17 @@ def launch(prog: Executable, mems: list[np.ndarray], vals: tuple[int, ...], glob
     st.vals[i] = m
   if st.L: prog.run(st)
   return st
+
+def check_launch(prog: Executable, global_size: Optional[list[int]], local_size: Optional[list[int]], limits: Any = None) -> tuple[list[int], list[int]]:
+  """What a launch checks before it runs anything: the (global, local) sizes as launched, or
+  EmulatorError when they or the program's local memory are over the target's `limits`."""
+  gs = [int(x) for x in (global_size or [1])]
+  ls = [int(x) for x in (local_size or [1] * len(gs))]  # no local size (NOLOCALS): one thread per workgroup
+  n = max(len(gs), len(ls), 1)
+  gs, ls = gs + [1] * (n - len(gs)), ls + [1] * (n - len(ls))
+  if any(x < 0 for x in gs + ls): raise EmulatorError(f"{prog.name}: negative launch size {gs} x {ls}")
+  if limits is not None: _check_limits(prog, gs, ls, limits)
+  return gs, ls
 
 def _poison(dt: DType, n: int) -> np.ndarray:
   """Fresh local memory: NaN / the most negative int (never read: reads of unwritten elements raise)."""

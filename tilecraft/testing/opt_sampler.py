@@ -8,6 +8,7 @@ the sequence reports.
   random_opts(kernel, rng, max_opts) -> OptSequence (a list of Opts, with .refusals and .error)
   enumerate_opts(kernel, ops, amounts, max_len) -> every distinct kernel state reachable
   try_opt(kernel, opt) -> (kernel copy with opt applied | None, error | None)
+  grow_opts(kernel, rng, max_opts) -> OptSequence that fills workgroups (the launch-limits property)
 """
 from __future__ import annotations
 import traceback
@@ -175,3 +176,44 @@ def enumerate_opts(kernel: Kernel, ops: Sequence[OptOps] = (OptOps.UPCAST, OptOp
     out += nxt
     frontier = nxt
   return out, valid
+
+# amounts that grow a kernel toward the targets' limits (threads, local memory): divisors, largest most often
+_GROW_OPS = (OptOps.LOCAL, OptOps.UPCAST, OptOps.GROUPTOP, OptOps.GROUP, OptOps.UNROLL, OptOps.PADTO)
+_GROW_WEIGHTS = np.array([4, 3, 2, 1, 1, 0.5])
+_GROW_AMOUNTS = (2, 3, 4, 8, 16, 32, 64, 128, 256)
+
+def grow_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 6, max_lanes: Optional[int] = 256, tc: float = 0.5,
+              tc_use: int = 1) -> OptSequence:
+  """A random valid opt sequence biased to what fills a workgroup (LOCAL, GROUP, UPCAST with large
+  divisor amounts), for the launch property: whatever apply_opt accepts must launch. On a target with
+  tensor cores, with probability `tc` the first opt is TC with use `tc_use`. Like random_opts, a
+  candidate that raises anything but KernelOptError ends the sequence with `.error`."""
+  seq = OptSequence()
+  k = kernel
+  if getattr(kernel.opts, "tensor_cores", None) and not kernel.applied_opts and rng.random() < tc:
+    opt = Opt(OptOps.TC, int(rng.integers(0, 2)), int(rng.integers(0, 3)))
+    kc, err = try_opt(k, opt, use=tc_use)
+    if err is not None: seq.error = (opt, err)
+    elif kc is not None: seq.append(opt); seq.tc_use, k = tc_use, kc  # noqa: E702
+  for _ in range(6 * max_opts):
+    if len(seq) >= max_opts or seq.error: break
+    op = _GROW_OPS[rng.choice(len(_GROW_OPS), p=_GROW_WEIGHTS / _GROW_WEIGHTS.sum())]
+    if op in (OptOps.GROUP, OptOps.GROUPTOP): lo, hi = 0, k.first_upcast - k.first_reduce - k.group_for_reduces
+    elif op is OptOps.UNROLL: lo, hi = 0, k.first_upcast - k.first_reduce
+    else: lo, hi = 0, k.first_reduce if op is not OptOps.PADTO else k.first_upcast
+    if hi <= lo: continue
+    axis = int(rng.integers(lo, hi))
+    real = axis + {OptOps.GROUP: k.first_reduce + k.group_for_reduces, OptOps.GROUPTOP: k.first_reduce + k.group_for_reduces,
+                   OptOps.UNROLL: k.first_reduce}.get(op, 0)
+    size = k.full_shape[real] if real < k.shape_len else None
+    amts = [a for a in _GROW_AMOUNTS if isinstance(size, int) and (op is OptOps.PADTO or size % a == 0)] or [2]
+    amt = int(amts[-1 - min(int(rng.geometric(0.5)) - 1, len(amts) - 1)])  # the largest most often
+    opt = Opt(op, axis, amt)
+    kc, err = try_opt(k, opt)
+    if err is not None: seq.error = (opt, err); break  # noqa: E702
+    if kc is None: seq.refusals += 1; continue  # noqa: E702
+    if max_lanes is not None and lanes(kc) > max_lanes: continue
+    seq.append(opt)
+    k = kc
+  seq.kernel = k  # type: ignore[attr-defined]
+  return seq

@@ -1,7 +1,7 @@
 """Configuration (environment variables + Context) and small shared utilities."""
 from __future__ import annotations
 import contextlib, contextvars, functools, itertools, operator, os
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -118,6 +118,14 @@ def settings_memo(fn: Any) -> Any:
   get.memo = memo  # type: ignore[attr-defined]
   return get
 
+@contextlib.contextmanager
+def settings_read() -> Iterator[set[str]]:
+  """`with settings_read() as names:` collects the names of the settings read in the block (getenv
+  calls, and the settings a settings_memo hit depends on); process replay records their values."""
+  names: set[str] = set()
+  _recording.append(names)
+  try: yield names
+  finally: del _recording[next(i for i, x in enumerate(_recording) if x is names)]
 
 class _Setting:
   """A named setting that reads like an int: `if DEBUG >= 2:`."""

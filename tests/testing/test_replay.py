@@ -91,3 +91,49 @@ def test_recording_never_breaks_rendering(tmp_path, monkeypatch):
 def test_replay_cli_errors(tmp_path, capsys):
   assert main(["replay", "diff", "--db", str(tmp_path / "none.db")]) == 2
   assert "no replay database" in capsys.readouterr().err
+
+# ---- the settings that change the source are recorded and restored (issue 27 item 6) -------------
+
+def test_replay_restores_the_recorded_settings(tmp_path, monkeypatch):
+  """A kernel recorded under TC=3 (PYTHON, EMULATE=CUDA: tensor-core layout emulated through local
+  memory, no WMMA) and one recorded under CPU_ARCH=haswell regenerate to the very same source in a
+  replay process where TC=1 and another CPU_ARCH are in force."""
+  import platform
+  import numpy as np
+  from tilecraft.dtype import dtypes
+  from tilecraft.helpers import Context
+  from tilecraft.testing.tc_cases import matmul
+  db = str(tmp_path / "replay.db")
+  monkeypatch.setenv("REPLAY_DB", db)
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "1")
+  monkeypatch.delenv("TC", raising=False)
+  monkeypatch.delenv("CPU_ARCH", raising=False)
+  srcs = {}
+  ast = matmul(np.random.default_rng(0), 64, 64, 64, dtypes.float16, dtypes.float32)[0]
+  with Context(EMULATE="CUDA", TC=3):
+    k = Kernel(ast, opts=Device["PYTHON"].renderer).hand_coded_optimizations()
+    assert k.use_tensor_cores == 3
+    srcs["tc3"] = k.to_program(name_override="replay_tc3").src
+  with Context(EMULATE="CUDA", TC=1): assert "WMMA" in Kernel(ast, opts=Device["PYTHON"].renderer).hand_coded_optimizations().to_program().src
+  assert "WMMA" not in srcs["tc3"]
+  x86 = platform.machine() in ("x86_64", "AMD64")
+  if x86:
+    cpu_ast = corpus()["matmul_16x16x16"].ast
+    def cpu_src(arch: str, name: str) -> str:
+      with Context(CPU_ARCH=arch): return Kernel(cpu_ast, opts=Device["CPU"].renderer).hand_coded_optimizations().to_program(name_override=name).src
+    srcs["haswell"] = cpu_src("haswell", "replay_haswell")
+    monkeypatch.setenv("RUN_PROCESS_REPLAY", "0")
+    assert cpu_src("x86-64", "replay_haswell") != srcs["haswell"], "the kernel should render differently for another CPU_ARCH"
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "0")
+  rows = {r["name"]: r for r in replay.recorded(db)}
+  # regenerate in a process of its own (the replay's way) with other settings in force
+  monkeypatch.setenv("TC", "1")
+  monkeypatch.setenv("CPU_ARCH", "x86-64")
+  out = replay.regenerate_in(replay.code_tree(), db)
+  for name, src in srcs.items():
+    got = out[rows[f"replay_{name}"]["key"]]
+    assert got["error"] is None and got["src"] == src, f"{name}: {got['error'] or 'the regenerated source differs'}"
+  # `replay list` shows them
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf): assert main(["replay", "list", "--db", db]) == 0
+  assert "TC=3" in buf.getvalue() and (not x86 or "CPU_ARCH=haswell" in buf.getvalue()), buf.getvalue()

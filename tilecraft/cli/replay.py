@@ -5,7 +5,7 @@
   tilecraft replay diff --against REV        regenerate every recorded kernel at REV and in the working
                                              tree; a unified diff per kernel whose source changed, and
                                              the count
-  tilecraft replay list                      the recorded kernels
+  tilecraft replay list                      the recorded kernels (and the settings they were recorded under)
 
 Any run records too with RUN_PROCESS_REPLAY=1. The database is --db, else REPLAY_DB, else
 process_replay.db in the cache dir. Exit codes: 0 (also when kernels changed: the diff is for
@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
   if not os.path.exists(path): raise CLIError(f"no replay database at {path}: record one first (tilecraft replay record, or RUN_PROCESS_REPLAY=1)")
   if args.action == "list":
-    rows = [[k["name"], k["device"], k["opts"], len(k["src"].splitlines())] for k in replay.recorded(path)]
-    print(format_table(["kernel", "device", "opts", "lines"], rows, "lllr"))
+    rows = [[k["name"], k["device"], k["opts"], k["settings"], len(k["src"].splitlines())] for k in replay.recorded(path)]
+    print(format_table(["kernel", "device", "opts", "settings", "lines"], rows, "llllr"))
     return 0
   try: res = replay.diff(args.against, path)
   except RuntimeError as e: raise CLIError(str(e)) from None

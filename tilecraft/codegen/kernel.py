@@ -461,13 +461,14 @@ class Kernel:
 
   def to_program(self, name_override: Optional[str] = None) -> Program:
     """Render this kernel for its renderer (API)."""
-    self.linearize()
-    assert self.uops is not None
     name = name_override or self.name
-    src = self.opts.render(name, self.uops)
-    if getenv("RUN_PROCESS_REPLAY", 0):  # record for `tilecraft replay diff` (tilecraft.testing.replay)
-      from tilecraft.codegen.replay_record import record
-      record(self, name, src)
+    if getenv("RUN_PROCESS_REPLAY", 0):  # record for `tilecraft replay diff` (tilecraft.testing.replay), with the settings read
+      from tilecraft.codegen.replay_record import render_and_record
+      src = render_and_record(self, name)
+    else:
+      self.linearize()
+      src = self.opts.render(name, self.uops)
+    assert self.uops is not None
     from tilecraft.codegen.lowerer import launch_dims
     from tilecraft.codegen.linearize import estimate_flops
     gs, ls = launch_dims(self)

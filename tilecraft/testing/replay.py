@@ -2,7 +2,8 @@
 the code generator does to the code it generates.
 
   RUN_PROCESS_REPLAY=1 <any run>     every Kernel.to_program records (AST, renderer, applied opts,
-                                     name, source) into REPLAY_DB (default: <cache dir>/process_replay.db)
+                                     name, source, the settings that change the source) into REPLAY_DB
+                                     (default: <cache dir>/process_replay.db)
   tilecraft replay record            records the bench suite and the fuzz corpus with hand-coded opts
   tilecraft replay diff --against REV
                                      regenerates every recorded kernel with the code at REV (a
@@ -12,7 +13,11 @@ the code generator does to the code it generates.
 Regeneration runs in one subprocess per tree with only that tree's code importable. The subprocess
 runs this very file as a script: it imports nothing of tilecraft at module level and regenerates
 through the public API only (Kernel(ast, opts=renderer), apply_opt, to_program(name_override)), so
-the code of any revision that has that API can regenerate the recorded kernels.
+the code of any revision that has that API can regenerate the recorded kernels. Each kernel is
+rebuilt with the settings it was recorded under in force (TC, TC_OPT, NOLOCALS, CPU_ARCH, IMAGE and
+what its rendering read, e.g. the renderer's settings_key() ones): whatever the regenerating
+environment says, a kernel recorded under TC=3 regenerates as TC=3 and one recorded under
+CPU_ARCH=haswell for haswell.
 """
 from __future__ import annotations
 import contextlib, difflib, json, os, pickle, shutil, sqlite3, subprocess, sys, tempfile
@@ -24,30 +29,55 @@ def db_path() -> str:
   return path()
 
 def recorded(path: Optional[str] = None) -> list[dict[str, Any]]:
-  """The recorded kernels (name, device, renderer, opts, src), oldest first."""
+  """The recorded kernels (name, device, renderer, opts, src, settings: "NAME=value ..." of the
+  recorded settings that were set), oldest first."""
   c = sqlite3.connect(path or db_path(), timeout=60)
-  try: rows = c.execute("SELECT key, name, device, renderer, opts, src FROM kernels ORDER BY recorded, key").fetchall()
+  try:
+    has_settings = "settings" in {r[1] for r in c.execute("PRAGMA table_info(kernels)")}
+    rows = c.execute(f"SELECT key, name, device, renderer, opts, src, {'settings' if has_settings else 'NULL'} FROM kernels ORDER BY recorded, key").fetchall()
   finally: c.close()
-  return [dict(zip(("key", "name", "device", "renderer", "opts", "src"), r)) for r in rows]
+  def shown(b: Optional[bytes]) -> str:
+    return " ".join(f"{n}={v[1]}" for n, v in sorted(pickle.loads(b).items()) if len(v) > 1) if b else ""
+  return [dict(zip(("key", "name", "device", "renderer", "opts", "src", "settings"), r[:6] + (shown(r[6]),))) for r in rows]
 
 # ---- regeneration (this part runs as a script, in the tree being regenerated) ---------------------
 
+@contextlib.contextmanager
+def restored_settings(settings: dict[str, tuple]) -> Iterator[None]:
+  """A record's settings in force for the block ({name: ("set", value) | ("env", raw) | ("unset",)},
+  codegen/replay_record.py): environment values set or removed (put back afterwards), Context overrides
+  entered. For the replay's own process: a Context its caller entered would win over an env value."""
+  from tilecraft.helpers import Context
+  saved = {n: os.environ.get(n) for n, v in settings.items() if v[0] != "set"}
+  try:
+    for n, v in settings.items():
+      if v[0] == "env": os.environ[n] = v[1]
+      elif v[0] == "unset": os.environ.pop(n, None)
+    with Context(**{n: v[1] for n, v in settings.items() if v[0] == "set"}): yield
+  finally:
+    for n, old in saved.items():
+      if old is None: os.environ.pop(n, None)
+      else: os.environ[n] = old
+
 def regenerate(path: str) -> dict[str, Any]:
-  """{key: {"src": ..., "error": ...}} for every recorded kernel, rendered by the tilecraft importable here."""
+  """{key: {"src": ..., "error": ...}} for every recorded kernel, rendered by the tilecraft importable
+  here under the settings it was recorded with (none for records older than that)."""
   from tilecraft.codegen.kernel import Kernel
   from tilecraft.device import Device
   c = sqlite3.connect(path, timeout=60)
-  rows = c.execute("SELECT key, name, device, ast, renderer_obj, opts_obj FROM kernels").fetchall()
+  has_settings = "settings" in {r[1] for r in c.execute("PRAGMA table_info(kernels)")}
+  rows = c.execute(f"SELECT key, name, device, ast, renderer_obj, opts_obj, {'settings' if has_settings else 'NULL'} FROM kernels").fetchall()
   c.close()
   out: dict[str, Any] = {}
-  for key, name, device, ast_b, ren_b, opts_b in rows:
+  for key, name, device, ast_b, ren_b, opts_b, settings_b in rows:
     try:
       ast, opts = pickle.loads(ast_b), pickle.loads(opts_b)
-      try: ren = pickle.loads(ren_b)
-      except Exception: ren = Device[device].renderer  # noqa: BLE001 - a renderer class this tree doesn't have: the device's own
-      k = Kernel(ast, opts=ren)
-      for o in opts: k.apply_opt(o)
-      out[key] = {"src": k.to_program(name_override=name).src, "error": None}
+      with restored_settings(pickle.loads(settings_b) if settings_b else {}):
+        try: ren = pickle.loads(ren_b)
+        except Exception: ren = Device[device].renderer  # noqa: BLE001 - a renderer class this tree doesn't have: the device's own
+        k = Kernel(ast, opts=ren)
+        for o in opts: k.apply_opt(o)
+        out[key] = {"src": k.to_program(name_override=name).src, "error": None}
     except Exception as e:  # noqa: BLE001 - reported per kernel
       out[key] = {"src": None, "error": f"{type(e).__name__}: {e}"}
   return out

@@ -64,12 +64,15 @@ def _vector_width(k: Any) -> int:
   return getattr(k.opts, "vector_width", 4)
 
 def _is_matvec(k: Any) -> Optional[tuple[int, int]]:
-  """A SUM of MUL(LOAD, LOAD) where one operand doesn't vary along the output axis 0."""
+  """A SUM of MUL(LOAD, LOAD) where one operand doesn't vary along the output axis 0 (the operands may be
+  CAST(LOAD): half/bfloat16 widened to the float32 accumulator)."""
   if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.first_reduce != 1: return None
   src = k.reduceops[0].src[0]
   if src.op is UnaryOps.CAST: src = src.src[0]
-  if src.op is not BinaryOps.MUL or any(s.op is not BufferOps.LOAD for s in src.src): return None
-  idx = [k.bufs.index(s.arg) for s in src.src]
+  if src.op is not BinaryOps.MUL: return None
+  ops = [s.src[0] if s.op is UnaryOps.CAST else s for s in src.src]
+  if any(s.op is not BufferOps.LOAD for s in ops): return None
+  idx = [k.bufs.index(s.arg) for s in ops]
   strides = [k.sts[i].real_strides() for i in idx]
   if any(st[0] == 0 and st[k.first_reduce] == 1 for st in strides) and any(st[0] != 0 for st in strides): return tuple(idx)  # type: ignore
   return None
@@ -226,6 +229,10 @@ def _cpu_matvec(k: Any, vw: int) -> bool:
   return True
 
 def hand_coded_optimizations(k: Any) -> Any:
+  # NOLOCALS=1 on a target with workgroups: no local axes, so no grouped reduces or tensor cores (their
+  # threads are local ids) either; the rules below lay the kernel out over global ids only
+  if getenv("NOLOCALS", 0) and k.opts.has_local and not k.dont_use_locals and k.local_dims == 0 and k.group_for_reduces == 0:
+    _try(k, Opt(OptOps.NOLOCALS), "NOLOCALS=1: no local (workgroup) axes")
   image_grouped = _image_mid_reduce(k)
   required_optimizations(k)
   if image_grouped:
@@ -238,7 +245,7 @@ def hand_coded_optimizations(k: Any) -> Any:
   gpu = ren.has_local and ren.has_shared
 
   # matrix-vector on GPUs: split each row's dot product across threads, several rows per group
-  if gpu and not sym and _is_matvec(k) is not None:
+  if gpu and not k.dont_use_locals and not sym and _is_matvec(k) is not None:
     threads, block, rows = getenv("MV_THREADS_PER_ROW", 8), getenv("MV_BLOCKSIZE", 4), getenv("MV_ROWS_PER_THREAD", 4)
     if k.full_shape[0] % (block * rows) == 0 and k.full_shape[k.first_reduce] % threads == 0:
       _try(k, Opt(OptOps.GROUP, 0, threads), "matvec: split each row's reduce across threads")
@@ -247,7 +254,7 @@ def hand_coded_optimizations(k: Any) -> Any:
       return k
 
   # small output, big reduce on GPUs: group the reduce so many threads share it
-  if gpu and k.reduceops and not sym and not k.const_sum_reduce() and k.first_reduce < k.first_upcast and \
+  if gpu and not k.dont_use_locals and k.reduceops and not sym and not k.const_sum_reduce() and k.first_reduce < k.first_upcast and \
       prod(k.full_shape[:k.first_reduce]) <= 2048 and len(k.reduceops) == 1:
     for amt in (256, 16):
       if _try(k, Opt(OptOps.GROUPTOP, 0, amt), f"small output ({prod(k.full_shape[:k.first_reduce])}) with a long reduce: group the reduce by {amt}"):

@@ -469,6 +469,9 @@ class Kernel:
       self.linearize()
       src = self.opts.render(name, self.uops)
     assert self.uops is not None
+    if getenv("GRAPHUOPS", 0):  # a picture of the UOp graph (codegen/graph_uops.py)
+      from tilecraft.codegen.graph_uops import maybe_graph
+      maybe_graph(self.uops, name)
     from tilecraft.codegen.lowerer import launch_dims
     from tilecraft.codegen.linearize import estimate_flops
     gs, ls = launch_dims(self)

@@ -3,7 +3,7 @@ once per (AST, device) and launched on its buffers."""
 from __future__ import annotations
 import atexit, operator, threading, warnings
 from typing import Any, Optional
-from tilecraft.codegen.kernel import Kernel
+from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.engine.schedule import _buf_dtype, create_schedule, replayed_walk
@@ -21,11 +21,16 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
   """The one place a kernel's opts are chosen: `NOOPT=1` only the required opts; `BEAM=n` a beam search
   of width n (budget: `BEAM_BUDGET` seconds, if set; the search package is imported only then);
   otherwise the hand-coded heuristics. A search that can't run (no worker, a broken device) falls
-  back to the hand-coded opts with a warning. Returns a new Kernel."""
+  back to the hand-coded opts with a warning. `NOLOCALS=1` (on targets with workgroups): no local axes,
+  for the heuristics and for the search's start alike. Returns a new Kernel."""
   if NOOPT: return k.copy().required_optimizations()
   if (width := int(BEAM)) >= 1:
     from tilecraft.engine.search import beam_search
-    try: return beam_search(k, bufs, width, budget_s=float(getenv("BEAM_BUDGET", 0.0)) or None)
+    start = k
+    if getenv("NOLOCALS", 0) and k.opts.has_local and not k.local_dims and not k.group_for_reduces and not k.dont_use_locals:
+      start = k.copy()  # NOLOCALS=1: the search starts from (and so keeps) no local axes, as the hand-coded opts do
+      start.apply_opt(Opt(OptOps.NOLOCALS), reason="NOLOCALS=1")
+    try: return beam_search(start, bufs, width, budget_s=float(getenv("BEAM_BUDGET", 0.0)) or None)
     except Exception as e:  # noqa: BLE001
       warnings.warn(f"BEAM={width}: search of {k.name} failed ({type(e).__name__}: {e}); using hand-coded opts", RuntimeWarning, stacklevel=2)
   return k.copy().hand_coded_optimizations()
@@ -38,7 +43,8 @@ def _settings(device: str) -> tuple:
 
 @settings_memo
 def _device_settings(device: str, dev: Any) -> tuple:
-  return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), getattr(dev.compiler, "flags", ()), dev.renderer.settings_key()))
+  return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), int(getenv("NOLOCALS", 0)), getattr(dev.compiler, "flags", ()),
+                                 dev.renderer.settings_key()))
 
 @settings_memo
 def _run_settings(device: str, dev: Any) -> tuple[tuple, int]:
@@ -55,8 +61,10 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
   if (r := _runners.get(key)) is None:
     k = optimize(Kernel(ast, renderer), bufs)
     r = _runners[key] = CompiledRunner(k.to_program())
-    if DEBUG >= 3:
-      print(ast)
+    if DEBUG >= 3:  # as the reference: the name, with RAWAST=1 the AST as scheduled, the optimized AST, the opts
+      print(k.name)
+      if getenv("RAWAST", 0): print(ast)
+      print(k.get_optimized_ast())
       print(f"opts: {k.applied_opts}")
     if DEBUG >= 4: print(r.p.src)
     if DEBUG >= 5:

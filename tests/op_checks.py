@@ -126,3 +126,11 @@ def np_pool(x: np.ndarray, k: Any, stride: Any, padding: Any, dilation: Any, op:
       win = x[..., i * sh:i * sh + dh * (kh - 1) + 1:dh, j * sw:j * sw + dw * (kw - 1) + 1:dw]
       out[..., i, j] = win.max((-2, -1)) if op == "max" else win.mean((-2, -1))  # avg counts the padding (count_include_pad)
   return out
+
+def require_arch(arch: str) -> None:
+  """Skip (naming why) unless this host can execute code built for CPU_ARCH=arch: a test that runs
+  kernels at another ISA skips where the host lacks it (tests that only build and inspect code don't call this)."""
+  from tilecraft.host import _arch_target, find_c_compiler, missing_features
+  try: target = _arch_target(find_c_compiler(), arch)
+  except (ValueError, RuntimeError) as e: pytest.skip(f"CPU_ARCH={arch}: {e}")
+  if (missing := missing_features(target)): pytest.skip(f"this host can't execute CPU_ARCH={arch} (lacks {', '.join(missing)})")

@@ -6,6 +6,7 @@ from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
 from tilecraft.host import cpu_arch, cpu_target
+from op_checks import require_arch
 
 def _host_has(flag: str) -> bool:
   with open("/proc/cpuinfo") as f: return flag in next((l for l in f if l.startswith("flags")), "").split()
@@ -44,6 +45,7 @@ def _disasm(lib: bytes, tmp_path) -> str:
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump")
 def test_haswell_kernel_has_no_avx512(tmp_path, rng):
+  require_arch("haswell")
   a, b = rng.random(4096, dtype=np.float32), rng.random(4096, dtype=np.float32)
   with Context(CPU_ARCH="haswell"):
     sched = (Tensor(a) + Tensor(b)).schedule()
@@ -59,6 +61,7 @@ def test_haswell_kernel_has_no_avx512(tmp_path, rng):
     assert "zmm" in _disasm(Device["CPU"].compiler.compile(k.to_program().src), tmp_path)
 
 def test_runners_are_per_target(rng):
+  require_arch("haswell")
   from tilecraft.engine.realize import get_runner
   sched = (Tensor(rng.random(256, dtype=np.float32)) * 3).schedule()
   native = get_runner(sched[-1].ast, "CPU")

@@ -15,6 +15,7 @@ from tilecraft.ops import BinaryOps
 from tilecraft.renderer.cstyle import CRenderer, OpenCLRenderer
 from tilecraft.renderer.llvmir import LLVMRenderer
 from tilecraft.testing.fuzz import check_opts, entry_inputs, find_entry
+from op_checks import require_arch
 
 def _conv_ast(cin=4, cout=8, hw=16):
   x, w = Tensor.rand(1, cin, hw, hw), Tensor.rand(cout, cin, 3, 3)
@@ -86,6 +87,7 @@ ARCH_DEVS = [("native", "CPU"), ("haswell", "CPU"), ("native", "LLVM"), ("haswel
 @pytest.mark.parametrize("arch,dev", ARCH_DEVS)
 @pytest.mark.parametrize("shape,cout,pad", [((1, 3, 9, 9), 4, 1), ((2, 5, 7, 23), 6, 1), ((1, 2, 16, 16), 8, 2), ((1, 64, 56, 56), 64, 1)])
 def test_padded_conv_vs_numpy(arch, dev, shape, cout, pad) -> None:
+  require_arch(arch)
   rng = np.random.default_rng(0)
   x, w = rng.standard_normal(shape).astype(np.float32), rng.standard_normal((cout, shape[1], 3, 3)).astype(np.float32)
   with Context(CPU_ARCH=arch): got = Tensor(x, device=dev).conv2d(Tensor(w, device=dev), padding=pad).numpy()
@@ -97,6 +99,7 @@ def test_padded_rows_every_dtype_and_width(arch, dev, width) -> None:
   """float32, int32, int64 and float64 rows padded by 3 before and 4 after, read with `width` lanes:
   the first vector of the first row starts before its buffer and the last one of the last row ends
   after it (guard zones on both sides), vs the unoptimized kernel and numpy."""
+  require_arch(arch)
   e = find_entry("pad_dtypes_3x25")
   opts = [Opt(OptOps.UPCAST, 1, width)]
   k = Kernel(e.ast, opts=Device[dev].renderer)
@@ -148,6 +151,7 @@ def test_no_masked_stores_where_the_target_has_none() -> None:
 def test_padded_outputs_every_width(arch, dev, name) -> None:
   """An output axis padded to each vector width it isn't a multiple of: the same as the unoptimized
   kernel (guard zones on both sides of each output: a masked-off lane written would show)."""
+  require_arch(arch)
   e = find_entry(name)
   k0 = Kernel(e.ast, opts=Device[dev].renderer)
   ax = k0.first_reduce - 1

@@ -10,6 +10,7 @@ from tilecraft.dtype import dtypes
 from tilecraft.helpers import Context
 from tilecraft.renderer.cstyle import CRenderer
 from tilecraft.runtime.cpu import CPUCompiler, load_library
+from op_checks import require_arch
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 ISAs")
 
@@ -39,6 +40,7 @@ def _source() -> str:
 
 @pytest.fixture(scope="module", params=["native", "haswell", "x86-64"])
 def lib(request):
+  require_arch(request.param)
   with Context(CPU_ARCH=request.param): return load_library(CPUCompiler().compile(_source()))
 
 @pytest.fixture(scope="module")

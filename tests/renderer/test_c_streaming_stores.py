@@ -11,6 +11,7 @@ from tilecraft.device import Device
 from tilecraft.host import cpu_target
 from tilecraft.testing import fuzz
 from tilecraft.testing.corpus import corpus
+from op_checks import require_arch
 
 ARCHS = ("native", "haswell")
 X86 = cpu_target().isa in ("AVX-512", "AVX2", "AVX", "SSE")
@@ -52,6 +53,7 @@ def test_scalar_stores_stay_plain():
 @pytest.mark.parametrize("offset", [0, 4, 32])
 def test_any_buffer_alignment_is_correct(arch, offset, rng):
   """Buffers that start `offset` bytes past a 64-byte boundary: a misaligned one takes the plain store."""
+  require_arch(arch)
   n = 4096
   with Context(CPU_ARCH=arch, CPU_STREAM_MIN_BYTES=0):
     t = Tensor.empty(n) * Tensor.empty(n) + Tensor.empty(n)
@@ -81,6 +83,7 @@ ENTRIES = ("ew_50257", "ew_broadcast_7x25", "ew_permute_7x25x49", "ew_transposed
 def test_fuzz_with_every_store_streaming(arch, monkeypatch):
   """Random opts on corpus kernels, every allowed store streaming: the same outputs as the unoptimized
   kernel and numpy, with guard zones."""
+  require_arch(arch)
   monkeypatch.setattr(fuzz, "_program_cache", collections.OrderedDict())  # programs rendered under these settings only
   streamed = []
   get_program = fuzz.get_program

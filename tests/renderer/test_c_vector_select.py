@@ -6,6 +6,7 @@ import pytest
 from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
+from op_checks import require_arch
 
 ARCHS = ("native", "haswell")
 SPECIAL = [np.nan, -0.0, 0.0, -1.0, 1.0, np.inf, -np.inf, 1e-45, -1e-45]
@@ -20,6 +21,7 @@ def _same(got, want):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_relu_is_vector_code_and_exact(arch, dt, rng):
+  require_arch(arch)
   x = np.concatenate([np.array(SPECIAL * 8), rng.standard_normal(952)]).astype(dt)
   with Context(CPU_ARCH=arch):
     assert "tc_where_" in _src(Tensor(x).relu())
@@ -29,6 +31,7 @@ def test_relu_is_vector_code_and_exact(arch, dt, rng):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64])
 def test_compare_select_matches_numpy(arch, dt, rng):
+  require_arch(arch)
   a = (rng.integers(-4, 4, (33, 64)) * (1.5 if dt in (np.float32, np.float64) else 1)).astype(dt)
   b = (rng.integers(-4, 4, (33, 64)) * (1.5 if dt in (np.float32, np.float64) else 1)).astype(dt)
   if dt in (np.float32, np.float64): a.flat[::17], b.flat[::23] = np.nan, -0.0

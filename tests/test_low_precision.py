@@ -171,3 +171,52 @@ def test_acc_dtype_keeps_the_users_choice():
   h = Tensor(np.ones((8, 8), np.float16))
   assert sum_dtypes(h.sum(1)) == sum_dtypes(h @ h) == sum_dtypes(h.mean(0)) == sum_dtypes(h.softmax(1)) == {dtypes.float32}
   assert sum_dtypes(h.sum(1, acc_dtype="half")) == sum_dtypes(h.matmul(h, acc_dtype=dtypes.float16)) == {dtypes.float16}
+
+# ---- float32 summation accuracy (issue 28 item 4) -------------------------------------------------
+# One accumulator over n iterations loses about n roundings; the lowering adds blocks of about sqrt(n)
+# iterations in an accumulator of their own (codegen/lowerer.py: _blocked_sum_axis), and var/std/
+# layernorm take two passes over data shifted by its first element.
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL"])
+def test_float32_mean_of_many_equal_values(device: str):
+  n = 1 << 22
+  got = float(Tensor(np.full(n, 0.1, np.float32), device=device).mean().numpy())
+  # (one long chain per lane: 3e-4 off. OPENCL's grouped reduces combine a group's partials in one
+  # thread, a chain of 256, not blocked)
+  assert abs(got - float(np.float32(0.1))) / 0.1 < (1e-6 if device != "OPENCL" else 1e-5), got
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL"])
+def test_float32_long_row_sums(device: str, rng: np.random.Generator):
+  x = np.full((32, 1 << 17), 0.1, np.float32) * rng.integers(1, 4, (32, 1)).astype(np.float32)  # (32 rows: one kernel)
+  want = x.astype(np.float64).sum(1)
+  got = Tensor(x, device=device).sum(1).numpy()
+  assert np.abs(got - want).max() / want.max() < 2e-6
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL", "PYTHON"])
+def test_std_and_layernorm_do_not_cancel(device: str, rng: np.random.Generator):
+  """1e6 + 0.01 N(0, 1) in float32: the std was 41.7 (true 0.0027, numpy's float32 0.063)."""
+  n = 100_000 if device != "PYTHON" else 4096
+  y = (1e6 + 0.01 * rng.standard_normal(n)).astype(np.float32)
+  y[0] = np.float32(1e6 + 0.0625)  # (the shift's element is not the mean)
+  yd = y.astype(np.float64)
+  got = float(Tensor(y, device=device).std().numpy())
+  assert abs(got - yd.std()) / yd.std() < 1e-3, got
+  assert abs(float(Tensor(y, device=device).var(correction=1).numpy()) - yd.var(ddof=1)) / yd.var(ddof=1) < 1e-3
+  rows = np.stack([y, y[::-1] - np.float32(5e5)])
+  want = (rows.astype(np.float64) - rows.astype(np.float64).mean(1, keepdims=True)) / np.sqrt(rows.astype(np.float64).var(1, keepdims=True) + 1e-5)
+  assert np.abs(Tensor(rows, device=device).layernorm(-1).numpy() - want).max() < 1e-3
+
+def test_blocked_sum_kernel_shape():
+  """The long reduce loop of a float sum runs as blocks with an accumulator each; a max keeps one loop."""
+  from tilecraft.codegen.kernel import Kernel
+  from tilecraft.codegen.uops import UOps
+  from tilecraft.device import Device
+  from tilecraft.engine.realize import optimize
+  def accs(t: Tensor) -> tuple[int, int]:
+    k = optimize(Kernel(t.schedule()[-1].ast, opts=Device["CPU"].renderer))
+    k.linearize()
+    return sum(u.op is UOps.DEFINE_ACC for u in k.uops), sum(u.op is UOps.RANGE for u in k.uops)
+  x = Tensor(np.ones((32, 1 << 14), np.float32))  # (more than 16 rows: not split into two kernels)
+  assert accs(x.sum(1)) == (8, 3)  # (4 rows x (block + total); the row loop, the outer and the block loop)
+  assert accs(x.max(1)) == (4, 2)
+  assert accs(Tensor(np.ones((4, 64), np.float32)).sum(1))[1] <= 2  # short loops: no blocks

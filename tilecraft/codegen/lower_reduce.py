@@ -56,24 +56,35 @@ class ReduceLowering:
         res[lane] = self._combine(op.op, total, self._earlier_blocks(lane, total.dtype.count)) if self.block_range is not None and self.block_in_acc else total
         continue
       dt = total.dtype
-      self.acc_count += 1
-      parent = ranges[0].src[2:]  # the loop around the reduce loops, if any
       start = self._earlier_blocks(lane, dt.count) if self.block_range is not None and self.block_in_acc else UOp.const(dt, init)
-      acc = UOp(UOps.DEFINE_ACC, dt, (start,) + parent, self.acc_count)
-      # the accumulator's value inside the loop changes every iteration: read it there (the ranges
-      # in src keep the read, and everything computed from it, inside the loop)
-      acc_in = UOp(UOps.ACCREAD, dt, (acc,) + tuple(ranges))
-      if chain and len(group) > 1:
-        upd = acc_in
-        for v in group: upd = self._combine(op.op, upd, v)
-      else: upd = self._combine(op.op, acc_in, total)
-      phi = UOp(UOps.PHI, dt, (acc, upd) + tuple(ranges))
-      # ENDRANGE marks "after the loop" (and keeps the update in the graph)
-      res[lane] = UOp(UOps.ACCREAD, dt, (acc, UOp(UOps.ENDRANGE, dtypes.void, (ranges[0], phi))))
+      # a blocked sum (Lowerer._blocked_sum_axis): an accumulator per block loop, whose sum is added to
+      # the accumulator of the loop around it after each block
+      cuts = [j for j, r in enumerate(ranges) if len(r.arg) > 2 and r.arg[2] == "block"]
+      v, terms = total, group if chain else None
+      for lo, hi in reversed(list(zip(cuts, cuts[1:] + [len(ranges)]))):  # innermost block first
+        v, terms = self._accumulate(op, UOp.const(dt, init), ranges[lo:hi], v, terms), None
+      res[lane] = self._accumulate(op, start, ranges[:cuts[0]] if cuts else ranges, v, terms)
     if self.vax is not None and self.vax in self.magenta:  # the vector lanes were reduce lanes: combine them
       for lane, v in res.items():
         if v.dtype.count > 1: res[lane] = self._horizontal(op.op, v)
     return res
+  def _accumulate(self: Lowerer, op: LazyOp, start: UOp, ranges: list[UOp], total: UOp, terms: Optional[list[UOp]]) -> UOp:
+    """An accumulator from `start` that combines `total` (or each of `terms`, one by one) in every
+    iteration of `ranges`; its value after them."""
+    dt = total.dtype
+    self.acc_count += 1
+    parent = ranges[0].src[2:]  # the loop around these loops, if any
+    acc = UOp(UOps.DEFINE_ACC, dt, (start,) + parent, self.acc_count)
+    # the accumulator's value inside the loop changes every iteration: read it there (the ranges
+    # in src keep the read, and everything computed from it, inside the loop)
+    acc_in = UOp(UOps.ACCREAD, dt, (acc,) + tuple(ranges))
+    if terms is not None and len(terms) > 1:
+      upd = acc_in
+      for v in terms: upd = self._combine(op.op, upd, v)
+    else: upd = self._combine(op.op, acc_in, total)
+    phi = UOp(UOps.PHI, dt, (acc, upd) + tuple(ranges))
+    # ENDRANGE marks "after the loop" (and keeps the update in the graph)
+    return UOp(UOps.ACCREAD, dt, (acc, UOp(UOps.ENDRANGE, dtypes.void, (ranges[0], phi))))
   def _dependent_loops(self: Lowerer, op: LazyOp, red_axes: set) -> tuple[dict[tuple, UOp], list[UOp]]:
     """A reduce that reads another reduce's result (broadcast over the same axes) can only start once
     that result is known: it gets loops of its own over the reduce axes, after the first ones (the

@@ -72,6 +72,7 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Opt
   want = np.asarray(want)
   got = np.asarray(got)
   if got.dtype != want.dtype: return f"dtype {got.dtype} != {want.dtype}"
+  if want.dtype.name == "bfloat16": got, want = got.astype(np.float32), want.astype(np.float32)
   if got.shape != want.shape: return f"shape {got.shape} != {want.shape}"
   if want.dtype.kind in "fc":
     try: np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
@@ -81,12 +82,17 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Opt
   if not np.array_equal(got, want): return f"values differ at {int(np.sum(got != want))} of {want.size}"
   return None
 
+def _arr(v: Any) -> Any:
+  from onnx import TensorProto, numpy_helper
+  return numpy_helper.to_array(v) if isinstance(v, TensorProto) else v
+
 def run_case(name: str, device: Optional[str] = None) -> tuple[str, str]:
   from tilecraft.onnx import load
   c = all_cases()[name]
   try:
     m = load(c.model, device)
     for inputs, outputs in c.data_sets:
+      inputs, outputs = [_arr(v) for v in inputs], [_arr(v) for v in outputs]
       names = [n for n, _ in m.inputs]
       res = m.run(dict(zip(names, inputs)))
       for (oname, _), want in zip(m.outputs, outputs):

@@ -23,13 +23,18 @@ MIN_OPSET, MAX_OPSET = 7, 21
 # pad is dropped).
 NEWEST_OPSET = 28
 _CLARIFIED_ONLY = {"AveragePool", "MaxPool"}
+# newer versions whose changes don't reach what is implemented here: Cast/CastLike gained round_mode, which
+# only applies to float8e8m0 (refused); BitShift and Mod now define signed types, out-of-range shifts and
+# float special cases, which the implementations here follow (they are the older versions' behavior where
+# that was defined)
+_COMPATIBLE = {"Cast", "CastLike", "BitShift", "Mod"}
 
 def _same_as_supported(op_type: str, opset: int) -> bool:
   """Whether op_type at `opset` (> MAX_OPSET) means what it meant at MAX_OPSET."""
   import onnx.defs
   try: new, old = onnx.defs.get_schema(op_type, opset), onnx.defs.get_schema(op_type, MAX_OPSET)
   except Exception: return False  # noqa: BLE001  (an op newer than MAX_OPSET)
-  if new.since_version <= MAX_OPSET: return True
+  if new.since_version <= MAX_OPSET or op_type in _COMPATIBLE: return True
   def sig(sc: Any) -> tuple:
     return (sorted((k, str(a.default_value)) for k, a in sc.attributes.items()), [(i.name, i.option) for i in sc.inputs],
             [(o.name, o.option) for o in sc.outputs])
@@ -74,6 +79,9 @@ def _as_model(model: Any) -> Any:
 
 def _to_numpy_input(x: Any, dt: DType, name: str) -> np.ndarray:
   arr = np.asarray(x)
+  if dt == dtypes.bfloat16:
+    if arr.dtype.name != "bfloat16" and arr.dtype.kind != "f": raise TypeError(f"tilecraft.onnx: input {name!r} is {arr.dtype}, the graph declares bfloat16")
+    return arr.astype(np.float32)  # (ml_dtypes' bfloat16 values, exactly)
   want = dt.np
   if arr.dtype != want:
     if arr.dtype.kind != np.dtype(want).kind and not (arr.size == 0):
@@ -168,7 +176,16 @@ class OnnxModel:
     for (name, dt), i in zip(self.outputs, range(len(res))):
       if dt is not None and res[i].dtype != dt: res[i] = res[i].cast(dt)
     if res: Tensor.realize(*res) if len(res) > 1 else res[0].realize()
-    return {name: r.numpy() for (name, _), r in zip(self.outputs, res)}
+    return {name: _out_numpy(r) for (name, _), r in zip(self.outputs, res)}
+
+def _out_numpy(t: Tensor) -> np.ndarray:
+  a = t.numpy()
+  if t.dtype == dtypes.bfloat16:
+    try:
+      import ml_dtypes
+      return a.astype(ml_dtypes.bfloat16)
+    except ImportError: return a
+  return a
 
 def load(model: Union[str, bytes, os.PathLike, Any], device: Optional[str] = None) -> OnnxModel:
   """Load an ONNX model (path, bytes or onnx.ModelProto) for running on `device` (default: the default device)."""

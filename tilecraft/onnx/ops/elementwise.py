@@ -41,9 +41,7 @@ def _div(n: Node, i: list) -> Tensor:
 @op("Mod")
 def _mod(n: Node, i: list) -> Tensor:
   a, b = i
-  if n.attr("fmod", 0) == 0:
-    if is_float(a): raise unsupported(n, "fmod=0 on floats")
-    return _same(n, a, b, a % b)
+  if n.attr("fmod", 0) == 0: return _same(n, a, b, a % b)  # numpy's: the divisor's sign (floats: opset 28 semantics)
   if is_float(a):
     from tilecraft.ops import BinaryOps
     x, y = a._broadcasted(b)
@@ -285,12 +283,23 @@ def _bxor(n: Node, i: list) -> Tensor: return i[0] ^ i[1]
 def _bnot(n: Node, i: list) -> Tensor: return ~i[0]
 @op("BitShift")
 def _bitshift(n: Node, i: list) -> Tensor:
+  """Right shifts of signed values are arithmetic; a shift amount < 0 or >= the bit width gives what the
+  sign extension alone gives (-1 for a right shift of a negative value, else 0). Left shifts run on the
+  unsigned type of the same width (bits past the top are dropped, no signed overflow)."""
   x, y = i
-  if not dtypes.is_unsigned(x.dtype): raise unsupported(n, f"input of dtype {x.dtype.name}")
+  if not dtypes.is_int(x.dtype): raise unsupported(n, f"input of dtype {x.dtype.name}")
   bits = x.dtype.itemsize * 8
   xb, yb = x._broadcasted(y)
-  r = xb << yb if n.attr("direction") == "LEFT" else xb >> yb
-  return (yb >= bits).where(xb._const_like(0), r)  # shifting all bits out gives 0 (C leaves it undefined)
+  yl = yb.cast(dtypes.int64)
+  bad = (yl < 0) | (yl >= bits)
+  ys = bad.where(yl._const_like(0), yl).cast(x.dtype)
+  if n.attr("direction") == "LEFT":
+    ut = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[x.dtype.itemsize]
+    r = (xb.cast(ut) << ys.cast(ut)).cast(x.dtype)
+    return bad.where(xb._const_like(0), r)
+  r = xb >> ys
+  fill = (xb < 0).where(xb._const_like(-1), xb._const_like(0)) if not dtypes.is_unsigned(x.dtype) else xb._const_like(0)
+  return bad.where(fill, r)
 @op("IsNaN")
 def _isnan(n: Node, i: list) -> Tensor: return i[0].isnan()
 @op("IsInf")

@@ -5,6 +5,7 @@ ceil_mode, count_include_pad). Contract: windows are views of the padded input (
 convolutions, its window helper otherwise); MaxPool's Indices output is refused."""
 from __future__ import annotations
 import math
+import numpy as np
 from typing import Any, Optional
 from tilecraft.dtype import dtypes
 from tilecraft.onnx.ops.common import ints, is_float
@@ -168,9 +169,8 @@ def _convtranspose(n: Node, i: list) -> Tensor:
     out_shape = list(out_shape)[-nd:]
     pads = []
     for j in range(nd):
-      tot = full[j] - out_shape[j]
-      if tot < 0: raise unsupported(n, "output_shape larger than the full output")
-      lo = tot - tot // 2 if ap == "SAME_LOWER" else tot // 2
+      tot = full[j] - out_shape[j]  # negative: the output extends past the full one (zeros in, conv taps out)
+      lo = tot // 2 if ap == "SAME_UPPER" else tot - tot // 2  # (the spec's split, with floor division)
       pads.append((lo, tot - lo))
   elif ap in ("SAME_UPPER", "SAME_LOWER"):
     pads = []
@@ -184,7 +184,8 @@ def _convtranspose(n: Node, i: list) -> Tensor:
     pads = [(p[j], p[j + nd]) for j in range(nd)]
   t = x
   for j in range(nd): t = _dilate(t, 2 + j, st[j])
-  t = t.pad(((0, 0), (0, 0), *[((k[j] - 1) * dl[j], (k[j] - 1) * dl[j] + opad[j]) for j in range(nd)]))
+  t = t.pad(((0, 0), (0, 0), *[((k[j] - 1) * dl[j] + max(0, -pads[j][0]), (k[j] - 1) * dl[j] + opad[j] + max(0, -pads[j][1])) for j in range(nd)]))
+  pads = [(max(0, lo), max(0, hi)) for lo, hi in pads]
   # weight (cin, cout/g, *k) -> (cout, cin/g, *k), flipped
   wt = w.reshape(g, cin // g, coutg, *k).permute(0, 2, 1, *range(3, 3 + nd)).reshape(g * coutg, cin // g, *k)
   wt = wt.flip(tuple(range(2, 2 + nd)))
@@ -228,12 +229,16 @@ def _avgpool(n: Node, i: list) -> Tensor:
   padspec = ((0, 0), (0, 0), *[(p[0], p[1] + e) for p, e in zip(pads, extra)])
   win_axes = tuple(range(2 + nd, 2 + 2 * nd))
   s = x.pad(padspec)._pool(k, st, dl).sum(win_axes)
-  ones = Tensor.full((1, 1, *x.shape[2:]), 1.0, x.dtype, x.device)
-  if n.attr("count_include_pad", 0):
-    cnt = ones.pad(((0, 0), (0, 0), *pads), value=1.0).pad(((0, 0), (0, 0), *[(0, e) for e in extra]))
-  else: cnt = ones.pad(padspec)
-  c = cnt._pool(k, st, dl).sum(win_axes)
-  return (s / c).cast(x.dtype)
+  # the divisor depends only on shapes: per axis, how many taps of each window count (numpy, at build time)
+  cnt = np.ones((), dtype=np.float64)
+  for j in range(nd):
+    L = x.shape[2 + j]
+    valid = np.concatenate([np.full(pads[j][0], bool(n.attr("count_include_pad", 0))), np.ones(L, bool),
+                            np.full(pads[j][1], bool(n.attr("count_include_pad", 0))), np.zeros(extra[j], bool)])
+    o = s.shape[2 + j]
+    cj = np.array([sum(valid[a * st[j] + t * dl[j]] for t in range(k[j])) for a in range(o)], dtype=np.float64)
+    cnt = np.multiply.outer(cnt, cj)
+  return (s / Tensor(cnt.reshape(1, 1, *cnt.shape).astype(x.dtype.np or np.float32), device=x.device, dtype=x.dtype)).cast(x.dtype)
 
 @op("LpPool")
 def _lppool(n: Node, i: list) -> Tensor:
@@ -253,3 +258,20 @@ def _gmp(n: Node, i: list) -> Tensor:
 def _glp(n: Node, i: list) -> Tensor:
   x = i[0]; p = float(n.attr("p", 2))
   return x.abs().pow(p).sum(tuple(range(2, x.ndim)), keepdim=True).pow(1.0 / p).cast(x.dtype)
+
+@op("LRN")
+def _lrn(n: Node, i: list) -> Tensor:
+  """x / (bias + alpha / size * sum of x^2 over the channel window [c - (size-1)//2, c + ceil((size-1)/2)]) ** beta."""
+  x = i[0]
+  size = int(n.attr("size"))
+  alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
+  w = x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+  sq = w * w
+  lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+  C = x.shape[1]
+  padded = sq.pad(((0, 0), (lo, hi), *[(0, 0)] * (x.ndim - 2)))
+  s = None
+  for k in range(size):
+    part = padded.shrink(tuple((k, k + C) if j == 1 else None for j in range(x.ndim)))
+    s = part if s is None else s + part
+  return (w / (s * (alpha / size) + bias).pow(beta)).cast(x.dtype)

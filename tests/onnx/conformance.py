@@ -63,6 +63,8 @@ def scope(name: str) -> tuple[str, str]:
   c = all_cases()[name]
   op = primary_op(name)
   if op not in OP_FAMILY: return "out", f"op {op} is out of scope"
+  g = c.model.graph
+  if any(not vi.type.HasField("tensor_type") for vi in list(g.input) + list(g.output)): return "out", "sequence/optional values"
   if "training" in name and op in ("BatchNormalization", "Dropout"): return "out", "training mode"
   bad = sorted(OUT_OF_DTYPES[t] for t in _elem_types(c.model) if t in OUT_OF_DTYPES)
   if bad: return "out", f"dtype {', '.join(bad)}"

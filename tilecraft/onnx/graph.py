@@ -12,7 +12,7 @@ import os
 from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.onnx.registry import Node, lookup, unsupported
+from tilecraft.onnx.registry import Node, lookup, since_of, unsupported
 from tilecraft.tensor import Tensor
 
 MIN_OPSET, MAX_OPSET = 7, 21
@@ -70,6 +70,13 @@ def _attr_value(a: Any, where: str) -> Any:
     return numpy_helper.to_array(a.t)
   raise NotImplementedError(f"tilecraft.onnx: {where}: attribute {a.name!r} of type {A.AttributeType.Name(t)} (subgraphs, sparse tensors, type protos) is not supported")
 
+def _same_below(op_type: str, opset: int) -> bool:
+  """Whether op_type at `opset` (< MIN_OPSET) is the same version as at MIN_OPSET (a model of an old opset
+  using only ops that haven't changed since)."""
+  import onnx.defs
+  try: return onnx.defs.get_schema(op_type, opset).since_version == onnx.defs.get_schema(op_type, MIN_OPSET).since_version
+  except Exception: return False  # noqa: BLE001
+
 def _as_model(model: Any) -> Any:
   import onnx
   if isinstance(model, onnx.ModelProto): return model
@@ -98,7 +105,7 @@ class OnnxModel:
     self.opset = 0
     for imp in model.opset_import:
       if imp.domain in ("", "ai.onnx"): self.opset = int(imp.version)
-    if not MIN_OPSET <= self.opset <= NEWEST_OPSET:
+    if not 1 <= self.opset <= NEWEST_OPSET:
       raise NotImplementedError(f"tilecraft.onnx: the model's default-domain opset {self.opset} is outside the supported {MIN_OPSET}..{MAX_OPSET}")
     g = model.graph
     if len(g.sparse_initializer): raise NotImplementedError("tilecraft.onnx: sparse initializers are not supported")
@@ -124,9 +131,11 @@ class OnnxModel:
       where = f"node {name!r} (op {n.op_type}, opset {self.opset})"
       if n.domain not in ("", "ai.onnx"): raise NotImplementedError(f"tilecraft.onnx: {where}: domain {n.domain!r} is not supported")
       fn = lookup(n.op_type, self.opset)
-      if fn is not None and self.opset > MAX_OPSET and not _same_as_supported(n.op_type, self.opset):
+      if fn is not None and self.opset > MAX_OPSET and since_of(n.op_type, self.opset) <= MAX_OPSET and not _same_as_supported(n.op_type, self.opset):
         raise NotImplementedError(f"tilecraft.onnx: {where}: this op changed after opset {MAX_OPSET} (supported: {MIN_OPSET}..{MAX_OPSET})")
       if fn is None: raise NotImplementedError(f"tilecraft.onnx: {where} is not supported")
+      if self.opset < MIN_OPSET and not _same_below(n.op_type, self.opset):
+        raise NotImplementedError(f"tilecraft.onnx: {where}: opset {self.opset} is below the supported {MIN_OPSET}..{MAX_OPSET} and this op changed since")
       attrs = {a.name: _attr_value(a, where) for a in n.attribute}
       self.nodes.append((n, attrs, fn))
     self._init_tensors: dict[str, Tensor] = {}

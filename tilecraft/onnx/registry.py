@@ -51,5 +51,9 @@ def lookup(op_type: str, opset: int, domain: str = "") -> Optional[OpFn]:
     if since <= opset: best = fn
   return best
 
+def since_of(op_type: str, opset: int) -> int:
+  """The opset the implementation lookup(op_type, opset) was registered from (0: none)."""
+  return max((s for s, _ in _TABLE.get(op_type, []) if s <= opset), default=0)
+
 def registered() -> list[str]:
   return sorted(_TABLE)

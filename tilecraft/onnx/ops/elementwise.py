@@ -55,6 +55,11 @@ def _pow(n: Node, i: list) -> Tensor:
   if not is_float(x) and not is_float(y):
     if dtypes.is_unsigned(y.dtype) or True:
       return _int_pow(n, x, y)
+  if not is_float(x):  # int ** float: integral exponents >= 0 exactly (as C pow is), others truncated from float64
+    f = x.cast(dtypes.float64).pow(y.cast(dtypes.float64))
+    integral = (y == y.floor()) & (y >= 0) & (y < 64)
+    yi = integral.where(y, const(y, 0)).cast(dtypes.int64)
+    return integral.where(_int_pow(n, x, yi), f.cast(x.dtype)).cast(x.dtype)
   wide = dtypes.float64 if dtypes.float64 in (x.dtype, y.dtype) or (not is_float(x) and x.dtype.itemsize == 8) else dtypes.float32 \
     if x.dtype in (dtypes.float16, dtypes.bfloat16) or not is_float(x) else x.dtype
   return x.cast(wide).pow(y.cast(wide)).cast(x.dtype)
@@ -235,6 +240,10 @@ def _gelu(n: Node, i: list) -> Tensor:
   if n.attr("approximate", "none") == "tanh": r = w * 0.5 * (1 + ((w + w * w * w * 0.044715) * math.sqrt(2 / math.pi)).tanh())
   else: r = w * 0.5 * (1 + _erf(w * (1 / math.sqrt(2))))
   return r.cast(x.dtype)
+@op("Swish", since=24)
+def _swish(n: Node, i: list) -> Tensor:
+  x = i[0]; _float_only(n, x)
+  return (x * (x * n.attr("alpha", 1.0)).sigmoid()).cast(x.dtype)
 @op("Shrink")
 def _shrink(n: Node, i: list) -> Tensor:
   x = i[0]; lam, bias = n.attr("lambd", 0.5), n.attr("bias", 0.0)

@@ -102,7 +102,7 @@ def _topk(n: Node, i: list) -> list:
   rank = (better | earlier_tie).cast(dtypes.int32).sum(-1).cast(dtypes.int32)  # (..., L): each element's place
   kk = Tensor.arange(k, dtype=dtypes.int32, device=x.device)
   sel = rank.unsqueeze(-1) == kk  # (..., L, k)
-  vals = sel.where(xt.unsqueeze(-1), xt._const_like(0)).sum(-2).cast(x.dtype) if x.dtype != dtypes.bool else sel.where(xt.unsqueeze(-1), False).max(-2)
+  vals = sel.where(xt.unsqueeze(-1), const(xt, 0)).sum(-2).cast(x.dtype) if x.dtype != dtypes.bool else sel.where(xt.unsqueeze(-1), False).max(-2)
   idx = sel.where(ii.reshape(L, 1).cast(dtypes.int64), 0).sum(-2).cast(dtypes.int64)
   return [vals.transpose(a, -1), idx.transpose(a, -1)]
 
@@ -198,7 +198,7 @@ def _lpnorm(n: Node, i: list) -> Tensor:
   if p == 1: d = x.abs().sum(a, keepdim=True)
   elif p == 2: d = (x * x).sum(a, keepdim=True).sqrt()
   else: raise unsupported(n, f"p={p}")
-  return (x / d).cast(x.dtype)
+  return (d == 0).where(const(x, 0), x / d).cast(x.dtype)  # a zero norm gives 0, as the reference
 
 @op("MeanVarianceNormalization")
 def _mvn(n: Node, i: list) -> Tensor:

@@ -20,7 +20,9 @@ def _coord(mode: str, o: np.ndarray, scale: float, in_len: int, out_len: int, ro
     center = in_len / 2
     return center * (1 - adj) + (o + 0.5) / scale - 0.5
   if mode == "pytorch_half_pixel": return (o + 0.5) / scale - 0.5 if out_len > 1 else np.zeros_like(o)
-  if mode == "align_corners": return o * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros_like(o)
+  if mode == "align_corners":  # the resized length is in_len * scale (not rounded), as in the reference
+    lr = in_len * scale
+    return o * (in_len - 1) / (lr - 1) if lr > 1 else np.zeros_like(o)
   if mode == "asymmetric": return o / scale
   if mode == "tf_crop_and_resize":
     s, e = roi

@@ -179,7 +179,8 @@ class OnnxModel:
         o = outs[i]
         if isinstance(o, np.ndarray):  # a value known at build time (Shape, Constant, ...)
           known[oname] = o
-          o = Tensor(o, device=self.device) if o.dtype != np.dtype("O") else o
+          if o.dtype.name == "bfloat16": o = Tensor(o.astype(np.float32), device=self.device, dtype=dtypes.bfloat16)
+          else: o = Tensor(o, device=self.device)
         env[oname] = o
     res = [env[name] if name in env else value(name) for name, _ in self.outputs]
     for (name, dt), i in zip(self.outputs, range(len(res))):

@@ -203,32 +203,33 @@ def _prelu(n: Node, i: list) -> Tensor:
   return (x < 0).where(x * s, x).cast(x.dtype)
 @op("Elu")
 def _elu(n: Node, i: list) -> Tensor:
-  x = i[0]; a = n.attr("alpha", 1.0)
-  return (x < 0).where((x.exp() - 1) * a, x)
+  x = i[0]; a = n.attr("alpha", 1.0); w = _wide(x)
+  return (w < 0).where((w.exp() - 1) * a, w).cast(x.dtype)
 @op("Celu")
 def _celu(n: Node, i: list) -> Tensor:
-  x = i[0]; a = n.attr("alpha", 1.0)
-  return x.maximum(0) + ((x / a).exp() - 1).mul(a).minimum(0)
+  x = i[0]; a = n.attr("alpha", 1.0); w = _wide(x)  # (float16/bfloat16: computed in float32, rounded once)
+  return (w.maximum(0) + ((w / a).exp() - 1).mul(a).minimum(0)).cast(x.dtype)
 @op("Selu")
 def _selu(n: Node, i: list) -> Tensor:
   x = i[0]; a, g = n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875)
-  return (x <= 0).where((x.exp() * a - a) * g, x * g)
+  w = _wide(x)
+  return (w <= 0).where((w.exp() * a - a) * g, w * g).cast(x.dtype)
 @op("ThresholdedRelu")
 def _trelu(n: Node, i: list) -> Tensor:
   x = i[0]; return (x > n.attr("alpha", 1.0)).where(x, 0.0)
 @op("HardSigmoid")
 def _hsig(n: Node, i: list) -> Tensor:
-  x = i[0]; return (x * n.attr("alpha", 0.2) + n.attr("beta", 0.5)).maximum(0.0).minimum(1.0)
+  x = i[0]; w = _wide(x); return (w * n.attr("alpha", 0.2) + n.attr("beta", 0.5)).maximum(0.0).minimum(1.0).cast(x.dtype)
 @op("HardSwish")
 def _hswish(n: Node, i: list) -> Tensor:
-  x = i[0]; return x * (x * (1 / 6) + 0.5).maximum(0.0).minimum(1.0)
+  x = i[0]; w = _wide(x); return (w * (w * (1 / 6) + 0.5).maximum(0.0).minimum(1.0)).cast(x.dtype)
 @op("Softplus")
 def _softplus(n: Node, i: list) -> Tensor:
   x = i[0]; w = _wide(x)
   return ((w > 20).where(w, (1 + w.exp()).log())).cast(x.dtype)
 @op("Softsign")
 def _softsign(n: Node, i: list) -> Tensor:
-  x = i[0]; return x / (1 + x.abs())
+  x = i[0]; w = _wide(x); return (w / (1 + w.abs())).cast(x.dtype)
 @op("Mish")
 def _mish(n: Node, i: list) -> Tensor:
   x = i[0]; w = _wide(x)

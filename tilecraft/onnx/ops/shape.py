@@ -227,11 +227,17 @@ def _onehot(n: Node, i: list) -> Tensor:
 
 @op("Range")
 def _range(n: Node, i: list) -> np.ndarray:
+  """start + i * delta for i < max(ceil((limit - start) / delta), 0), in numpy at build time (from opset 27,
+  float16/bfloat16 are computed in float32 with stash_type 1, the default)."""
   s, l, d = (np.asarray(n.static(j)).reshape(()) for j in range(3))
   dt = s.dtype
   cnt = max(int(math.ceil((float(l) - float(s)) / float(d))), 0)
   if dt.kind in "iu": return (s + np.arange(cnt, dtype=np.int64) * d).astype(dt)
+  if dt.name == "bfloat16" or (dt == np.float16 and n.opset >= 27 and n.attr("stash_type", 1) == 1):
+    f = np.float32
+    return (np.float32(s) + np.arange(cnt, dtype=f) * np.float32(d)).astype(dt)
   return (s + np.arange(cnt, dtype=dt) * d).astype(dt)
+op("Range", since=27)(_range)
 
 @op("Trilu")
 def _trilu(n: Node, i: list) -> Tensor:
@@ -292,9 +298,11 @@ def _d2s(n: Node, i: list) -> Tensor:
   return t.reshape(N, C // (b * b), H * b, W * b)
 
 @op("SpaceToDepth")
+@op("SpaceToDepth", since=28)
 def _s2d(n: Node, i: list) -> Tensor:
   x = i[0]
   b = n.attr("blocksize")
   N, C, H, W = x.shape
-  t = x.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4)
+  if n.attr("mode", "DCR") == "CRD": t = x.reshape(N, C, H // b, b, W // b, b).permute(0, 1, 3, 5, 2, 4)  # (opset 28)
+  else: t = x.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4)
   return t.reshape(N, C * b * b, H // b, W // b)

@@ -616,7 +616,11 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   def _first_along(self, axes: tuple[int, ...]) -> "Tensor":
     """Each element's first element along `axes`, as a view broadcast back to this shape (0 where an axis is empty)."""
     if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes): return self._const_like(0)
-    return self.shrink(tuple((0, 1) if i in axes else None for i in range(self.ndim)))._expand_to(self.shape)
+    first = self.shrink(tuple((0, 1) if i in axes else None for i in range(self.ndim)))
+    b = self.lazydata.base
+    if not (b.realized or b.op is BufferOps.CONST):  # a computed value: its first elements in a small kernel of their own
+      first = first.contiguous()  # (a broadcast view of the value itself would make the scheduler realize all of it first)
+    return first._expand_to(self.shape)
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 0, acc_dtype: Any = None) -> "Tensor":
     """Variance with `correction` (numpy's ddof) subtracted from the count (float16/bfloat16: computed in float32, or `acc_dtype`)."""
     return self._var_acc(axis, keepdim, correction, acc_dtype).cast(self._default_float().dtype)

@@ -67,6 +67,7 @@ class CStyleLanguage(Renderer):
 
   def render_const(self, x: Any, dt: DType) -> str:
     dt = dt.scalar()
+    if dt == dtypes.bfloat16: return f"(({self.render_dtype(dt)}){int(bf16_bits_from_f32(np.float32(x)))})"  # held as its bits
     if dtypes.is_float(dt):
       if math.isnan(x): v = "NAN"
       elif math.isinf(x): v = "INFINITY" if x > 0 else "-INFINITY"

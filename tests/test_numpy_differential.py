@@ -22,7 +22,7 @@ def _tiers(n_fast: int, n_slow: int) -> list:
   n_slow seeds on every device (bigger batches) under -m slow."""
   fast = [pytest.param("CPU", s, 1, id=f"CPU-{s}") for s in range(n_fast)]
   fast += [pytest.param(d, 100, 1, id=f"{d}-100") for d in DEVICES[1:]]
-  slow = [pytest.param(d, 1000 + s, 4, id=f"{d}-slow{s}", marks=pytest.mark.slow) for d in DEVICES for s in range(n_slow)]
+  slow = [pytest.param(d, 1000 + s, 4, id=f"{d}-slow{s}", marks=[pytest.mark.slow, pytest.mark.timeout(900)]) for d in DEVICES for s in range(n_slow)]
   return fast + slow
 
 def _exact(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -46,7 +46,7 @@ def test_transcendental_chains_into_argmax(device: str, seed: int, size: int) ->
   from two kernels that evaluate exp differently. Any chain: indices in [0, N), and the first extreme
   of the values the chain computes (realized on their own), ties and nan (the first nan wins) included."""
   rng = np.random.default_rng(seed)
-  for _ in range(2 * size):
+  for _ in range(size + 1):  # (each chain compiles ~12 kernels: 0.2 s each on CPU, 0.7 s on PoCL)
     rows, n = int(rng.integers(1, 40 if device == "PYTHON" else 300)), int(rng.integers(1, 70))
     x = (rng.standard_normal((rows, n)) * rng.choice([0.5, 3.0, 20.0])).astype(np.float32)
     if rng.random() < 0.3: x[rng.random(x.shape) < 0.02] = np.nan

@@ -52,13 +52,13 @@ def test_unsupported_op_names_node_op_opset() -> None:
     tox.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
 
 def test_unsupported_at_run_names_node() -> None:
-  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
-  sc = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 0.5, 0.5])
-  n = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="rs", mode="linear", antialias=1)
-  g = helper.make_graph([n], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[sc])
-  m = tox.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]))
-  with pytest.raises(NotImplementedError, match=r"rs.*Resize.*opset 19.*antialias"):
-    m.run({"x": np.zeros((1, 1, 4, 4), np.float32)})
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2])
+  ps = [helper.make_tensor(nm, TensorProto.FLOAT, [2], [1.0, 1.0]) for nm in ("s", "b", "m", "v")]
+  n = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", training_mode=1)
+  g = helper.make_graph([n], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=ps)
+  m = tox.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)]))
+  with pytest.raises(NotImplementedError, match=r"bn.*BatchNormalization.*opset 15.*training"):
+    m.run({"x": np.zeros((1, 2, 2), np.float32)})
 
 def test_opset_out_of_range() -> None:
   with pytest.raises(NotImplementedError, match="opset"):

@@ -213,14 +213,35 @@ def _pool_setup(n: Node, x: Tensor) -> tuple:
   return nd, k, st, dl, pads, extra
 
 @op("MaxPool")
-def _maxpool(n: Node, i: list) -> Tensor:
+def _maxpool(n: Node, i: list) -> Any:
+  """Max over windows of the input padded with -inf (the dtype's minimum for integers); the optional
+  Indices output is the first maximum's flat index into the unpadded input (row-major, or column-major
+  spatial with storage_order=1)."""
   x = i[0]
-  if len([o for o in n.outputs if o]) > 1: raise unsupported(n, "the Indices output")
-  if n.attr("storage_order", 0): raise unsupported(n, "storage_order")
   nd, k, st, dl, pads, extra = _pool_setup(n, x)
   lo = -math.inf if is_float(x) else int(dtypes.min(x.dtype))
   xp = x.pad(((0, 0), (0, 0), *[(p[0], p[1] + e) for p, e in zip(pads, extra)]), value=lo)
-  return xp._pool(k, st, dl).max(tuple(range(2 + nd, 2 + 2 * nd))).cast(x.dtype)
+  win = xp._pool(k, st, dl)
+  y = win.max(tuple(range(2 + nd, 2 + 2 * nd))).cast(x.dtype)
+  if len(n.outputs) < 2 or not n.outputs[1]: return y
+  o = win.shape[2:2 + nd]
+  K = math.prod(k)
+  rem = win.reshape(*win.shape[:2 + nd], K).argmax(-1).cast(dtypes.int64)  # (N, C, *o)
+  taps = [None] * nd
+  for j in range(nd - 1, -1, -1):
+    taps[j] = rem % k[j]
+    rem = rem // k[j]
+  sp = x.shape[2:]
+  ar = lambda j: Tensor.arange(o[j], dtype=dtypes.int64, device=x.device).reshape(*([1] * (2 + j)), o[j], *([1] * (nd - j - 1)))  # noqa: E731
+  pos = [ar(j) * st[j] + taps[j] * dl[j] - pads[j][0] for j in range(nd)]
+  N, C = x.shape[0], x.shape[1]
+  nc = Tensor.arange(N * C, dtype=dtypes.int64, device=x.device).reshape(N, C, *([1] * nd))
+  order = list(range(nd)) if not n.attr("storage_order", 0) else list(range(nd))[::-1]
+  flat, size = None, 1
+  for j in reversed(order):
+    flat = pos[j] * size if flat is None else flat + pos[j] * size
+    size *= sp[j]
+  return [y, (nc * size + flat).cast(dtypes.int64)]
 
 @op("AveragePool")
 def _avgpool(n: Node, i: list) -> Tensor:

@@ -3,7 +3,8 @@ nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value, axes, keep_as
 the deprecated Upsample. Contract: the output size and, per resized axis, the (out, in) interpolation
 weights depend only on shapes, so they are computed in numpy (float64) at build time; nearest is an
 exact one-hot select, linear and cubic a contraction with the weight matrix; axes are resized one at a
-time (the N-d interpolation is separable). antialias=1 is refused."""
+time (the N-d interpolation is separable). antialias=1 stretches the linear/cubic kernel by 1/scale
+when downsampling."""
 from __future__ import annotations
 import math
 from typing import Any, Optional
@@ -41,6 +42,14 @@ def _cubic(r: float, a: float) -> list[float]:
   return [((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a, ((a + 2) * r - (a + 3)) * r * r + 1,
           ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1, ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a]
 
+def _kernel(mode: str, t: float, a: float) -> float:
+  """The interpolation kernel at distance t: the triangle (linear) or Keys' cubic with coefficient a."""
+  t = abs(t)
+  if mode == "linear": return max(0.0, 1.0 - t)
+  if t <= 1: return ((a + 2) * t - (a + 3)) * t * t + 1
+  if t < 2: return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+  return 0.0
+
 def _weights(n: Node, mode: str, ctm: str, in_len: int, out_len: int, scale: float, roi: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
   """(W (out, in) float64, invalid (out,) bool: rows outside a tf_crop_and_resize crop)."""
   o = np.arange(out_len, dtype=np.float64)
@@ -49,6 +58,7 @@ def _weights(n: Node, mode: str, ctm: str, in_len: int, out_len: int, scale: flo
   invalid = np.zeros(out_len, dtype=bool)
   if ctm == "tf_crop_and_resize": invalid = (xs < 0) | (xs > in_len - 1)
   excl = n.attr("exclude_outside", 0)
+  aa = bool(n.attr("antialias", 0)) and mode != "nearest" and scale < 1
   for j, x in enumerate(xs):
     if invalid[j]: continue
     if mode == "nearest":
@@ -56,6 +66,15 @@ def _weights(n: Node, mode: str, ctm: str, in_len: int, out_len: int, scale: flo
       W[j, min(max(k, 0), in_len - 1)] = 1.0
       continue
     f = math.floor(x); r = x - f
+    if aa:  # the kernel stretched by 1/scale (downsampling), normalized: every tap where it is nonzero
+      rad = (1.0 if mode == "linear" else 2.0) / scale
+      taps = list(range(f - math.ceil(rad) - 1, f + math.ceil(rad) + 2))
+      cs = [_kernel(mode, (t - x) * scale, n.attr("cubic_coeff_a", -0.75)) for t in taps]
+      if excl: cs = [c if 0 <= t < in_len else 0.0 for t, c in zip(taps, cs)]
+      tot = sum(cs); cs = [c / tot for c in cs]
+      for t, c in zip(taps, cs):
+        if c: W[j, min(max(t, 0), in_len - 1)] += c
+      continue
     if mode == "linear": taps, cs = [f, f + 1], [1 - r, r]
     else: taps, cs = [f - 1, f, f + 1, f + 2], _cubic(r, n.attr("cubic_coeff_a", -0.75))
     if excl:
@@ -78,7 +97,6 @@ def _resize_axis(x: Tensor, a: int, W: np.ndarray, invalid: np.ndarray, nearest:
   return out.permute(*back)
 
 def _resize(n: Node, x: Tensor, mode: str, ctm: str, scales: Optional[list[float]], sizes: Optional[list[int]], roi: Optional[list[float]], axes: list[int]) -> Tensor:
-  if n.attr("antialias", 0): raise unsupported(n, "antialias=1")
   if mode not in ("nearest", "linear", "cubic"): raise unsupported(n, f"mode {mode}")
   nd = x.ndim
   in_sh = [x.shape[a] for a in axes]

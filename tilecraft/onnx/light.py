@@ -3,9 +3,10 @@ Inception v1/v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512) with usab
 `light_model_names()` lists them; `light_model(name, seed=0, logits=True)` loads one and replaces every
 float weight (ConstantOfShape outputs and float initializers) by a seeded random initializer chosen by
 the role its consumer gives it, so activations stay finite and varied through the whole network:
-conv/gemm weights He-normal (std sqrt(2 / fan_in)), biases and shifts N(0, 0.01..0.1), BatchNorm
-scales and variances near 1. With `logits=True` the input of the final Softmax is added as a graph
-output named "logits". `light_input(model, seed)` gives a matching N(0, 1) input dict."""
+conv/gemm weights He-normal (std sqrt(2 / fan_in)), biases, shifts and means N(0, 0.05), BatchNorm
+scales and variances near 1, except the scale of a BatchNorm ending a residual branch (0.2-0.3). With
+`logits=True` the input of the final Softmax (the logits) is added as a graph output, under its own
+name. `light_input(model, seed)` gives a matching N(0, 1) input dict."""
 from __future__ import annotations
 import math, os
 from typing import Any, Optional
@@ -19,13 +20,22 @@ def light_model_names() -> list[str]:
   """The light models' names (file names without light_ and .onnx), e.g. 'resnet50'."""
   return sorted(f[len("light_"):-len(".onnx")] for f in os.listdir(_light_dir()) if f.startswith("light_") and f.endswith(".onnx"))
 
+def _feeds_sum(name: str, by_output: dict[str, list[tuple[Any, int]]], depth: int = 2) -> bool:
+  """Whether `name` reaches a residual Sum/Add within `depth` nodes (through Relu and the like)."""
+  for node, _ in by_output.get(name, []):
+    if node.op_type in ("Sum", "Add"): return True
+    if depth > 1 and node.op_type in ("Relu", "Identity") and _feeds_sum(node.output[0], by_output, depth - 1): return True
+  return False
+
 def _role(consumers: list[tuple[Any, int]], by_output: dict[str, list[tuple[Any, int]]]) -> tuple[str, Any]:
   """What a weight is used as: ('conv_w', node), ('gemm_b', node), ('bias', None), ('scale', None), ('var', None), ..."""
   for node, idx in consumers:
     t = node.op_type
     if t == "Conv": return ("conv_w" if idx == 1 else "bias"), node
     if t == "Gemm": return ("gemm_w" if idx == 1 else "gemm_a" if idx == 0 else "bias"), node
-    if t == "BatchNormalization": return {1: "scale", 2: "bias", 3: "mean", 4: "var"}.get(idx, "other"), node
+    if t == "BatchNormalization":
+      if idx == 1 and _feeds_sum(node.output[0], by_output): return "res_scale", node
+      return {1: "scale", 2: "bias", 3: "mean", 4: "var"}.get(idx, "other"), node
     if t == "Mul": return "scale", node
     if t in ("Add", "Sum"): return "bias", node
     if t in ("Unsqueeze", "Reshape", "Identity") and idx == 0:
@@ -55,6 +65,7 @@ def light_model(name: str, seed: int = 0, logits: bool = True) -> Any:
     else: fan_in = 0
     if fan_in: return (rng.standard_normal(shape) * math.sqrt(2.0 / fan_in)).astype(np.float32)
     if role == "scale": return rng.uniform(0.8, 1.2, shape).astype(np.float32)
+    if role == "res_scale": return rng.uniform(0.2, 0.3, shape).astype(np.float32)  # residual branches: variance grows ~6% a block
     if role == "var": return rng.uniform(0.5, 1.5, shape).astype(np.float32)
     if role in ("bias", "mean"): return (rng.standard_normal(shape) * 0.05).astype(np.float32)
     return (rng.standard_normal(shape) * 0.05).astype(np.float32)

@@ -5,7 +5,8 @@
   tilecraft.onnx.backend                  onnx.backend.base.Backend (prepare / run_model / run_node)
   tilecraft.onnx.light                    the onnx package's light models with seeded random weights
 
-Files: graph.py (loading and the graph walk), registry.py (the op table, Node, unsupported),
+Files: graph.py (loading and the graph walk), types.py (ONNX element types), registry.py (the op table,
+Node, unsupported),
 ops/ (op implementations by family), backend.py, light.py. Anything unsupported raises
 NotImplementedError naming the node, the op and the opset, at load or at run, never a guess.
 Importing this package needs the `onnx` package only when a model is loaded."""

@@ -13,6 +13,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
 from tilecraft.onnx.registry import Node, lookup, since_of, unsupported
+from tilecraft.onnx.types import onnx_dtype
 from tilecraft.tensor import Tensor
 
 MIN_OPSET, MAX_OPSET = 7, 21
@@ -39,20 +40,6 @@ def _same_as_supported(op_type: str, opset: int) -> bool:
     return (sorted((k, str(a.default_value)) for k, a in sc.attributes.items()), [(i.name, i.option) for i in sc.inputs],
             [(o.name, o.option) for o in sc.outputs])
   return sig(new) == sig(old) and (new.doc == old.doc or op_type in _CLARIFIED_ONLY)
-
-# TensorProto.DataType -> tilecraft dtype (None: no tilecraft dtype)
-_ONNX_DTYPES: dict[int, Optional[DType]] = {
-  1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16, 6: dtypes.int32, 7: dtypes.int64,
-  9: dtypes.bool, 10: dtypes.float16, 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64, 16: dtypes.bfloat16,
-}
-_ONNX_TYPE_NAMES = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ",
-                    19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1"}
-
-def onnx_dtype(elem_type: int, where: str) -> DType:
-  """The tilecraft dtype of an ONNX element type, or NotImplementedError naming `where`."""
-  dt = _ONNX_DTYPES.get(elem_type)
-  if dt is None: raise NotImplementedError(f"tilecraft.onnx: {where}: element type {_ONNX_TYPE_NAMES.get(elem_type, elem_type)} is not supported")
-  return dt
 
 def _attr_value(a: Any, where: str) -> Any:
   import onnx

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 from tilecraft.dtype import dtypes
-from tilecraft.onnx.graph import onnx_dtype
+from tilecraft.onnx.types import onnx_dtype
 from tilecraft.onnx.ops.common import const, is_float
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor

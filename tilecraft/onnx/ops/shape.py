@@ -9,7 +9,7 @@ import math
 from typing import Any, Optional
 import numpy as np
 from tilecraft.dtype import dtypes
-from tilecraft.onnx.graph import onnx_dtype
+from tilecraft.onnx.types import onnx_dtype
 from tilecraft.onnx.ops.common import cat_exact, const, gather_axis, ints, norm_axis, select_sum, take_static, wrap_index
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor

@@ -181,7 +181,7 @@ def test_dtype_unsupported_on_device(monkeypatch: pytest.MonkeyPatch) -> None:
   names = dict(renderer.type_names)
   del names[dtypes.float64]
   monkeypatch.setattr(renderer, "type_names", names)
-  tensor_mod._device_dtype_error.cache_clear()
+  tensor_mod._check_dtype.cache_clear()
   try:
     with pytest.raises(TypeError, match="double.*CPU|float64.*CPU|CPU.*double"): Tensor([1.0, 2.0], dtype=dtypes.float64)
     with pytest.raises(TypeError, match="CPU"): Tensor(np.array([1.0]))
@@ -190,7 +190,7 @@ def test_dtype_unsupported_on_device(monkeypatch: pytest.MonkeyPatch) -> None:
     same(Tensor([1.0, 2.0]) * 2, np.array([2.0, 4.0], np.float32))  # other dtypes still work
   finally:
     monkeypatch.undo()
-    tensor_mod._device_dtype_error.cache_clear()
+    tensor_mod._check_dtype.cache_clear()
 
 def test_bitcast() -> None:
   x = np.array([1.0, -2.0, np.inf], np.float32)

@@ -558,3 +558,16 @@ class _Launch:
   def launch(self, *handles: Any) -> None:
     gs, ls = self.gs, self.ls
     self.prg(*handles, global_size=None if gs is None else list(gs), local_size=None if ls is None else list(ls), vals=(), wait=False)
+
+def dtype_unsupported(device: str, dt: Any) -> Optional[str]:
+  """Why `device` can't compute with dtype `dt`, or None when it can (a device that can't be opened
+  is reported when it is used, not here)."""
+  try: dev = Device[device]
+  except DeviceUnavailable: return None
+  names = getattr(dev.renderer, "type_names", None)
+  if names is not None and dt not in names: return f"device {device} has no {dt.name} type"
+  if device == "OPENCL" and getattr(dt, "name", "") == "double":
+    try: ext = importlib.import_module("tilecraft.runtime.opencl")._context()[1].extensions
+    except Exception: return None  # noqa: BLE001
+    if "cl_khr_fp64" not in ext: return "the OpenCL device has no double precision (cl_khr_fp64)"
+  return None

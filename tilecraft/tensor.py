@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools, math, struct
 from typing import Any, Optional, Sequence, Union
 import numpy as np
-from tilecraft.device import Buffer, Device, DeviceUnavailable
+from tilecraft.device import Buffer, Device, DeviceUnavailable, dtype_unsupported
 from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tilecraft.engine.lazy import LazyBuffer, hash_consed, source_key
 from tilecraft.engine.realize import realize_lazy
@@ -53,22 +53,8 @@ def _tensor_dtype(dtype: Union[DType, str]) -> DType:
   return dt
 
 @functools.lru_cache(maxsize=None)
-def _device_dtype_error(device: str, dt: DType) -> Optional[str]:
-  """Why `device` can't compute with `dt`, or None when it can (asked once per pair)."""
-  try: dev = Device[device]
-  except DeviceUnavailable: return None  # the device itself is reported when it is used
-  names = getattr(dev.renderer, "type_names", None)
-  if names is not None and dt not in names: return f"device {device} has no {dt.name} type"
-  if device == "OPENCL" and dt == dtypes.float64:
-    try:
-      from tilecraft.runtime.opencl import _context
-      ext = _context()[1].extensions
-    except Exception: return None
-    if "cl_khr_fp64" not in ext: return "the OpenCL device has no double precision (cl_khr_fp64)"
-  return None
-
 def _check_dtype(device: str, dt: DType) -> DType:
-  if (why := _device_dtype_error(device, dt)) is not None: raise TypeError(f"dtype {dt.name} is not supported on {device}: {why}")
+  if (why := dtype_unsupported(device, dt)) is not None: raise TypeError(f"dtype {dt.name} is not supported on {device}: {why}")
   return dt
 
 # ---- the lazy graph, through one door -------------------------------------------------------------

@@ -23,8 +23,8 @@ _TANH_TERMS = {dtypes.float16: 3, dtypes.bfloat16: 3, dtypes.float32: 6, dtypes.
 _PIO2_HI, _PIO2_LO = 1.5707963267948966, 6.123233995736766e-17  # pi/2 as a double and its remainder
 
 def _has_float64(device: str) -> bool:
-  from tilecraft.tensor import _device_dtype_error
-  return _device_dtype_error(device, dtypes.float64) is None
+  from tilecraft.device import dtype_unsupported
+  return dtype_unsupported(device, dtypes.float64) is None
 
 class MathOps:
   __slots__ = ()

@@ -209,7 +209,7 @@ def check_chain(shape: tuple[int, ...], ops: list) -> None:
 
 _suppress = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
-@settings(max_examples=2000, deadline=None, derandomize=True, database=None, suppress_health_check=_suppress)
+@settings(max_examples=1000, deadline=None, derandomize=True, database=None, suppress_health_check=_suppress)
 @given(chains())
 def test_chains_match_numpy(chain):
   check_chain(*chain)
@@ -254,7 +254,7 @@ def check_queries(shape: tuple[int, ...], ops: list) -> None:
       assert (stt.real_strides()[ax] is None) == varies
       assert stt.real_strides(True)[ax] is not None
 
-@settings(max_examples=600, deadline=None, derandomize=True, database=None, suppress_health_check=_suppress)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=_suppress)
 @given(chains())
 def test_chain_queries(chain):
   check_queries(*chain)

@@ -1,6 +1,6 @@
 """The differential opt fuzzer (tilecraft.testing.fuzz): it catches broken kernels (wrong values,
 out-of-bounds writes, crashes, exceptions), shrinks failures to minimal opt lists, and a default-tier
-run of >= 2,000 (kernel, opt sequence) pairs on CPU finds no mismatch."""
+run of >= 1,600 (kernel, opt sequence) pairs on CPU finds no mismatch."""
 import dataclasses, os
 import numpy as np
 import pytest
@@ -204,10 +204,11 @@ def test_fuzz_is_reproducible():
 
 # ---- the fuzz runs -------------------------------------------------------------------------------
 
-N_PER_KERNEL = 30   # x the corpus: >= 2,000 distinct (kernel, opt sequence) pairs on CPU (checked below)
+N_PER_KERNEL = 24   # x the corpus: >= 1,600 distinct (kernel, opt sequence) pairs on CPU (checked below; the
+                    # masked kernels get 5 CPU_ARCHs more in tests/testing/test_fuzz_cpu_archs.py)
 N_PER_KERNEL_GPU = 6  # PoCL compiles take 0.3-3 s each: OPENCL is most of this test's cold-cache time
 N_PER_KERNEL_LLVM = 15  # >= 1,000 pairs on LLVM (the JIT compiles in ~30 ms)
-MIN_PAIRS = {"CPU": 2000, "LLVM": 1000}
+MIN_PAIRS = {"CPU": 1600, "LLVM": 1000}
 
 def _params(n_cpu: int, n_gpu: int) -> list:
   return [pytest.param(name, d, n_cpu if d == "CPU" else N_PER_KERNEL_LLVM if d == "LLVM" else n_gpu, id=f"{d}-{name}",

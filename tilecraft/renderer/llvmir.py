@@ -42,9 +42,13 @@ def ltype(dt: DType) -> str:
   s = _SCALAR[dt.scalar()]
   return f"<{dt.count} x {s}>" if dt.count > 1 else s
 
+def vdt(scalar: DType, n: int) -> DType:
+  """n lanes of a scalar dtype (the scalar itself when n == 1)."""
+  return scalar.vec(n) if n > 1 else scalar
+
 def vtype(scalar: DType, n: int) -> str:
-  """The LLVM type of n lanes of a scalar dtype (the scalar type when n == 1)."""
-  return ltype(scalar.vec(n) if n > 1 else scalar)
+  """The LLVM type of n lanes of a scalar dtype."""
+  return ltype(vdt(scalar, n))
 
 def mtype(dt: DType) -> str:
   """The type a dtype has in memory: bool is a byte there."""
@@ -414,7 +418,7 @@ class _Writer:
       # like C: each op computed in float and rounded back to half (x86 without AVX512-FP16 has no half
       # arithmetic, and without F16C LLVM would call compiler-runtime helpers the JIT can't resolve)
       widen = lambda d: d.scalar() == dtypes.float16  # noqa: E731
-      f32 = dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32
+      f32 = vdt(dtypes.float32, dt.count)
       fa = [self.cast(x, d, f32) if widen(d) else x for x, d in zip(a, dts)]
       r = self.alu_op(op, f32 if widen(dt) else dt, fa, [f32 if widen(d) else d for d in dts])
       return self.cast(r, f32, dt) if widen(dt) else r
@@ -471,7 +475,7 @@ class _Writer:
   # 13 bits shorter) is the one correctly rounded result.
   def half_cast(self, x: str, src: DType, dst: DType) -> str:
     n, s, d = dst.count, src.scalar(), dst.scalar()
-    f32 = dtypes.float32.vec(n) if n > 1 else dtypes.float32
+    f32 = vdt(dtypes.float32, n)
     if s == dtypes.float16:
       f = self.val(f"fpext {ltype(src)} {x} to {ltype(f32)}") if self.f16c else self.f16_to_f32(x, n)
       return self.cast(f, f32, dst)
@@ -479,12 +483,13 @@ class _Writer:
     elif s != dtypes.float32: x = self.cast(x, src, f32)  # ints: exact below 2**24, and anything larger is inf in half anyway
     return self.val(f"fptrunc {ltype(f32)} {x} to {ltype(dst)}") if self.f16c else self.f32_to_f16(x, n)
 
-  def _ic(self, c: int, n: int) -> str: return self.splat_const(c, dtypes.int32.vec(n) if n > 1 else dtypes.int32)
+  def _bit_types(self, n: int) -> tuple[str, str, str, Any]:
+    """(int32, float32 and bool types of n lanes, a maker of int32 constants of n lanes): what the bit-level conversions work in."""
+    return vtype(dtypes.int32, n), vtype(dtypes.float32, n), vtype(dtypes.bool, n), lambda v: self.splat_const(v, vdt(dtypes.int32, n))
 
   def f32_to_f16(self, x: str, n: int) -> str:
     """float -> half, round to nearest even, by integer arithmetic on the bits."""
-    i, f, c = vtype(dtypes.int32, n), vtype(dtypes.float32, n), lambda v: self._ic(v, n)  # noqa: E731
-    b = vtype(dtypes.bool, n)
+    i, f, b, c = self._bit_types(n)
     u = self.val(f"bitcast {f} {x} to {i}")
     sign = self.val(f"and {i} {self.val(f'lshr {i} {u}, {c(16)}')}, {c(0x8000)}")
     a = self.val(f"and {i} {u}, {c(0x7FFFFFFF)}")
@@ -495,7 +500,7 @@ class _Writer:
     norm = self.val(f"lshr {i} {self.val(f'add {i} {rebiased}, {bias}')}, {c(13)}")
     # below 2**-14 (subnormal halves): adding 0.5 lines the value up with float's ulp at 0.5, which is
     # half's 2**-24, and the float add rounds to nearest even; what is above 0.5 is the half's bits
-    small = self.val(f"fadd {f} {self.val(f'bitcast {i} {a} to {f}')}, {self.splat_const(0.5, dtypes.float32.vec(n) if n > 1 else dtypes.float32)}")
+    small = self.val(f"fadd {f} {self.val(f'bitcast {i} {a} to {f}')}, {self.splat_const(0.5, vdt(dtypes.float32, n))}")
     sub = self.val(f"sub {i} {self.val(f'bitcast {f} {small} to {i}')}, {c(0x3F000000)}")
     h = self.val(f"select {b} {self.val(f'icmp ult {i} {a}, {c(0x38800000)}')}, {i} {sub}, {i} {norm}")
     h = self.val(f"select {b} {self.val(f'icmp uge {i} {a}, {c(0x477FF000)}')}, {i} {c(0x7C00)}, {i} {h}")  # 65520 and up: inf
@@ -508,8 +513,7 @@ class _Writer:
 
   def f16_to_f32(self, x: str, n: int) -> str:
     """half -> float (exact), by integer arithmetic on the bits."""
-    i, f, c = vtype(dtypes.int32, n), vtype(dtypes.float32, n), lambda v: self._ic(v, n)  # noqa: E731
-    b = vtype(dtypes.bool, n)
+    i, f, b, c = self._bit_types(n)
     t16 = vtype(dtypes.int16, n)
     h = self.val(f"zext {t16} {self.val(f'bitcast {vtype(dtypes.float16, n)} {x} to {t16}')} to {i}")
     sign = self.val(f"shl {i} {self.val(f'and {i} {h}, {c(0x8000)}')}, {c(16)}")
@@ -518,7 +522,7 @@ class _Writer:
     shifted = self.val(f"shl {i} {em}, {c(13)}")
     norm = self.val(f"add {i} {shifted}, {c(0x38000000)}")  # rebias 15 -> 127
     special = self.val(f"add {i} {shifted}, {c(0x70000000)}")  # inf and NaN keep their payload
-    scaled = self.val(f"fmul {f} {self.val(f'uitofp {i} {em} to {f}')}, {self.splat_const(2.0 ** -24, dtypes.float32.vec(n) if n > 1 else dtypes.float32)}")
+    scaled = self.val(f"fmul {f} {self.val(f'uitofp {i} {em} to {f}')}, {self.splat_const(2.0 ** -24, vdt(dtypes.float32, n))}")
     sub = self.val(f"bitcast {f} {scaled} to {i}")
     r = self.val(f"select {b} {self.val(f'icmp eq {i} {exp}, {c(0)}')}, {i} {sub}, {i} {norm}")
     r = self.val(f"select {b} {self.val(f'icmp eq {i} {exp}, {c(0x7C00)}')}, {i} {special}, {i} {r}")
@@ -526,8 +530,8 @@ class _Writer:
 
   def f64_to_f32_odd(self, x: str, n: int) -> str:
     """double -> float rounded to odd: truncated toward zero, lowest bit set when inexact."""
-    d, f = vtype(dtypes.float64, n), vtype(dtypes.float32, n)
-    i, b, c = vtype(dtypes.int32, n), vtype(dtypes.bool, n), lambda v: self._ic(v, n)  # noqa: E731
+    d = vtype(dtypes.float64, n)
+    i, f, b, c = self._bit_types(n)
     fabs = f"llvm.fabs.{'v' + str(n) if n > 1 else ''}f64"
     self.decls.add(f"declare {d} @{fabs}({d})")
     r = self.val(f"fptrunc {d} {x} to {f}")

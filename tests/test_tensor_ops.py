@@ -434,3 +434,11 @@ def test_kernel_int_min_div_by_minus_one(op: str, want: list) -> None:
   r = subprocess.run([sys.executable, "-c", _INT_MIN_DIV.format(op=op)], capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, f"kernel process died with return code {r.returncode}: {r.stderr[-300:]}"
   assert r.stdout.split("\n")[-2] == str(want)
+
+def test_sum_of_a_constant_fused_with_another_sum():
+  """A reduce of a term that doesn't vary along the reduce axis, in a kernel whose reduce axis became
+  the vector axis (UNROLL): the constant counted once per vector ([2, 6] instead of [3, 7])."""
+  x = Tensor(np.arange(4, dtype=np.float32))
+  np.testing.assert_array_equal((x.reshape(2, 2).sum(1) + Tensor.full((2, 2), 1.0).sum(1)).numpy(), [3.0, 7.0])
+  y = np.arange(12, dtype=np.float32).reshape(3, 4)
+  np.testing.assert_array_equal((Tensor(y).sum(1) + Tensor(y[:, :1]).expand(3, 4).sum(1)).numpy(), y.sum(1) + 4 * y[:, 0])

@@ -41,13 +41,16 @@ class ReduceLowering:
     res: dict[tuple, UOp] = {}
     magenta_pos = [j for j, a in enumerate(self.lane_axes) if a in self.magenta and a in red_axes]
     out_lanes = self.lanes(False)
+    vector_reduce = self.vax is not None and self.vax in self.magenta and self.vax in red_axes
     # unrolled terms of a SUM on a CPU with many accumulators are added into the accumulator one by one:
     # a multiply-add each (FMA), where summing them first costs a multiply and an add more per
     # accumulator and step; the accumulators' chains are independent, so the longer chain costs no latency
     chain = op.op is ReduceOps.SUM and not self.ren.has_local and len(out_lanes) >= CHAIN_MIN_ACCS
     for lane in out_lanes:
       group = [src[l] for l in self.lanes(True) if all(l[j] == lane[j] for j in range(len(lane)) if j not in magenta_pos)]
-      width = max(v.dtype.count for v in group)
+      # a term that doesn't vary along a reduced vector axis (a constant, a broadcast load) still counts
+      # once per lane of it: widen it to the vector, so the horizontal combine below sees every lane
+      width = max([v.dtype.count for v in group] + ([self.W] if vector_reduce else []))
       group = [v if v.dtype.count == width else UOp(UOps.VECTORIZE, v.dtype.vec(width), (v,) * width) for v in group]
       total = group[0]
       if not (chain and ranges and len(group) > 1):

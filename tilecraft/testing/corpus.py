@@ -379,6 +379,19 @@ def _variance_rows() -> CorpusEntry:
                      lambda x, vv: [x[1].astype(np.float64).T.var(1, keepdims=True).astype(np.float32)], rtol=1e-5, atol=1e-5,
                      tags=("reduce", "multi_reduce", "dependent_reduce"))
 
+def _reduce_invariant_terms() -> CorpusEntry:
+  """Reduces of terms that don't vary along the reduce axis (a constant, a row broadcast along it),
+  fused with a reduce of loaded data: once the reduce axis is the vector axis (UNROLL), such a term
+  must still count once per lane (it counted once per vector: a 2x2 sum of 1.0 gave 1)."""
+  f = dtypes.float32
+  full = (5, 8)
+  sums = alu(BinaryOps.ADD, red(ReduceOps.SUM, ld(2, f, ST(full)), (1,)), red(ReduceOps.SUM, const(1.5, f, ST((1, 1)).expand(full)), (1,)))
+  ast = kernel(store(0, f, ST((5, 1)), alu(BinaryOps.ADD, sums, red(ReduceOps.SUM, ld(3, f, bcast((5, 1), full)), (1,)))),
+               store(1, f, ST((5, 1)), alu(BinaryOps.ADD, red(ReduceOps.MAX, ld(2, f, ST(full)), (1,)), red(ReduceOps.MAX, ld(3, f, bcast((5, 1), full)), (1,)))))
+  return CorpusEntry("reduce_invariant_terms_5x8", ast, lambda rng: {2: rand(rng, f, full), 3: rand(rng, f, (5, 1))},
+                     lambda x, vv: [x[2].sum(1, keepdims=True) + 1.5 * 8 + x[3] * 8, x[2].max(1, keepdims=True) + x[3]],
+                     tags=("reduce", "multi_reduce", "multi_output"))
+
 def _pad_2d() -> CorpusEntry:
   a = ld(1, _F, ST((5, 7)).pad(((1, 1), (2, 2))))
   b = ld(2, _F, ST((7, 11)))
@@ -592,7 +605,7 @@ def corpus(small: bool = True) -> dict[str, CorpusEntry]:
     _matmul(16, 16, 16), _matmul(7, 25, 49), _matmul(1, 49, 25), _matmul(25, 1, 7),
     _multi_output(), _multi_output_reduce(), _two_reduce(), _two_reduce_different_inputs(),
     _softmax_stats(6, 40), _softmax_stats(5, 16, special=True), _variance_rows(),
-    _pad_2d(), _pad_dtypes(), _pad_lane_pattern(), _shrink_flip_stride(), _pad_reduce_exp2(), _masked_flip_reduce(),
+    _reduce_invariant_terms(), _pad_2d(), _pad_dtypes(), _pad_lane_pattern(), _shrink_flip_stride(), _pad_reduce_exp2(), _masked_flip_reduce(),
     _conv(1, 4, 3, 8, 3, 1, 1, False), _conv(2, 2, 2, 8, 3, 2, 1, True), _conv(1, 3, 4, 12, 3, 1, 1, False),
     _arange(25, dtypes.int32, 1), _arange(50, dtypes.float32, 2.0),
     _sym_ew(), _sym_reduce_inner(), _sym_reduce_outer(), _sym_const(),

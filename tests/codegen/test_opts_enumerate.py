@@ -22,7 +22,9 @@ DEFAULT_MAX_LANES = 256
 DEFAULT_MAX_LEN = {"CPU": 3, "OPENCL": 1}
 # sequences per kernel and device (the suite's time is mostly their compiles); the random fuzz
 # (tests/testing/test_fuzz.py) covers the same space in the default tier, so this tier samples it thinly
-DEFAULT_MAX_CHECKED = {"CPU": 16, "OPENCL": 8}
+# (on OPENCL every PoCL compile takes 0.3-3 s cold: its whole space is in the slow tier, and the
+# default tier's OPENCL fuzz covers it thinly)
+DEFAULT_MAX_CHECKED = {"CPU": 12, "OPENCL": 0}
 
 def _params() -> list:
   return [pytest.param(name, d, id=f"{d}-{name}",
@@ -53,11 +55,12 @@ def _space(name: str, device: str) -> tuple[list[list[Opt]], list[list[Opt]]]:
   default = [o for o, k in found if lanes(k) <= DEFAULT_MAX_LANES and len(o) <= DEFAULT_MAX_LEN.get(device, 1)]
   if len(default) > DEFAULT_MAX_STATES: default = [o for o in default if len(o) <= 2]
   # at most DEFAULT_MAX_CHECKED sequences (an even spread over the space) in the default tier
-  if len(default) > (cap := DEFAULT_MAX_CHECKED[device]): default = default[::-(-len(default) // cap)]
+  if (cap := DEFAULT_MAX_CHECKED[device]) == 0: default = []
+  elif len(default) > cap: default = default[::-(-len(default) // cap)]
   chosen = {tuple(o) for o in default}
   return default, [o for o, _ in found if tuple(o) not in chosen]
 
-@pytest.mark.parametrize("name,device", _params())
+@pytest.mark.parametrize("name,device", [p for p in _params() if DEFAULT_MAX_CHECKED[p.values[1]]])
 def test_upcast_unroll_exhaustive(name: str, device: str, iso: IsolatedRunner):
   default, _ = _space(name, device)
   _, fails = _check_all(name, device, default, iso)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from tilecraft.dtype import dtypes
 from tilecraft.onnx.types import onnx_dtype
 from tilecraft.onnx.ops.common import const, is_float
-from tilecraft.onnx.registry import Node, op, unsupported
+from tilecraft.onnx.registry import Node, OpFn, op, unsupported
 from tilecraft.tensor import Tensor
 
 def _float_only(n: Node, x: Tensor) -> None:
@@ -80,28 +80,16 @@ def _neg(n: Node, i: list) -> Tensor: return -i[0]
 def _abs(n: Node, i: list) -> Tensor: return i[0].abs()
 @op("Sign")
 def _sign(n: Node, i: list) -> Tensor: return i[0].sign()
-@op("Reciprocal")
-def _recip(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].reciprocal()
-@op("Sqrt")
-def _sqrt(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].sqrt()
-@op("Exp")
-def _exp(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].exp()
-@op("Log")
-def _log(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].log()
-@op("Sin")
-def _sin(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].sin()
-@op("Cos")
-def _cos(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].cos()
-@op("Tan")
-def _tan(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].tan()
-@op("Tanh")
-def _tanh(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].tanh()
-@op("Floor")
-def _floor(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].floor()
-@op("Ceil")
-def _ceil(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].ceil()
-@op("Round")
-def _round(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].round()
+# float-only unary ops that are one Tensor method each: ONNX name -> method
+_FLOAT_UNARY = {"Reciprocal": "reciprocal", "Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sigmoid": "sigmoid"}
+
+def _float_unary(method: str) -> OpFn:
+  def run(n: Node, i: list) -> Tensor:
+    _float_only(n, i[0])
+    return getattr(i[0], method)()
+  return run
+
+for _name, _method in _FLOAT_UNARY.items(): op(_name)(_float_unary(_method))
 
 def _wide(x: Tensor) -> Tensor:
   """x in the float dtype to compute a composite function in (float64 stays, narrower floats -> float32)."""
@@ -194,8 +182,6 @@ def _f64_ok(x: Tensor) -> bool:
 # ---- activations ---------------------------------------------------------------------------------
 @op("Relu")
 def _relu(n: Node, i: list) -> Tensor: return i[0].relu()
-@op("Sigmoid")
-def _sigmoid(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return i[0].sigmoid()
 @op("LeakyRelu")
 def _leaky(n: Node, i: list) -> Tensor:
   x = i[0]; return (x < 0).where(x * n.attr("alpha", 0.01), x)

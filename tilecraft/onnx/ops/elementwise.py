@@ -265,18 +265,12 @@ def _le(n: Node, i: list) -> Tensor: return _cmp(n, i[0], i[1], i[0] <= i[1])
 def _ge(n: Node, i: list) -> Tensor: return _cmp(n, i[0], i[1], i[0] >= i[1])
 @op("Not")
 def _not(n: Node, i: list) -> Tensor: return i[0].logical_not()
-@op("And")
+@op("And", "BitwiseAnd")
 def _and(n: Node, i: list) -> Tensor: return i[0] & i[1]
-@op("Or")
+@op("Or", "BitwiseOr")
 def _or(n: Node, i: list) -> Tensor: return i[0] | i[1]
-@op("Xor")
+@op("Xor", "BitwiseXor")
 def _xor(n: Node, i: list) -> Tensor: return i[0] ^ i[1]
-@op("BitwiseAnd")
-def _band(n: Node, i: list) -> Tensor: return i[0] & i[1]
-@op("BitwiseOr")
-def _bor(n: Node, i: list) -> Tensor: return i[0] | i[1]
-@op("BitwiseXor")
-def _bxor(n: Node, i: list) -> Tensor: return i[0] ^ i[1]
 @op("BitwiseNot")
 def _bnot(n: Node, i: list) -> Tensor: return ~i[0]
 @op("BitShift")

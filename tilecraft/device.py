@@ -101,14 +101,18 @@ def _drop(path: str, why: str) -> None:
 # process) go at that rescan once they are an hour old.
 _table_bytes: dict[str, int] = {}  # table dir -> its size in bytes, as this process counts it
 
+def _megabytes_setting(name: str, default: int) -> int:
+  """A size setting given in megabytes (>= 0), in bytes; a SettingError naming it otherwise."""
+  val = getenv(name, str(default))
+  try: mb = float(val)
+  except (TypeError, ValueError): mb = -1.0
+  if not 0 <= mb < float("inf"): raise SettingError(f"environment variable {name}={val!r} is not a number of megabytes >= 0 (e.g. {name}={default})")
+  return int(mb * (1 << 20))
+
 @settings_memo
 def disk_cache_max_bytes() -> int:
   """The bound on each disk cache table: `DISK_CACHE_MB` (default 1024; 0 means no bound)."""
-  val = getenv("DISK_CACHE_MB", "1024")
-  try: mb = float(val)
-  except (TypeError, ValueError): mb = -1.0
-  if not 0 <= mb < float("inf"): raise SettingError(f"environment variable DISK_CACHE_MB={val!r} is not a number of megabytes >= 0 (e.g. DISK_CACHE_MB=1024)")
-  return int(mb * (1 << 20))
+  return _megabytes_setting("DISK_CACHE_MB", 1024)
 
 def _table_entries(tdir: str) -> list[tuple[float, int, str]]:
   """(mtime, size, path) of the table's entries; stale temp files are removed on the way."""
@@ -262,11 +266,7 @@ class Allocator:
 @settings_memo  # (every free asks for the bound)
 def alloc_cache_bytes() -> int:
   """The caching allocator's bound: `ALLOC_CACHE_MB` (default 512; 0 turns the cache off)."""
-  val = getenv("ALLOC_CACHE_MB", "512")
-  try: mb = float(val)
-  except (TypeError, ValueError): mb = -1.0
-  if not 0 <= mb < float("inf"): raise SettingError(f"environment variable ALLOC_CACHE_MB={val!r} is not a number of megabytes >= 0 (e.g. ALLOC_CACHE_MB=512)")
-  return int(mb * (1 << 20))
+  return _megabytes_setting("ALLOC_CACHE_MB", 512)
 
 class CachingAllocator(Allocator):
   """Keeps freed device memory for reuse by size: `free` parks a handle in a pool keyed by its byte

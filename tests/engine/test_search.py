@@ -138,7 +138,18 @@ def test_actions_respect_caps():
   # 64 output lanes: only upcasts up to 4 more are allowed under max_upcast=256
   ups = [k2.applied_opts[-1] for k2 in search.get_kernel_actions(k, include_0=False).values() if k2.applied_opts[-1].op is OptOps.UPCAST]
   assert ups and all(o.amt in (2, 3, 4) for o in ups)
-  assert not search.get_kernel_actions(k, include_0=False, max_upcast=64, max_lanes=64)  # nothing fits
+  # nothing that adds lanes fits (a PADTO of the remaining global axis, 64 -> 66, adds none)
+  left = search.get_kernel_actions(k, include_0=False, max_upcast=64, max_lanes=64).values()
+  assert all(k2.applied_opts[-1].op is OptOps.PADTO and k2.full_shape[k2.first_upcast:] == k.full_shape[k.first_upcast:] for k2 in left)
+
+def test_action_grid_has_the_heuristics_tiles():
+  """The search reaches the hand-coded AVX2 matmul tile on its own: UPCAST 6 and PADTO to 6 are actions."""
+  k = cpu_kernel(matmul_ast(100, 64, 64))
+  kids = [k2.applied_opts[-1] for k2 in search.get_kernel_actions(k, include_0=False).values()]
+  assert Opt(OptOps.PADTO, 0, 6) in kids and Opt(OptOps.PADTO, 1, 8) not in kids  # (64 is a multiple of 8: a no-op, left out)
+  assert Opt(OptOps.UPCAST, 1, 8) in kids and Opt(OptOps.UPCAST, 0, 6) not in kids  # (100 % 6 != 0: refused)
+  k.apply_opt(Opt(OptOps.PADTO, 0, 6))
+  assert any(k2.applied_opts[-1] == Opt(OptOps.UPCAST, 0, 6) for k2 in search.get_kernel_actions(k, include_0=False).values())
 
 def test_actions_on_opencl_include_locals_and_groups():
   ren = opencl_renderer()
@@ -181,7 +192,7 @@ def test_beam_finds_a_faster_candidate_and_caches_it(fake_pool, cachedb):
   assert tuple(k.applied_opts) == target
   r = search.last_report
   assert r.chose == "beam" and r.verified and not r.cache_hit and r.rounds >= 2
-  assert pool.count("verify") == 2 and pool.count("race") == 1  # verified as built and with a front guard
+  assert pool.count("verify") == 2 and pool.count("race") == 2  # verified as built and with a front guard; raced twice (order swapped)
   # the winner's reasons say where it came from
   assert all("beam" in why for why in k.applied_opts_reasons)
 
@@ -273,6 +284,32 @@ def test_never_slower_than_hand_coded(fake_pool, cachedb):
   fake_pool(lambda opts: 1e-3 if opts == hand else 0.995e-3, race=None)
   with Context(CACHELEVEL=0): k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
   assert tuple(k.applied_opts) == hand
+
+def test_winner_must_win_both_races(fake_pool, cachedb):
+  """The race runs twice, the order swapped: a candidate that only wins where it runs second (the
+  first program of each round pays for a burst of load) is not taken."""
+  ast = matmul_ast(32, 32, 32)
+  hand = hand_opts(ast)
+  target = (Opt(OptOps.UPCAST, 0, 4),)
+  def first_pays(ts): return [ts[0] * 1.5, *ts[1:]]
+  pool = fake_pool(_times_favoring(target, hand, fast=4e-3, hand_t=5e-3), race=first_pays)
+  k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
+  assert tuple(k.applied_opts) == hand and search.last_report.chose == "hand"
+  assert pool.count("race") == 2
+  # with no order effect the same candidate wins both races
+  fake_pool(_times_favoring(target, hand, fast=4e-3, hand_t=5e-3))
+  with Context(CACHELEVEL=0): k = search.beam_search(cpu_kernel(ast), None, 2, progress=False)
+  assert tuple(k.applied_opts) == target and search.last_report.chose == "beam"
+
+def test_default_budget(fake_pool, cachedb, monkeypatch):
+  """budget_s=None is DEFAULT_BUDGET_S (a kernel's search stays near a minute); math.inf is none."""
+  ast = matmul_ast(32, 32, 32)
+  fake_pool(lambda opts: 1e-3)
+  monkeypatch.setattr(beam, "DEFAULT_BUDGET_S", 0.0)
+  with Context(CACHELEVEL=0): search.beam_search(cpu_kernel(ast), None, 2, progress=False)
+  assert not search.last_report.complete and search.last_report.rounds == 0
+  with Context(CACHELEVEL=0): search.beam_search(cpu_kernel(ast), None, 2, progress=False, budget_s=math.inf)
+  assert search.last_report.complete and search.last_report.rounds >= 1
 
 def test_wrong_winner_is_rejected(fake_pool, cachedb):
   ast = matmul_ast(32, 32, 32)

@@ -8,12 +8,14 @@ from tilecraft.helpers import prod
 
 def _make_actions() -> list[Opt]:
   acts: list[Opt] = []
-  acts += [Opt(OptOps.UPCAST, ax, amt) for ax in range(6) for amt in (0, 2, 3, 4, 5, 7, 8, 16)]
+  # UPCAST 6: the 6-row register tile of 16-register ISAs (AVX2), which the hand-coded matmul uses
+  acts += [Opt(OptOps.UPCAST, ax, amt) for ax in range(6) for amt in (0, 2, 3, 4, 5, 6, 7, 8, 16)]
   acts += [Opt(OptOps.UNROLL, ax, amt) for ax in range(5) for amt in (0, 2, 3, 4, 7, 8, 16, 32)]
   acts += [Opt(OptOps.LOCAL, ax, amt) for ax in range(6) for amt in (2, 3, 4, 8, 16, 32)]
   acts += [Opt(OptOps.GROUP, ax, amt) for ax in range(3) for amt in (0, 4, 8, 16, 32)]
   acts += [Opt(OptOps.GROUPTOP, ax, amt) for ax in range(3) for amt in (8, 16, 32, 64, 128, 256)]
-  acts += [Opt(OptOps.PADTO, ax, amt) for ax in range(7) for amt in (16, 32)]
+  # PADTO 6 and 8: a row axis to the register tile's multiple; 16 and 32: to vector widths and workgroups
+  acts += [Opt(OptOps.PADTO, ax, amt) for ax in range(7) for amt in (6, 8, 16, 32)]
   acts += [Opt(OptOps.SWAP, ax, other) for ax in range(5) for other in range(ax + 1, 6)]
   acts += [Opt(OptOps.BLOCK, ax, amt) for ax in range(2) for amt in (64, 128, 256, 512, 1024)]  # CPU reduce blocking
   acts += [Opt(OptOps.PACK, buf, 0) for buf in range(1, 5)]  # CPU: pack input buffer `buf`'s tile (axis = argument number)

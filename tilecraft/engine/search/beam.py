@@ -35,8 +35,12 @@ from tilecraft.helpers import DEBUG, getenv, prod
 from tilecraft.ops import BufferOps, MemBuffer
 from tilecraft.shape.symbolic import Variable
 
+# A search's default wall-clock budget (budget_s=None): new rounds stop after it, then the verification and
+# the race against the hand-coded kernel (a few seconds) finish, so a kernel's search stays under ~60 s
+# on 2 cores. budget_s=math.inf searches until patience or max_rounds end it.
+DEFAULT_BUDGET_S = 50.0
 VERIFY_FRONT = 64  # elements of guard zone before each buffer when verifying (see _Search.verify)
-SEARCH_VERSION = 5  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
+SEARCH_VERSION = 6  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
 # "segfault" makes the timing worker kill itself with SIGSEGV, "hang" makes it sleep past the
@@ -175,7 +179,8 @@ class _Search:
     self.ren = kernel.opts
     self.device = self.ren.device
     self.dev = Device[self.device]
-    self.budget_s, self.timeout_s, self.build_timeout_s = budget_s, timeout_s, build_timeout_s
+    self.budget_s = DEFAULT_BUDGET_S if budget_s is None else (None if budget_s == math.inf else budget_s)
+    self.timeout_s, self.build_timeout_s = timeout_s, build_timeout_s
     self.runs, self.max_rounds, self.early_stop = runs, max_rounds, early_stop
     self.max_upcast, self.max_lanes, self.max_threads, self.max_uops = max_upcast, max_lanes, max_threads, max_uops
     self.verify_on, self.min_gain, self.patience = verify, min_gain, patience
@@ -515,13 +520,24 @@ class _Search:
     chosen, chose = (hand, "hand" if hand is not base else "base") if floor is hand or floor is None else (base, "base")
     if winner is not None and floor is not None and self.ensure_built(floor):
       # head to head, interleaved, more runs: a lucky measurement during the search can't beat the floor
-      res = self.timer_run(Job("race", (self.device, [floor.prog, winner.prog], self.specs, max(5, self.runs)), max(30.0, 4 * self.timeout_s)))
-      if res is not None and res[0] == "ok":
-        floor_t, win_t = res[1]
+      # twice, the second with the order swapped: the winner must beat the floor by min_gain in both
+      # (a burst of load during one race, or running second, can't hand back a slower kernel)
+      floor_t = win_t = math.inf
+      for order in ((floor, winner), (winner, floor)):
+        res = self.timer_run(Job("race", (self.device, [c.prog for c in order], self.specs, max(5, self.runs)), max(30.0, 4 * self.timeout_s)))
+        if res is None or res[0] != "ok":
+          self.fail(winner, res[0] if res else "budget", res[1] if res else "")
+          win_t = math.inf
+          break
+        f_t, w_t = res[1] if order[0] is floor else res[1][::-1]
+        floor_t, win_t = min(floor_t, f_t), min(win_t, w_t)
+        if w_t >= f_t * (1 - self.min_gain):
+          win_t = math.inf
+          break
+      if math.isfinite(floor_t):
         if floor is hand: r.hand_time = floor_t
-        if win_t < floor_t * (1 - self.min_gain): chosen, chose, r.final_time = winner, "beam", win_t
+        if math.isfinite(win_t): chosen, chose, r.final_time = winner, "beam", win_t
         else: r.final_time = floor_t
-      else: self.fail(winner, res[0] if res else "budget", res[1] if res else "")
     elif winner is not None: chosen, chose = winner, "beam"
     if not math.isfinite(r.final_time): r.final_time = chosen.time
     r.chose = chose
@@ -563,7 +579,8 @@ def beam_search(kernel: Kernel, bufs: Optional[Sequence[Any]] = None, amt: int =
     timing runs in a worker process on random data. amt: the beam width.
   allow_test_size: time kernels with more than 65536 workgroups on a smaller grid and scale.
   var_vals: values for symbolic Variables (default: bound value, else the maximum).
-  budget_s: wall-clock budget; when spent, the best kernel so far is returned.
+  budget_s: wall-clock budget for the rounds (default DEFAULT_BUDGET_S, math.inf for none); when spent, the
+    best kernel so far is verified, raced against the hand-coded one and returned.
   timeout_s: per timing job (runs of one candidate); slower or hung candidates are dropped.
   max_rounds, patience: at most max_rounds rounds; stop after `patience` rounds without a new best.
   runs: timing repeats (the minimum counts); early_stop: stop after one run when a candidate is

@@ -6,13 +6,24 @@ the op and the opset. `OnnxModel.run(inputs)` builds the graph lazily with the T
 node in the file's (topological) order, realizes all graph outputs together and returns them as numpy
 arrays keyed by output name, in the dtypes the graph declares. Values an op needs at graph-build time
 (shapes, axes, pads) are read as numpy: initializers, Constant nodes, graph inputs and Shape outputs are
-kept as numpy alongside their Tensors, anything else is realized to read it."""
+kept as numpy alongside their Tensors, anything else is realized to read it.
+
+Reuse: the first call with an input signature (names, shapes, dtypes) builds the graph and keeps it as a
+_Capture: the schedule with its buffers; later calls with that signature copy the inputs into the same
+input buffers and rerun the schedule (no graph building, no scheduling). A graph whose building read a
+value that depends on the inputs' data (a Reshape to a shape given as an input, say) is valid for those
+data only and is built again on every call. Index inputs (Gather and the like) are guarded: out of range
+is an IndexError naming the node, the axis and the index, checked on the host for indices from graph
+inputs and initializers, and from the min and max of computed indices, which the run computes with the
+outputs."""
 from __future__ import annotations
-import os
+import os, threading
+from collections import OrderedDict
 from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.onnx.registry import Node, lookup, since_of, unsupported
+from tilecraft.engine.realize import run_schedule
+from tilecraft.onnx.registry import Node, index_error, lookup, since_of, unsupported
 from tilecraft.onnx.types import onnx_dtype
 from tilecraft.tensor import Tensor
 
@@ -126,6 +137,8 @@ class OnnxModel:
       attrs = {a.name: _attr_value(a, where) for a in n.attribute}
       self.nodes.append((n, attrs, fn))
     self._init_tensors: dict[str, Tensor] = {}
+    self._captures: OrderedDict[tuple, _Capture] = OrderedDict()
+    self._lock = threading.Lock()  # one run at a time: a capture's buffers are shared by its calls
 
   def _const_tensor(self, name: str) -> Tensor:
     t = self._init_tensors.get(name)
@@ -133,47 +146,138 @@ class OnnxModel:
     return t
 
   def run(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Run the graph on numpy inputs (by graph input name); outputs as numpy, keyed by graph output name."""
-    env: dict[str, Any] = {}
-    known: dict[str, np.ndarray] = dict(self.consts)
+    """Run the graph on numpy inputs (by graph input name); outputs as numpy, keyed by graph output name.
+    The graph is built once per input signature (names, shapes, dtypes) and its kernels rerun on later
+    calls with the same signature (see _Capture)."""
+    feed: dict[str, np.ndarray] = {}
     for name, dt in self.inputs:
       if name not in inputs: raise ValueError(f"tilecraft.onnx: missing graph input {name!r} (inputs: {[n for n, _ in self.inputs]})")
-      arr = _to_numpy_input(inputs[name], dt, name)
-      known[name] = arr
-      env[name] = Tensor(arr, device=self.device, dtype=dt)
-    extra = set(inputs) - {n for n, _ in self.inputs}
-    for name in extra:
+      feed[name] = _to_numpy_input(inputs[name], dt, name)
+    overrides: dict[str, np.ndarray] = {}
+    for name in set(inputs) - set(feed):
       if name not in self.consts: raise ValueError(f"tilecraft.onnx: {name!r} is not an input of the graph")
-      arr = np.asarray(inputs[name]); known[name] = arr; env[name] = Tensor(arr, device=self.device)  # overriding an initializer
+      overrides[name] = np.asarray(inputs[name])
+    key = None if overrides else tuple((name, a.shape, a.dtype.str) for name, a in feed.items())
+    with self._lock:
+      if key is not None and (cap := self._captures.get(key)) is not None:
+        self._captures.move_to_end(key)
+        return cap.run(feed)
+      cap, out = self._build(feed, overrides)
+      if cap is not None and key is not None:
+        self._captures[key] = cap
+        while len(self._captures) > MAX_CAPTURES: self._captures.popitem(last=False)
+      return out
+
+  def _build(self, feed: dict[str, np.ndarray], overrides: dict[str, np.ndarray]) -> tuple[Optional["_Capture"], dict[str, np.ndarray]]:
+    """Build the graph on these inputs node by node, run it, and return its outputs with the capture that
+    reruns it for other data of the same signature (None when the graph's structure read input data)."""
+    env: dict[str, Any] = {}
+    known: dict[str, np.ndarray] = dict(self.consts)
+    dyn: set[str] = set()  # values that depend on the graph inputs' data
+    data_dependent = False  # whether building read a dyn value (the graph is then valid for these data only)
+    host_guards: list[tuple[Node, str, int, int, Optional[int]]] = []  # index checks on graph inputs, redone per call
+    tensor_guards: list[tuple[Node, Tensor, int, int, Optional[int]]] = []  # index checks on computed indices: their min and max, computed with the graph
+    for name, arr in feed.items():
+      known[name] = arr
+      env[name] = Tensor(arr, device=self.device, dtype=dict(self.inputs)[name])
+      dyn.add(name)
+    for name, arr in overrides.items():  # overriding an initializer
+      known[name] = arr; env[name] = Tensor(arr, device=self.device)  # noqa: E702
+      dyn.add(name)
     def value(name: str) -> Any:
       if name == "": return None
       if name in env: return env[name]
       if name in self.consts: return self._const_tensor(name)
       raise ValueError(f"tilecraft.onnx: value {name!r} is used before it is computed")
+    def guard(node: Node, i: int, size: int, axis: int, column: Optional[int]) -> None:
+      nm = node.inputs[i]
+      if nm in known:
+        a = np.asarray(known[nm])
+        _check_host(node, a[..., column] if column is not None else a, size, axis, column)
+        if nm in dyn: host_guards.append((node, nm, size, axis, column))
+        return
+      t = value(nm)
+      if column is not None: t = t[..., column]
+      if t.numel() == 0: return
+      t = t.cast(dtypes.int64)
+      tensor_guards.append((node, t.min(), size, axis, column))
+      tensor_guards.append((node, t.max(), size, axis, column))
     for n, attrs, fn in self.nodes:
       ins = [value(x) for x in n.input]
+      read_dyn = False
       def static(i: int, _ins: list[Any] = ins, _n: Any = n) -> Optional[np.ndarray]:
+        nonlocal read_dyn
         nm = _n.input[i]
+        if nm in dyn: read_dyn = True
         if nm in known: return known[nm]
         t = _ins[i]
         return None if t is None else t.numpy()
-      node = Node(n.name or n.op_type, n.op_type, self.opset, attrs, list(n.input), list(n.output), static, self.device or "")
+      def const(i: int, _ins: list[Any] = ins, _n: Any = n) -> Optional[np.ndarray]:
+        nm = _n.input[i]
+        return known.get(nm) if nm not in dyn else None
+      node = Node(n.name or n.op_type, n.op_type, self.opset, attrs, list(n.input), list(n.output), static, self.device or "", const, guard)
       outs = fn(node, ins)
       if not isinstance(outs, (list, tuple)): outs = [outs]
+      data_dependent |= read_dyn
+      reads_dyn = any(x in dyn for x in n.input if x)
       for i, oname in enumerate(n.output):
         if oname == "": continue
         if i >= len(outs) or outs[i] is None: raise unsupported(node, f"output {i} ({oname!r}) is not produced")
         o = outs[i]
         if isinstance(o, np.ndarray):  # a value known at build time (Shape, Constant, ...)
           known[oname] = o
+          if read_dyn: dyn.add(oname)
           if o.dtype.name == "bfloat16": o = Tensor(o.astype(np.float32), device=self.device, dtype=dtypes.bfloat16)
           else: o = Tensor(o, device=self.device)
+        elif reads_dyn: dyn.add(oname)
         env[oname] = o
     res = [env[name] if name in env else value(name) for name, _ in self.outputs]
     for (name, dt), i in zip(self.outputs, range(len(res))):
       if dt is not None and res[i].dtype != dt: res[i] = res[i].cast(dt)
-    if res: Tensor.realize(*res) if len(res) > 1 else res[0].realize()
-    return {name: _out_numpy(r) for (name, _), r in zip(self.outputs, res)}
+    guard_ts = [g[1] for g in tensor_guards]
+    # every result a realized base after the run: what the schedule writes (or an input or a constant) is what is read
+    ts = [t if (t.lazydata.realized and not t.lazydata.is_view) else t.contiguous() for t in res + guard_ts]
+    schedule = Tensor.schedule(*ts) if ts else []
+    run_schedule(schedule)
+    cap = _Capture([(name, env[name]) for name in feed], schedule, ts[:len(res)], host_guards,
+                   [(node, t, size, axis, col) for (node, _, size, axis, col), t in zip(tensor_guards, ts[len(res):])])
+    out = cap.read_outputs([name for name, _ in self.outputs])
+    return (None if data_dependent or not cap.reusable() else cap), out
+
+MAX_CAPTURES = 4  # input signatures whose built graphs (and intermediate buffers) a model keeps
+
+def _check_host(node: Node, idx: np.ndarray, size: int, axis: int, column: Optional[int]) -> None:
+  if idx.size == 0: return
+  lo, hi = int(idx.min()), int(idx.max())
+  if lo < -size or hi >= size: raise index_error(node, hi if hi >= size else lo, size, axis, column)
+
+class _Capture:
+  """A graph built for one input signature, after its first run: the input Tensors (realized bases whose
+  buffers take the next call's data), the schedule (its kernels' buffers kept, so a rerun writes the
+  same output buffers), the output Tensors, and the index guards. Rerunning it is: check the indices that
+  come from graph inputs on the host, copy the inputs in, run the schedule, check the computed indices'
+  min and max, read the outputs. Nothing is built or scheduled again; the kernels come from the runner cache."""
+  __slots__ = ("inputs", "schedule", "outputs", "host_guards", "tensor_guards", "names")
+  def __init__(self, inputs: list[tuple[str, Tensor]], schedule: list, outputs: list[Tensor], host_guards: list, tensor_guards: list):
+    self.inputs, self.schedule, self.outputs = inputs, schedule, outputs
+    self.host_guards, self.tensor_guards = host_guards, tensor_guards
+  def reusable(self) -> bool:
+    """Whether every input is a realized base of its own (a buffer the next call's data can go into)."""
+    bufs = [t.lazydata.base.buffer for _, t in self.inputs]
+    return all(t.lazydata.realized and not t.lazydata.is_view for _, t in self.inputs) and len({id(b) for b in bufs}) == len(bufs)
+  def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    for node, nm, size, axis, col in self.host_guards:
+      a = feed[nm]
+      _check_host(node, a[..., col] if col is not None else a, size, axis, col)
+    for name, t in self.inputs: t.lazydata.buffer.copyin(feed[name].reshape(-1))
+    run_schedule(self.schedule)
+    return self.read_outputs(None)
+  def read_outputs(self, names: Optional[list[str]]) -> dict[str, np.ndarray]:
+    for node, t, size, axis, col in self.tensor_guards:
+      v = int(t.numpy())
+      if not -size <= v < size: raise index_error(node, v, size, axis, col)
+    if names is not None: self.names = names
+    return {name: _out_numpy(r) for name, r in zip(self.names, self.outputs)}
 
 def _out_numpy(t: Tensor) -> np.ndarray:
   a = t.numpy()

@@ -3,29 +3,51 @@ an op type from a first opset on (a later registration of the same name from a l
 opsets at or above it). `lookup(op_type, opset)` returns the implementation for the model's opset or
 raises NotImplementedError. `Node` is what an implementation sees: the op, its attributes (plain python
 values), the opset, and `static(i)` to read an input whose value must be known to build the graph
-(shapes, axes, pads: a numpy array). Implementations raise `unsupported(node, why)` for any case they
-don't cover (a NotImplementedError naming the node, the op and the opset): never a guess."""
+(shapes, axes, pads: a numpy array; a value that depends on the graph inputs' data makes the built graph
+valid for those data only), `const(i)` for an input's value only when it is known without reading any
+graph input's data (else None, nothing realized), and `check_indices(i, size, axis)` to guard index
+inputs (an index outside -size..size-1 is an IndexError naming the node, the axis and the index, raised
+by the graph at build time or after the run, never a wrong answer). Implementations raise
+`unsupported(node, why)` for any case they don't cover (a NotImplementedError naming the node, the op
+and the opset): never a guess."""
 from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 class Node:
   """One ONNX node as the op implementations see it."""
-  __slots__ = ("name", "op", "opset", "attrs", "inputs", "outputs", "_static", "device")
+  __slots__ = ("name", "op", "opset", "attrs", "inputs", "outputs", "_static", "device", "_const", "_guard")
   def __init__(self, name: str, op: str, opset: int, attrs: dict[str, Any], inputs: Sequence[str], outputs: Sequence[str],
-               static: Callable[[int], Optional[np.ndarray]], device: str):
+               static: Callable[[int], Optional[np.ndarray]], device: str, const: Optional[Callable[[int], Optional[np.ndarray]]] = None,
+               guard: Optional[Callable[["Node", int, int, int, Optional[int]], None]] = None):
     self.name, self.op, self.opset, self.attrs = name, op, opset, attrs
     self.inputs, self.outputs, self._static, self.device = list(inputs), list(outputs), static, device
+    self._const, self._guard = const, guard
   def attr(self, key: str, default: Any = None) -> Any:
     return self.attrs.get(key, default)
   def static(self, i: int) -> Optional[np.ndarray]:
     """Input i's value as numpy (None when the input is absent)."""
     if i >= len(self.inputs) or self.inputs[i] == "": return None
     return self._static(i)
+  def const(self, i: int) -> Optional[np.ndarray]:
+    """Input i's value as numpy when it is known without the graph inputs' data (initializers, Constant
+    nodes, shapes); None otherwise (nothing is realized)."""
+    if i >= len(self.inputs) or self.inputs[i] == "" or self._const is None: return None
+    return self._const(i)
+  def check_indices(self, i: int, size: int, axis: int, column: Optional[int] = None) -> None:
+    """Input i holds indices into an axis of `size` elements (negative ones count from the end): one
+    outside -size..size-1 is an IndexError naming this node, the axis and the index. `column`: only
+    that position of the indices' last axis (GatherND). Without a graph to guard, nothing is checked."""
+    if self._guard is not None and self.has(i): self._guard(self, i, size, axis, column)
   def has(self, i: int) -> bool:
     return i < len(self.inputs) and self.inputs[i] != ""
   def describe(self) -> str:
     return f"node {self.name!r} (op {self.op}, opset {self.opset})"
+
+def index_error(node: Node, index: int, size: int, axis: int, column: Optional[int] = None) -> IndexError:
+  """The error for an index outside -size..size-1 (onnxruntime refuses these too; a one-hot gather would give 0)."""
+  col = f" (column {column} of the indices)" if column is not None else ""
+  return IndexError(f"tilecraft.onnx: {node.describe()}: index {index}{col} is out of range for axis {axis} of size {size} (valid: {-size}..{size - 1})")
 
 def unsupported(node: Node, why: str = "") -> NotImplementedError:
   """The error for a case this frontend doesn't implement."""

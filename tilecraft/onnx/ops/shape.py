@@ -2,7 +2,8 @@
 Gather, GatherElements, GatherND, Concat, Split, Pad (constant, reflect, edge, wrap), Expand, Tile,
 OneHot, Range, Trilu, Shape, Size, Constant, ConstantOfShape, EyeLike, DepthToSpace, SpaceToDepth.
 Contract: movement is views (reshape/permute/shrink/pad/expand); gathers with runtime indices are
-one-hot selects (exact: where + sum), with known indices views; values known at build time (Shape,
+one-hot selects (exact: where + sum), with known indices views; every gather's indices are guarded
+(Node.check_indices: out of range is an IndexError naming the node, the axis and the index, never 0); values known at build time (Shape,
 Size, Range, Constant) are returned as numpy arrays so later shape computations need no kernel."""
 from __future__ import annotations
 import math
@@ -76,10 +77,10 @@ def _gather(n: Node, i: list) -> Tensor:
   x, idx = i
   a = norm_axis(n.attr("axis", 0), x.ndim)
   L = x.shape[a]
-  known = n.static(1)
+  n.check_indices(1, L, a)
+  known = n.const(1)  # (indices from a graph input stay runtime ones: the built graph serves any data)
   if known is not None and known.size <= 64:
     flat = [int(v) + L if v < 0 else int(v) for v in np.asarray(known).reshape(-1)]
-    if any(not 0 <= v < L for v in flat): raise unsupported(n, f"index out of range 0..{L - 1}")
     t = take_static(x, flat, a)
     return t.reshape(*x.shape[:a], *known.shape, *x.shape[a + 1:])
   return gather_axis(x, wrap_index(idx, L), a)
@@ -89,6 +90,7 @@ def _gather_elements(n: Node, i: list) -> Tensor:
   x, idx = i
   a = norm_axis(n.attr("axis", 0), x.ndim)
   L = x.shape[a]
+  n.check_indices(1, L, a)
   idx = wrap_index(idx, L)
   xs = x.shrink(tuple(None if j == a else (0, idx.shape[j]) for j in range(x.ndim)))
   xm = xs.permute(*[j for j in range(x.ndim) if j != a], a).unsqueeze(a)  # (..., 1 at a, ..., L)
@@ -107,6 +109,7 @@ def _gather_nd(n: Node, i: list) -> Tensor:
   lin = None
   stride = 1
   for j in range(q - 1, -1, -1):
+    n.check_indices(1, sub[j], b + j, column=j)
     c = wrap_index(idx[..., j], sub[j]) * stride
     lin = c if lin is None else lin + c
     stride *= sub[j]

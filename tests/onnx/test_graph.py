@@ -1,0 +1,95 @@
+"""tilecraft.onnx's graph walk (graph.py): a model is built once per input signature and its kernels rerun
+on later calls (correct for new data, a new signature builds again, a graph whose shape reads input data
+is built on every call); gather indices out of range are an IndexError naming the node, the axis and the
+index, whether they come from a graph input (checked on the host on every call), an initializer or a
+computation (checked from their min and max after the run), never a 0."""
+from __future__ import annotations
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+import tilecraft.onnx as tox  # noqa: E402
+from tilecraft.engine import realize  # noqa: E402
+
+def _model(nodes: list, inputs: list, outputs: list, inits: tuple = (), opset: int = 17) -> onnx.ModelProto:
+  g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+def _vi(name: str, t: int, shape: list | None) -> onnx.ValueInfoProto: return helper.make_tensor_value_info(name, t, shape)
+
+def _mlp() -> onnx.ModelProto:
+  w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], np.arange(12, dtype=np.float32) / 7 - 0.5)
+  nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+  return _model(nodes, [_vi("x", TensorProto.FLOAT, ["n", 3])], [_vi("y", TensorProto.FLOAT, None)], [w])
+
+def test_built_once_per_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+  m = tox.load(_mlp())
+  w = np.arange(12, dtype=np.float32).reshape(3, 4) / 7 - 0.5
+  builds = []
+  real_build = type(m)._build
+  monkeypatch.setattr(type(m), "_build", lambda self, *a: builds.append(1) or real_build(self, *a))
+  rng = np.random.default_rng(0)
+  for shape, expect_builds in [((2, 3), 1), ((2, 3), 1), ((2, 3), 1), ((5, 3), 2), ((2, 3), 2)]:
+    x = rng.standard_normal(shape).astype(np.float32)
+    k0 = realize.kernel_count
+    y = m.run({"x": x})["y"]
+    np.testing.assert_allclose(y, np.maximum(x @ w, 0), rtol=1e-5, atol=1e-6)
+    assert len(builds) == expect_builds, shape
+    assert realize.kernel_count > k0  # the kernels ran again (not a stale answer)
+
+def test_data_dependent_graph_is_built_each_call() -> None:
+  # Reshape's target shape is a graph input: the built graph holds for that shape value only
+  m = tox.load(_model([helper.make_node("Reshape", ["x", "s"], ["y"])], [_vi("x", TensorProto.FLOAT, [6]), _vi("s", TensorProto.INT64, [2])],
+                      [_vi("y", TensorProto.FLOAT, None)]))
+  x = np.arange(6, dtype=np.float32)
+  for s in ([2, 3], [3, 2], [1, 6]):
+    y = m.run({"x": x, "s": np.array(s, np.int64)})["y"]
+    np.testing.assert_array_equal(y, x.reshape(s))
+  assert not m._captures
+
+def _gather(idx_from: str) -> onnx.ModelProto:
+  data = _vi("d", TensorProto.FLOAT, [5, 2])
+  out = [_vi("y", TensorProto.FLOAT, None)]
+  if idx_from == "input":
+    return _model([helper.make_node("Gather", ["d", "i"], ["y"], name="g1")], [data, _vi("i", TensorProto.INT64, [3])], out)
+  if idx_from == "initializer":
+    return _model([helper.make_node("Gather", ["d", "i"], ["y"], name="g1")], [data], out,
+                  [helper.make_tensor("i", TensorProto.INT64, [3], [0, 7, 1])])
+  # computed: i + 1 (a runtime value nothing knows before the run)
+  one = helper.make_tensor("one", TensorProto.INT64, [], [1])
+  return _model([helper.make_node("Add", ["i", "one"], ["j"]), helper.make_node("Gather", ["d", "j"], ["y"], name="g1")],
+                [data, _vi("i", TensorProto.INT64, [3])], out, [one])
+
+D = np.arange(10, dtype=np.float32).reshape(5, 2)
+
+def test_gather_index_from_input() -> None:
+  m = tox.load(_gather("input"))
+  np.testing.assert_array_equal(m.run({"d": D, "i": np.array([4, -1, 0], np.int64)})["y"], D[[4, -1, 0]])
+  for bad, shown in (([0, 5, 1], 5), ([-6, 0, 0], -6)):
+    with pytest.raises(IndexError, match=rf"'g1' \(op Gather, opset 17\): index {shown} is out of range for axis 0 of size 5"):
+      m.run({"d": D, "i": np.array(bad, np.int64)})
+  np.testing.assert_array_equal(m.run({"d": D, "i": np.array([1, 2, 3], np.int64)})["y"], D[[1, 2, 3]])  # the captured graph
+
+def test_gather_index_from_initializer() -> None:
+  with pytest.raises(IndexError, match=r"'g1'.*index 7 is out of range for axis 0 of size 5"):
+    tox.load(_gather("initializer")).run({"d": D})
+
+def test_gather_computed_index() -> None:
+  m = tox.load(_gather("computed"))
+  np.testing.assert_array_equal(m.run({"d": D, "i": np.array([3, -2, 0], np.int64)})["y"], D[[4, -1, 1]])
+  with pytest.raises(IndexError, match=r"'g1'.*index 5 is out of range for axis 0 of size 5"):
+    m.run({"d": D, "i": np.array([0, 4, 1], np.int64)})  # (checked after the run, from the indices' max)
+
+def test_gather_elements_and_nd_index_errors() -> None:
+  ge = tox.load(_model([helper.make_node("GatherElements", ["d", "i"], ["y"], name="ge", axis=1)],
+                       [_vi("d", TensorProto.FLOAT, [5, 2]), _vi("i", TensorProto.INT64, [5, 2])], [_vi("y", TensorProto.FLOAT, None)]))
+  ok = np.array([[0, 1]] * 5, np.int64)
+  np.testing.assert_array_equal(ge.run({"d": D, "i": ok})["y"], np.take_along_axis(D, ok, 1))
+  with pytest.raises(IndexError, match=r"'ge' \(op GatherElements.*index 2 is out of range for axis 1 of size 2"):
+    ge.run({"d": D, "i": ok + np.eye(5, 2, dtype=np.int64)})
+  gn = tox.load(_model([helper.make_node("GatherND", ["d", "i"], ["y"], name="gn")],
+                       [_vi("d", TensorProto.FLOAT, [5, 2]), _vi("i", TensorProto.INT64, [3, 2])], [_vi("y", TensorProto.FLOAT, None)]))
+  np.testing.assert_array_equal(gn.run({"d": D, "i": np.array([[4, 1], [0, 0], [-1, -2]], np.int64)})["y"], D[[4, 0, -1], [1, 0, -2]])
+  with pytest.raises(IndexError, match=r"'gn' \(op GatherND.*index 2 \(column 1 of the indices\) is out of range for axis 1 of size 2"):
+    gn.run({"d": D, "i": np.array([[4, 1], [0, 2], [1, 1]], np.int64)})

@@ -57,3 +57,41 @@ def test_softmax_sigmoid_log_kernels_call_no_libm(arch, tmp_path):
         (tmp_path / "k.so").write_bytes(Device["CPU"].compiler.compile(k.to_program().src))
         asm = subprocess.run(["objdump", "-d", str(tmp_path / "k.so")], capture_output=True, text=True).stdout
         assert not any(f"{fn}@plt" in asm for fn in per_element), k.name
+
+# ---- the MLP epilogue functions, built on exp2/log2: accuracy against numpy, one vector kernel each ----
+
+def _epilogue_refs():
+  import math
+  def gelu(x): return x / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))  # = 0.5 x (1 + tanh(u)), no cancellation
+  return {"exp": (lambda t: t.exp(), np.exp), "log": (lambda t: t.abs().log(), lambda x: np.log(np.abs(x))),
+          "tanh": (lambda t: t.tanh(), np.tanh), "sigmoid": (lambda t: t.sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+          "gelu": (lambda t: t.gelu(), gelu)}
+
+@pytest.mark.parametrize("fn", ["exp", "log", "tanh", "sigmoid", "gelu"])
+def test_epilogue_functions_accuracy_and_one_vector_kernel(fn, rng):
+  """Each is one elementwise kernel whose lanes are full-width vectors calling the vector exp2/log2
+  (gelu was three kernels when written with tanh's branches), accurate to a few float32 ulps:
+  relative where the result is well above the subnormals, absolute 1e-6 near the zeros of gelu."""
+  tc_fn, ref_fn = _epilogue_refs()[fn]
+  x = np.concatenate([np.array([0, -0.0, 1e-30, -1e-30, 1e-6, 0.29, 0.3, 0.31, -0.3, 5, -5, 9, -9, 15, -15, 40, -40, 88, -88, 100, -100], np.float32),
+                      rng.standard_normal(4000).astype(np.float32) * 4])
+  x = x[: len(x) // 16 * 16]
+  sched = [si for si in tc_fn(Tensor(x)).schedule() if si.ast.op.name == "KERNEL"]
+  assert len(sched) == 1, f"{fn}: {len(sched)} kernels"
+  k = Kernel(sched[0].ast, Device["CPU"].renderer).hand_coded_optimizations()
+  vw = Device["CPU"].renderer.vector_width
+  src = k.to_program().src
+  assert f"float{vw}" in src and (fn == "log" or f"tc_exp2_float{vw}" in src) and (fn != "log" or f"tc_log2_float{vw}" in src)
+  got = tc_fn(Tensor(x)).numpy().astype(np.float64)
+  with np.errstate(all="ignore"):
+    want = ref_fn(x.astype(np.float64))
+    want32 = want.astype(np.float32).astype(np.float64)  # (exp(100) is inf in float32)
+  fin = np.isfinite(want32)
+  assert np.array_equal(np.isfinite(got), fin) and np.array_equal(got[~fin], want32[~fin])
+  big = fin & (np.abs(want) > 1e-30)
+  # exp's argument a is rounded to float32 (and scaled by log2(e)) first: a relative error up to ~|a| * 1.2e-7 in the result
+  ax = np.abs(x.astype(np.float64))
+  arg = {"exp": ax, "log": 0 * ax, "tanh": 2 * ax, "sigmoid": ax, "gelu": 1.6 * (ax + 0.045 * ax ** 3)}[fn]
+  rtol = 1e-6 + 1.5e-7 * arg
+  assert (np.abs(got[big] - want[big]) <= rtol[big] * np.abs(want[big]) + (1e-6 if fn == "gelu" else 0)).all(), fn
+  assert (np.abs(got[fin & ~big] - want[fin & ~big]) <= 1e-30).all()

@@ -110,7 +110,13 @@ class MathOps:
     poly = x._const_like(coeffs[-1])
     for c in reversed(coeffs[:-1]): poly = poly * x2 + c
     return (ax < 0.3).where(x * poly, (x < 0).where(-big, big))
-  def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def gelu(self) -> "Tensor":
+    """The tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as x * sigmoid(2u)
+    (the same function: 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u))): one exp and one reciprocal, u read
+    once, so it fuses into one kernel (and a matmul's epilogue) where tanh's branches were three
+    kernels; and no cancellation in 1 + tanh(u) for negative u."""
+    x = self._float()
+    return x * (1 + ((x + 0.044715 * x * x * x) * (-2 * math.sqrt(2 / math.pi))).exp()).reciprocal()
   def abs(self) -> "Tensor":
     if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
     if dtypes.is_float(self.dtype): return (self <= 0).where(self.sub(0.0, True), self)  # 0 - (-0.0) is +0.0; -(-0.0) would do, -(+0.0) not

@@ -282,3 +282,49 @@ def test_fused_schedule_is_cached_and_reruns_right(rng: np.random.Generator) -> 
     e = np.exp(xn - xn.max(1, keepdims=True))
     close(out, e / e.sum(1, keepdims=True))
   assert any(len(it[2]) == 2 for t in schedule._templates.values() for it in t.items)
+
+# ---- the realize set is settled before any kernel is built (issue 24) -----------------------------------
+
+def _conflicting_reduces(x: Tensor) -> tuple[Tensor, list[Any]]:
+  """A graph whose output kernel can't compute any of its reduces: two read through an expand (over
+  other axes each) and a reduce of a reduce. Returns it and the reduces' LazyBuffers."""
+  rows, cols = x.sum(1, keepdim=True), x.max(0, keepdim=True)
+  inner = x.exp().sum(1)
+  total = inner.max()
+  return rows + cols + total, [rows.lazydata.base, cols.lazydata.base, inner.lazydata.base, total.lazydata.base]
+
+def test_conflicting_reduces_are_settled_in_one_pass(rng: np.random.Generator, monkeypatch: Any) -> None:
+  """Each kernel is built once: the reduces that need kernels of their own are found by one walk over
+  the graph before building (a build that meets one is a scheduler bug, not a restart)."""
+  from tilecraft.engine import schedule
+  (x, xn) = T(rng, 6, 7)
+  x.realize()
+  out, reduces = _conflicting_reduces(x)
+  built: list[Any] = []
+  class Counting(schedule._KernelBuilder):
+    def __init__(self, o: Any, *args: Any, **kwargs: Any) -> None:
+      built.append(o)
+      super().__init__(o, *args, **kwargs)
+  monkeypatch.setattr(schedule, "_KernelBuilder", Counting)
+  schedule._templates.clear()
+  items = out.schedule()
+  assert len(items) == 5 and len(built) == 5 and {id(b) for b in built} == {id(si.outputs[0]) for si in items}
+  assert {id(r) for r in reduces} <= {id(si.outputs[0]) for si in items}
+  monkeypatch.undo()
+  close(out, xn.sum(1, keepdims=True) + xn.max(0, keepdims=True) + np.exp(xn).sum(1).max(), 1e-4)
+
+def test_realize_set_is_a_fixed_point(rng: np.random.Generator) -> None:
+  """Walking the kernels again with the settled realize set finds nothing more to realize."""
+  from tilecraft.engine.schedule import _decide_realizes, _realize_reduces, _walk
+  (x, _) = T(rng, 6, 7)
+  x.realize()
+  out, reduces = _conflicting_reduces(x)
+  outs = [out.lazydata]
+  order, _, _ = _walk(outs)
+  realizes = _decide_realizes(order, outs)
+  assert not {id(r) for r in reduces} <= realizes  # (the first decisions leave the reduces inline)
+  _realize_reduces(order, realizes)
+  assert {id(r) for r in reduces} <= realizes
+  settled = set(realizes)
+  _realize_reduces(order, realizes)
+  assert realizes == settled

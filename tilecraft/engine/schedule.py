@@ -11,10 +11,17 @@ Fusion rules:
 A value is realized (gets a buffer and its own kernel) when it is requested, read through an
 expanding view (the same element used many times), padded through an op with f(0) != 0, a reduce
 read by more than one kernel or by another reduce, or forced with contiguous().
+
+In three steps, each over the graph once: _decide_realizes picks the values the rules above realize;
+_realize_reduces walks every kernel as it will be built and realizes each reduce its kernel can't
+compute (another kind of reduce in the kernel, a reduce of a reduce, a reduce read through a view that
+isn't a reshape), reaching the fixed point of "build, find such a reduce, realize it" in one pass;
+_build_schedule builds each kernel's AST once (a kernel that takes on a dependent reduce it then
+can't use is built again without it: _build_kernel). Nothing restarts through exceptions.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 from tilecraft.device import Buffer, Device
 from tilecraft.helpers import getenv, prod
 from tilecraft.ops import (UNSAFE_PAD_OPS, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps, TernaryOps,
@@ -35,10 +42,6 @@ class ScheduleItem:
   outputs: tuple[LazyBuffer, ...] = ()
   @property
   def inputs(self) -> tuple[Buffer, ...]: return self.bufs[len(self.ast.src):] if self.ast.op is MetaOps.KERNEL else self.bufs[1:]
-
-class _Restart(Exception):
-  """A value turned out to need realizing while building a kernel: build again."""
-  def __init__(self, lb: LazyBuffer): self.lb = lb
 
 def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], Optional[tuple]]:
   """Every unrealized base reachable from outs, sources before users; the realized bases they read
@@ -174,14 +177,6 @@ def _is_expanding(v: LazyBuffer) -> bool:
   if size > base_size: return True
   return any(st == 0 and s != 1 for st, s in zip(v.st.real_strides(ignore_valid=True), v.st.shape))
 
-class _NoFuse(Exception):
-  """A reduced value fused into a later kernel is read in a way that kernel can't compute: build again without that fusion."""
-  def __init__(self, lb: LazyBuffer): self.lb = lb
-
-class _Refuse(Exception):
-  """A value this kernel reads was LOADed before the kernel decided to compute it itself: build the kernel again."""
-  def __init__(self, lb: LazyBuffer): self.lb = lb
-
 # Dependent reduces (a reduce reading another reduce's result broadcast over the same axes, e.g.
 # softmax's sum(exp(x - max(x)))) fuse into one kernel that stores both values: the row is read from
 # memory once and the second loop re-reads it from cache. Only on targets whose reduces are serial
@@ -193,8 +188,67 @@ def fuse_reduces() -> bool:
   Schedule templates and remembered walks are keyed by it."""
   return bool(int(getenv("FUSE_REDUCES", 1)))
 
+def _same_reduce(a: LazyBuffer, b: LazyBuffer) -> bool:
+  """Can one kernel compute both reduces (the same op and axes over sources of one shape)?"""
+  return a.shape == b.shape and a.arg == b.arg and a.srcs[0].shape == b.srcs[0].shape
+
+def _reduce_conflict(x: LazyBuffer, st: ShapeTracker, under_reduce: bool, kernel_reduce: Optional[LazyBuffer]) -> bool:
+  """A kernel can't compute reduce x where it reads it: under its own reduce (a reduce of a reduce),
+  through a view that isn't a reshape, or next to a different reduce. x then gets a kernel of its own."""
+  return under_reduce or not _is_reshape(st, x.shape) or (kernel_reduce is not None and not _same_reduce(kernel_reduce, x))
+
+def _kernel_walk(root: LazyBuffer, realizes: set[int]) -> Iterator[LazyBuffer]:
+  """Walk root's kernel in the order _KernelBuilder.build visits it (sources left to right; a reduce's
+  source as soon as the reduce is reached) and yield each reduce it can't compute (_reduce_conflict).
+  The caller realizes it (and settles its kernel) before resuming; when that realized a reduce this
+  walk computed inline already, the walk starts over, so what it decides is what a build with the
+  new realize set decides."""
+  while True:
+    seen: set[tuple] = set()
+    inlined: set[int] = set()  # the reduces this kernel computes so far
+    kernel_reduce: Optional[LazyBuffer] = None
+    stack: list[tuple[LazyBuffer, ShapeTracker, bool]] = [(root, ShapeTracker.from_shape(root.shape), False)]
+    while stack:
+      x, st, under = stack.pop()
+      if (key := (id(x), st, under)) in seen: continue
+      seen.add(key)
+      if x.op is None or x.op is BufferOps.CONST or (x is not root and id(x) in realizes): continue  # a load or a constant
+      if x.op in ReduceOps:
+        if _reduce_conflict(x, st, under, kernel_reduce):
+          yield x
+          if not inlined.isdisjoint(realizes): break  # something computed above is a load now: walk again
+          continue
+        kernel_reduce = x
+        inlined.add(id(x))
+        s = x.srcs[0]
+        stack.append((s.base, s.st if s.is_view else ShapeTracker.from_shape(s.shape), True))
+      elif x.op in ELEMENTWISE_OPS:
+        stack.extend((s.base, s.st + st if s.is_view else st, under) for s in reversed(x.srcs))
+    else: return
+
+def _realize_reduces(order: list[LazyBuffer], realizes: set[int]) -> None:
+  """Add to realizes every reduce the kernels can't compute inline (_reduce_conflict): the fixed point
+  of building all kernels and realizing each conflict found, reached in one pass. Kernels are walked
+  in the order they are built; a reduce realized while walking one gets its own kernel, walked at once
+  (it comes earlier in the order: building from the start again would reach it first). Kernels walked
+  before don't change their decisions: a realized reduce only cuts their walk, and what they computed
+  besides it was of one kind already. Only reduces are added: which elementwise values are realized
+  is decided before (_decide_realizes)."""
+  for b in order:
+    if id(b) not in realizes or b.op is None or b.op is MetaOps.COPY: continue
+    walks = [_kernel_walk(b, realizes)]
+    while walks:
+      if (x := next(walks[-1], None)) is None:
+        walks.pop()
+        continue
+      realizes.add(id(x))
+      walks.append(_kernel_walk(x, realizes))
+
 class _KernelBuilder:
-  def __init__(self, out: LazyBuffer, realizes: set[int], fusable: Optional[set[int]] = None, prefused: frozenset = frozenset()):
+  """Builds one kernel's AST, for a realize set _realize_reduces settled. A build that can't use a
+  dependent-reduce fusion it tried stops and says why in `conflict`, and the caller builds the kernel
+  again without it (_build_kernel)."""
+  def __init__(self, out: LazyBuffer, realizes: set[int], fusable: set[int], prefused: frozenset = frozenset()):
     self.out, self.realizes = out, realizes
     self.inputs: dict[int, tuple[int, LazyBuffer]] = {}
     self.var_vals: dict[Variable, int] = {}
@@ -202,21 +256,25 @@ class _KernelBuilder:
     self.memo: dict[tuple, LazyOp] = {}
     # realized reduced values this kernel may compute itself (see FUSE_REDUCE_MAX), those it does
     # (the kernel's extra outputs, in order) with their values, and the realized values it loads
-    self.fusable, self.prefused = fusable or set(), prefused
+    self.fusable, self.prefused = fusable, prefused
     self.fused: dict[int, tuple[LazyBuffer, LazyOp]] = {}
     self.loaded: set[int] = set()
-    self.building: set[int] = set()
+    self.building: list[LazyBuffer] = []  # the fused values being built, innermost last
+    # why the build stopped: ("refuse", b): b was loaded before the kernel took it on, build again
+    # computing it from the start; ("nofuse", b): b can't be fused here, build again loading it
+    self.conflict: Optional[tuple[str, LazyBuffer]] = None
 
   def _unbind(self, st: ShapeTracker) -> ShapeTracker:
     st, vals = st.unbind()
     self.var_vals.update(vals)
     return st
 
-  def build(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> LazyOp:
-    """The AST computing base b, viewed through st (b's shape -> the kernel's space). Elementwise ops
-    are walked with an explicit stack (sources left to right, as buffers are numbered in the order
-    they are first loaded): an expression may be any depth. A reduce builds its source by calling
-    build again, which nests once (a reduce under a reduce is another kernel)."""
+  def build(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> Optional[LazyOp]:
+    """The AST computing base b, viewed through st (b's shape -> the kernel's space), or None when the
+    build stopped (self.conflict). Elementwise ops are walked with an explicit stack (sources left to
+    right, as buffers are numbered in the order they are first loaded): an expression may be any
+    depth. A reduce builds its source by calling build again, which nests once (a reduce under a
+    reduce is another kernel)."""
     memo = self.memo
     if (hit := memo.get((id(b), st, under_reduce))) is not None: return hit
     # entries: (base, its view, None) to visit; (base, its view, its sources' (base, view) pairs) to assemble
@@ -229,7 +287,9 @@ class _KernelBuilder:
         memo[key] = ops[0] if x.op is MetaOps.CONTIGUOUS else LazyOp(x.op, ops, x.arg)
         continue
       if key in memo: continue
-      if (ret := self._node(x, xst, under_reduce)) is not None:
+      ret = self._node(x, xst, under_reduce)
+      if self.conflict is not None: return None
+      if ret is not None:
         memo[key] = ret
         continue
       srcs = [(s.base, s.st + xst if s.is_view else xst) for s in x.srcs]
@@ -237,14 +297,20 @@ class _KernelBuilder:
       stack.extend((sb, sst, None) for sb, sst in reversed(srcs))
     return memo[(id(b), st, under_reduce)]
 
+  def _is_load(self, b: LazyBuffer) -> bool:
+    return b.op is None or (id(b) in self.realizes and b is not self.out and b not in self.building)
+
   def _node(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> Optional[LazyOp]:
     """The AST of base b viewed through st when it is a leaf of this kernel (a load, a constant, a
-    fused value) or its reduce; None for an elementwise op whose sources build() walks."""
-    if b.op is not None and id(b) in self.realizes and b is not self.out and id(b) not in self.building and \
-        (id(b) in self.fused or id(b) in self.prefused or (under_reduce and id(b) in self.fusable)):
-      if (ret := self._fused_value(b, st, under_reduce)) is not None: return ret
-    if b.op is None or (id(b) in self.realizes and b is not self.out and id(b) not in self.building):
-      if id(b) in self.fused or id(b) in self.prefused: raise _NoFuse(b)  # read here in a way the fused value can't give
+    fused value) or its reduce; None for an elementwise op whose sources build() walks (or when the
+    build stopped: self.conflict)."""
+    if b.op is not None and self._is_load(b) and (id(b) in self.fused or id(b) in self.prefused or (under_reduce and id(b) in self.fusable)):
+      ret = self._fused_value(b, st, under_reduce)
+      if ret is not None or self.conflict is not None: return ret
+    if self._is_load(b):
+      if id(b) in self.fused or id(b) in self.prefused:  # read here in a way the fused value can't give
+        self.conflict = ("nofuse", b)
+        return None
       self.loaded.add(id(b))
       idx, _ = self.inputs.setdefault(id(b), (len(self.inputs) + 1, b))
       return LazyOp(BufferOps.LOAD, (), MemBuffer(idx, _buf_dtype(b), self._unbind(st)))
@@ -257,14 +323,16 @@ class _KernelBuilder:
       return LazyOp(BufferOps.CONST, (), ConstBuffer(val, b.dtype, self._unbind(st)))
     if b.op in ELEMENTWISE_OPS: return None
     if b.op in ReduceOps:
-      if under_reduce: raise _Restart(b)  # a reduce of a reduce: the inner one gets its own kernel
-      if not _is_reshape(st, b.shape): raise _Restart(b)
-      if self.reduce is not None and (self.reduce.shape != b.shape or self.reduce.arg != b.arg or self.reduce.srcs[0].shape != b.srcs[0].shape):
-        raise _Restart(b)
+      if _reduce_conflict(b, st, under_reduce, self.reduce):
+        # _realize_reduces settled every conflict a plain build meets; one inside a fused value's
+        # build (its reduce seen through another view) means that value isn't fused here
+        if not self.building: raise RuntimeError(f"scheduler: reduce {b} was left unrealized where its kernel can't compute it")
+        self.conflict = ("nofuse", self.building[-1])
+        return None
       self.reduce = b
       s = b.srcs[0]
       inp = self.build(s.base, s.st if s.is_view else ShapeTracker.from_shape(s.shape), True)
-      return LazyOp(b.op, (inp,), b.arg)
+      return None if inp is None else LazyOp(b.op, (inp,), b.arg)
     raise RuntimeError(f"scheduler can't fuse {b.op}")
 
   def _fused_value(self, b: LazyBuffer, st: ShapeTracker, under_reduce: bool) -> Optional[LazyOp]:
@@ -272,20 +340,24 @@ class _KernelBuilder:
     this kernel's reduce, b must be a value of a reduce like it, broadcast over its axes; after the
     reduce, read element for element."""
     red = self.reduce
-    if red is None or (r := _only_reduce(b, self.realizes)) is None or r.arg != red.arg or r.shape != red.shape or r.srcs[0].shape != red.srcs[0].shape:
-      return None
+    if red is None or (r := _only_reduce(b, self.realizes)) is None or not _same_reduce(r, red): return None
     if prod(b.shape) != prod(red.shape): return None
     want = ShapeTracker.from_shape(b.shape).reshape(red.shape)
     if under_reduce: want = want.expand(red.srcs[0].shape)
     elif not _is_reshape(st, b.shape): return None
     if under_reduce and not (len(st.views) == 1 and st.views == want.views): return None
     if id(b) not in self.fused:
-      if id(b) in self.loaded: raise _Refuse(b)  # read before as an input: build again, computing it from the start
-      self.building.add(id(b))
-      try: val = self.build(b, ShapeTracker.from_shape(b.shape).reshape(red.shape), False)
-      finally: self.building.discard(id(b)); self.reduce = red  # noqa: E702
+      if id(b) in self.loaded:  # read before as an input: build again, computing it from the start
+        self.conflict = ("refuse", b)
+        return None
+      self.building.append(b)
+      val = self.build(b, ShapeTracker.from_shape(b.shape).reshape(red.shape), False)
+      self.building.pop()
+      self.reduce = red
+      if val is None: return None
       self.fused[id(b)] = (b, val)
     return self.fused[id(b)][1]
+
 
 def _only_reduce(b: LazyBuffer, realizes: set[int]) -> Optional[LazyBuffer]:
   """The one reduce b's kernel would compute (b itself, or the reduce under b's elementwise ops), or None."""
@@ -360,21 +432,13 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
       if rp is not None: _remember_walk(rp, outs[0].base, order, leaves, t)
       return t.instantiate(order, leaves)
   realizes = _decide_realizes(order, outs)
-  nofuse: set[int] = set()
-  for _ in range(10000):
-    try: items = _build_schedule(order, realizes, nofuse)
-    except _Restart as r:
-      realizes.add(id(r.lb))
-      continue
-    except _NoFuse as r:
-      nofuse.add(id(r.lb))
-      continue
-    if key is not None and (t := _Template.of(items, order, leaves)) is not None:
-      if len(_templates) >= 1024: _templates.clear()
-      _templates[key] = t
-      if rp is not None: _remember_walk(rp, outs[0].base, order, leaves, t)
-    return items
-  raise RuntimeError("scheduler did not converge")
+  _realize_reduces(order, realizes)
+  items = _build_schedule(order, realizes)
+  if key is not None and (t := _Template.of(items, order, leaves)) is not None:
+    if len(_templates) >= 1024: _templates.clear()
+    _templates[key] = t
+    if rp is not None: _remember_walk(rp, outs[0].base, order, leaves, t)
+  return items
 
 # ---- the schedule cache --------------------------------------------------------------------------
 # A user's loop builds the same graph on every call: new LazyBuffers, the same ops over the same views
@@ -452,22 +516,24 @@ def _verify_once(ast: LazyOp) -> None:
   if len(_verified) >= 4096: _verified.clear()
   _verified[ast] = None
 
-def _fusable(order: list[LazyBuffer], realizes: set[int], nofuse: set[int]) -> set[int]:
+def _fusable(order: list[LazyBuffer], realizes: set[int]) -> set[int]:
   """Realized reduced values a later kernel with a reduce like theirs may compute itself (see FUSE_REDUCE_MAX)."""
   out: set[int] = set()
   if not fuse_reduces(): return out
   local: dict[str, bool] = {}
   for b in order:
-    if id(b) not in realizes or id(b) in nofuse or b.image is not None or b.op not in ELEMENTWISE_OPS and b.op not in ReduceOps: continue
+    if id(b) not in realizes or b.image is not None or b.op not in ELEMENTWISE_OPS and b.op not in ReduceOps: continue
     if (r := _only_reduce(b, realizes)) is None or not all(isinstance(x, int) for x in r.srcs[0].shape): continue
     if prod(r.srcs[0].shape) > FUSE_REDUCE_MAX * prod(r.shape): continue
     if b.device not in local: local[b.device] = Device[b.device].renderer.has_local
     if not local[b.device]: out.add(id(b))
   return out
 
-def _build_schedule(order: list[LazyBuffer], realizes: set[int], nofuse: Optional[set[int]] = None) -> list[ScheduleItem]:
-  items: list[ScheduleItem] = []
-  fusable = _fusable(order, realizes, nofuse or set())
+def _build_schedule(order: list[LazyBuffer], realizes: set[int]) -> list[ScheduleItem]:
+  """The schedule items for a settled realize set (_realize_reduces), in order: each kernel is built once
+  its sources' are, and a kernel that computes dependent reduced values (_fused_value) replaces theirs."""
+  items: list[Optional[ScheduleItem]] = []
+  fusable = _fusable(order, realizes)  # shrinks as kernels take values on, or find they can't
   item_of: dict[int, int] = {}  # id(value) -> the index in items of the kernel computing it
   for b in order:  # sources come first, so producers are scheduled before consumers
     if id(b) not in realizes: continue
@@ -476,12 +542,7 @@ def _build_schedule(order: list[LazyBuffer], realizes: set[int], nofuse: Optiona
       items.append(ScheduleItem(LazyOp(MetaOps.COPY, (), src.dtype.itemsize * prod(src.shape)),
                                 (_buffer_for(b, {}), _buffer_for(src, {})), {}, (b,)))
       continue
-    prefused: frozenset = frozenset()
-    while True:
-      kb = _KernelBuilder(b, realizes, fusable - {id(b)}, prefused)
-      try: value = kb.build(b, ShapeTracker.from_shape(b.shape), False)
-      except _Refuse as r: prefused |= {id(r.lb)}; continue  # noqa: E702
-      break
+    kb, value = _build_kernel(b, realizes, fusable, items, item_of)
     out_shape = b.shape
     out_st = ShapeTracker.from_shape(out_shape)
     if kb.reduce is not None and kb.reduce.shape != out_shape:
@@ -489,9 +550,7 @@ def _build_schedule(order: list[LazyBuffer], realizes: set[int], nofuse: Optiona
       out_st = out_st.reshape(kb.reduce.shape)
     fused = list(kb.fused.values())
     for lb, _ in fused:  # their own kernels, built earlier, are replaced by this one
-      j = item_of.pop(id(lb))
-      if len(items[j].outputs) > 1 or any(si is not None and lb.buffer in si.inputs for si in items[j + 1:]): raise _NoFuse(lb)
-      items[j] = None  # type: ignore[call-overload]
+      items[item_of.pop(id(lb))] = None
       fusable.discard(id(lb))
     stores = [LazyOp(BufferOps.STORE, (value,), MemBuffer(0, _buf_dtype(b), kb._unbind(out_st)))]
     stores += [LazyOp(BufferOps.STORE, (v,), MemBuffer(i + 1, _buf_dtype(lb), kb._unbind(out_st))) for i, (lb, v) in enumerate(fused)]
@@ -503,6 +562,31 @@ def _build_schedule(order: list[LazyBuffer], realizes: set[int], nofuse: Optiona
     for o in outs: item_of[id(o)] = len(items)
     items.append(ScheduleItem(ast, tuple(_buffer_for(x, kb.var_vals) for x in (*outs, *inputs)), kb.var_vals, outs))
   return [si for si in items if si is not None]
+
+def _build_kernel(b: LazyBuffer, realizes: set[int], fusable: set[int], items: list[Optional[ScheduleItem]],
+                  item_of: dict[int, int]) -> tuple[_KernelBuilder, LazyOp]:
+  """b's kernel, with the dependent-reduce fusions it can take on. A build that stops over a fused value
+  (kb.conflict) runs again: computing the value from the start ("refuse": it was loaded before the
+  kernel took it on), or loading it ("nofuse": from here on it is fused nowhere; also when the
+  value's own kernel can't be dropped, as it stores more values or a kernel after it reads it). Each
+  fusable value the kernel meets costs at most two more builds."""
+  prefused: frozenset = frozenset()
+  while True:
+    kb = _KernelBuilder(b, realizes, fusable - {id(b)}, prefused)
+    value = kb.build(b, ShapeTracker.from_shape(b.shape), False)
+    if kb.conflict is None:
+      dropped: set[int] = set()
+      for lb, _ in kb.fused.values():
+        j = item_of[id(lb)]
+        if (si := items[j]) is None or len(si.outputs) > 1 or any(x is not None and k not in dropped and lb.buffer in x.inputs for k, x in enumerate(items[j + 1:], j + 1)):
+          kb.conflict = ("nofuse", lb)
+          break
+        dropped.add(j)
+      else: return kb, value  # type: ignore[return-value]
+    assert kb.conflict is not None
+    why, lb = kb.conflict
+    if why == "refuse": prefused |= {id(lb)}
+    else: fusable.discard(id(lb)); prefused = frozenset()  # noqa: E702
 
 def _shift_inputs(op: LazyOp, n: int, memo: dict) -> LazyOp:
   """op with every input buffer index moved up by n (room for n more outputs)."""

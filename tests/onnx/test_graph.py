@@ -93,3 +93,53 @@ def test_gather_elements_and_nd_index_errors() -> None:
   np.testing.assert_array_equal(gn.run({"d": D, "i": np.array([[4, 1], [0, 0], [-1, -2]], np.int64)})["y"], D[[4, 0, -1], [1, 0, -2]])
   with pytest.raises(IndexError, match=r"'gn' \(op GatherND.*index 2 \(column 1 of the indices\) is out of range for axis 1 of size 2"):
     gn.run({"d": D, "i": np.array([[4, 1], [0, 2], [1, 1]], np.int64)})
+
+# ---- graph-level optimizations: BatchNorm folded into Conv, constant folding, fused epilogues ---------
+def _ort_run(m: onnx.ModelProto, feed: dict) -> list:
+  rt = pytest.importorskip("onnxruntime")
+  return rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+def _kernels_per_call(m: tox.OnnxModel, feed: dict) -> tuple[dict, int]:
+  m.run(feed)
+  k0 = realize.kernel_count
+  out = m.run(feed)
+  return out, realize.kernel_count - k0
+
+def _conv_bn_relu_add() -> onnx.ModelProto:
+  rng = np.random.default_rng(3)
+  f = lambda name, *s, mean=0.0, std=0.5: helper.make_tensor(name, TensorProto.FLOAT, list(s), (mean + std * rng.standard_normal(s)).astype(np.float32).ravel())  # noqa: E731
+  inits = [f("w", 4, 3, 3, 3), f("cb", 4), f("g", 4, mean=1.0, std=0.2), f("b", 4), f("mu", 4), helper.make_tensor("var", TensorProto.FLOAT, [4], [0.5, 1.0, 2.0, 0.25])]
+  nodes = [helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+           helper.make_node("BatchNormalization", ["c", "g", "b", "mu", "var"], ["n"], epsilon=1e-3, name="bn"),
+           helper.make_node("Relu", ["n"], ["r"]), helper.make_node("Add", ["r", "skip"], ["y"])]
+  return _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 3, 6, 6]), _vi("skip", TensorProto.FLOAT, [1, 4, 6, 6])], [_vi("y", TensorProto.FLOAT, None)], inits, opset=15)
+
+def test_batchnorm_folded_into_conv() -> None:
+  proto = _conv_bn_relu_add()
+  rng = np.random.default_rng(4)
+  feed = {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32), "skip": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+  ref = _ort_run(proto, feed)[0]
+  folded, plain = tox.load(proto), tox.load(proto, fold=False)
+  assert folded.bn_folded == 1 and plain.bn_folded == 0
+  assert [n.op_type for n, _, _ in folded.nodes] == ["Conv", "Relu", "Add"]
+  (yf, kf), (yp, kp) = _kernels_per_call(folded, feed), _kernels_per_call(plain, feed)
+  np.testing.assert_allclose(yf["y"], ref, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(yp["y"], ref, rtol=1e-4, atol=1e-5)
+  # conv + bias + relu + residual add is one kernel either way (the scheduler fuses the epilogue)
+  assert kf == 1 and kp > kf, (kf, kp)  # (unfolded, the BatchNorm's per-channel factors take a kernel of their own)
+
+def test_constant_subgraph_folded() -> None:
+  # w = (a * 2 + b)^T, read by a MatMul: computed once at build with folding, in every call without
+  rng = np.random.default_rng(5)
+  a, b = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+  two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+  inits = [helper.make_tensor("a", TensorProto.FLOAT, [5, 4], a.ravel()), helper.make_tensor("b", TensorProto.FLOAT, [5, 4], b.ravel()), two]
+  nodes = [helper.make_node("Mul", ["a", "two"], ["a2"]), helper.make_node("Add", ["a2", "b"], ["s"]), helper.make_node("Exp", ["s"], ["e"]),
+           helper.make_node("Transpose", ["e"], ["w"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+  proto = _model(nodes, [_vi("x", TensorProto.FLOAT, [3, 4])], [_vi("y", TensorProto.FLOAT, None)], inits)
+  x = rng.standard_normal((3, 4)).astype(np.float32)
+  ref = x @ np.exp(a * 2 + b).T
+  (yf, kf), (yp, kp) = _kernels_per_call(tox.load(proto), {"x": x}), _kernels_per_call(tox.load(proto, fold=False), {"x": x})
+  np.testing.assert_allclose(yf["y"], ref, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(yp["y"], ref, rtol=1e-5, atol=1e-5)
+  assert kf == 1 and kp > kf, (kf, kp)  # (unfolded, exp(a * 2 + b) is computed in every call by a kernel of its own)

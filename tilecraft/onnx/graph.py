@@ -15,14 +15,22 @@ value that depends on the inputs' data (a Reshape to a shape given as an input, 
 data only and is built again on every call. Index inputs (Gather and the like) are guarded: out of range
 is an IndexError naming the node, the axis and the index, checked on the host for indices from graph
 inputs and initializers, and from the min and max of computed indices, which the run computes with the
-outputs."""
+outputs.
+
+Graph-level optimizations (load(..., fold=True), the default): BatchNormalization after a Conv is folded
+into the Conv's weight and bias at load (fold.py); values computed from initializers and constants only
+are computed once when the graph is built, not in every call (OnnxModel._fold_constants). Elementwise
+epilogues (bias, activation, residual add) need nothing here: the scheduler fuses them into the conv
+and matmul kernels."""
 from __future__ import annotations
 import os, threading
 from collections import OrderedDict
 from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
+from tilecraft.ops import BufferOps
 from tilecraft.engine.realize import run_schedule
+from tilecraft.onnx.fold import fold_batchnorm
 from tilecraft.onnx.registry import Node, index_error, lookup, since_of, unsupported
 from tilecraft.onnx.types import onnx_dtype
 from tilecraft.tensor import Tensor
@@ -96,10 +104,11 @@ def _to_numpy_input(x: Any, dt: DType, name: str) -> np.ndarray:
 
 class OnnxModel:
   """A loaded ONNX model on a device. `run(inputs)` -> outputs keyed by graph output name."""
-  def __init__(self, model: Any, device: Optional[str] = None):
+  def __init__(self, model: Any, device: Optional[str] = None, fold: bool = True):
     from onnx import numpy_helper
     self.proto = model
     self.device = device
+    self.fold = fold
     self.opset = 0
     for imp in model.opset_import:
       if imp.domain in ("", "ai.onnx"): self.opset = int(imp.version)
@@ -136,6 +145,8 @@ class OnnxModel:
         raise NotImplementedError(f"tilecraft.onnx: {where}: opset {self.opset} is below the supported {MIN_OPSET}..{MAX_OPSET} and this op changed since")
       attrs = {a.name: _attr_value(a, where) for a in n.attribute}
       self.nodes.append((n, attrs, fn))
+    self.bn_folded = 0
+    if fold: self.nodes, self.bn_folded = fold_batchnorm(self.nodes, self.consts, {vi.name for vi in g.output}, self.opset)
     self._init_tensors: dict[str, Tensor] = {}
     self._captures: OrderedDict[tuple, _Capture] = OrderedDict()
     self._lock = threading.Lock()  # one run at a time: a capture's buffers are shared by its calls
@@ -174,6 +185,7 @@ class OnnxModel:
     env: dict[str, Any] = {}
     known: dict[str, np.ndarray] = dict(self.consts)
     dyn: set[str] = set()  # values that depend on the graph inputs' data
+    folded: set[str] = set()  # Tensor values computed from initializers and constants only (see fold)
     data_dependent = False  # whether building read a dyn value (the graph is then valid for these data only)
     host_guards: list[tuple[Node, str, int, int, Optional[int]]] = []  # index checks on graph inputs, redone per call
     tensor_guards: list[tuple[Node, Tensor, int, int, Optional[int]]] = []  # index checks on computed indices: their min and max, computed with the graph
@@ -230,7 +242,9 @@ class OnnxModel:
           if o.dtype.name == "bfloat16": o = Tensor(o.astype(np.float32), device=self.device, dtype=dtypes.bfloat16)
           else: o = Tensor(o, device=self.device)
         elif reads_dyn: dyn.add(oname)
+        elif self.fold and all(x in self.consts or x in known or x in folded for x in n.input if x): folded.add(oname)
         env[oname] = o
+    if folded: self._fold_constants(folded, env)
     res = [env[name] if name in env else value(name) for name, _ in self.outputs]
     for (name, dt), i in zip(self.outputs, range(len(res))):
       if dt is not None and res[i].dtype != dt: res[i] = res[i].cast(dt)
@@ -243,6 +257,20 @@ class OnnxModel:
                    [(node, t, size, axis, col) for (node, _, size, axis, col), t in zip(tensor_guards, ts[len(res):])])
     out = cap.read_outputs([name for name, _ in self.outputs])
     return (None if data_dependent or not cap.reusable() else cap), out
+
+  def _fold_constants(self, folded: set[str], env: dict[str, Any]) -> None:
+    """Constant folding: the values computed from initializers and constants only that a value depending
+    on the inputs reads (or a graph output) are computed now, once, in one schedule of their own, so the
+    per-call schedule reads them from memory instead of recomputing them in every call (and, fused into a
+    consumer, per element of it). A value that is a view of memory or of a constant (a transpose of a
+    weight, a broadcast fill) has nothing to compute and stays as it is."""
+    needed = {x for n, _, _ in self.nodes if not all(o in folded for o in n.output if o) for x in n.input if x in folded}
+    needed |= {name for name, _ in self.outputs if name in folded}
+    todo = []
+    for name in sorted(needed):
+      b = env[name].lazydata.base
+      if b.op is not None and b.op is not BufferOps.CONST: todo.append(env[name])
+    if todo: Tensor.realize(*todo) if len(todo) > 1 else todo[0].realize()
 
 MAX_CAPTURES = 4  # input signatures whose built graphs (and intermediate buffers) a model keeps
 
@@ -288,7 +316,8 @@ def _out_numpy(t: Tensor) -> np.ndarray:
     except ImportError: return a
   return a
 
-def load(model: Union[str, bytes, os.PathLike, Any], device: Optional[str] = None) -> OnnxModel:
-  """Load an ONNX model (path, bytes or onnx.ModelProto) for running on `device` (default: the default device)."""
+def load(model: Union[str, bytes, os.PathLike, Any], device: Optional[str] = None, fold: bool = True) -> OnnxModel:
+  """Load an ONNX model (path, bytes or onnx.ModelProto) for running on `device` (default: the default device).
+  `fold=False` turns off the graph rewrites (BatchNorm folded into Conv, constant folding)."""
   import tilecraft.onnx.ops  # noqa: F401  (registers the op implementations)
-  return OnnxModel(_as_model(model), device)
+  return OnnxModel(_as_model(model), device, fold)

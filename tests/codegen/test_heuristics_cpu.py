@@ -256,3 +256,59 @@ def test_block_with_one_output_loop_matches_numpy(seq, rng):
   src = k.to_program().src
   assert src.index("for (int ridx0") < src.index("for (int gidx0"), src
   check(k, [a], a.sum(0, dtype=np.float64), rtol=1e-5)
+
+# ---- shapes from real models (issue 29): remainders, strided convs, stems ----
+
+def _conv_ref(x, w, stride, pad):
+  p = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  win = np.lib.stride_tricks.sliding_window_view(p, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
+  return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
+
+def _check_conv(t, x, w, stride, pad):
+  ref = _conv_ref(x, w, stride, pad)
+  if not runnable(): return check_tensor(t, ref)  # (only compiled)
+  np.testing.assert_allclose(t.numpy(), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+def _conv_kernel(x, w, stride, pad):
+  t = Tensor(x).conv2d(Tensor(w), stride=stride, padding=pad)
+  return t, hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_matmul_tile_pads_the_column_remainder(arch, rng):
+  """N = 124 isn't a multiple of the tile's 2 vectors: padded (masked lanes) instead of the general
+  rules' 4-wide scalar tiles (matmul 300x700x500: 3x faster on AVX2)."""
+  vw = ARCHS[arch]
+  a, b = rng.standard_normal((30, 40), dtype=np.float32), rng.standard_normal((40, 124), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    k = hand(bench.matmul_ast(30, 124, 40))
+    assert opts(k)[:2] == [(D, 1, 2 * vw), (U, 1, vw)] and (U, 1, 2) in opts(k)
+    assert "column" in k.applied_opts_reasons[0]
+    check(k, [a, b], a @ b)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("shape", [((1, 256, 30, 30), (64, 256, 1, 1), 2, 0), ((1, 32, 30, 30), (64, 32, 3, 3), 2, 1)], ids=["1x1s2", "3x3s2"])
+def test_strided_conv_vectors_run_along_packed_output_channels(arch, shape, rng):
+  """A strided conv's output pixels are stride 2 in the image: the tile's vectors run along the output
+  channels instead, the weight panel packed so they are contiguous; the 15 pixel rows padded to 16;
+  a 3x3's kernel row unrolled."""
+  xs, ws, stride, pad = shape
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32) * 0.1
+  with Context(CPU_ARCH=arch):
+    t, k = _conv_kernel(x, w, stride, pad)
+    o = opts(k)
+    assert o[0] == (U, 0, vw) and (U, 0, 2) in o and (P, 2, 0) in o and (D, 2, 8) in o, o
+    if ws[-1] == 3: assert o[-1][0] is R
+    _check_conv(t, x, w, stride, pad)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_stem_keeps_vectors_along_output_pixels(arch, rng):
+  """A 7x7 stride-2 stem (reduce of 3x7x7 = 147): too short to repay a pack, so the vectors stay
+  along the output pixels (strided loads) and the kernel row is unrolled."""
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal((1, 3, 64, 64), dtype=np.float32), rng.standard_normal((16, 3, 7, 7), dtype=np.float32) * 0.1
+  with Context(CPU_ARCH=arch):
+    t, k = _conv_kernel(x, w, 2, 3)
+    o = opts(k)
+    assert o[0] == (U, 2, vw) and (P, 2, 0) not in o and o[-1] == (R, 2, 0), o  # (the weights are not packed)
+    _check_conv(t, x, w, 2, 3)

@@ -88,9 +88,8 @@ def _tensor_cores(k: Any) -> bool:
     try: tc, _, _, choices = tc_choices(k, tc_opt)
     except KernelOptError: continue
     for axis, (n, m, r) in enumerate(choices):
-      try: k.apply_tensor_cores(use, axis=axis, tc_opt=tc_opt, reason=f"tensor cores: {tc} on the SUM of a MUL, N axis {n}, M axis {m}, "
-                                                                     f"reduce axis {r} (choice {axis}, tc_opt {tc_opt}, use {use})")
-      except KernelOptError: continue
+      if not k.apply_tensor_cores(use, axis=axis, tc_opt=tc_opt, reason=f"tensor cores: {tc} on the SUM of a MUL, N axis {n}, M axis {m}, "
+                                                                       f"reduce axis {r} (choice {axis}, tc_opt {tc_opt}, use {use})"): continue
       for ax in range(min(k.global_dims, 2)):
         _try(k, Opt(OptOps.UPCAST, ax, 2), f"tensor cores: 2 instructions per warp along global axis {ax} (fragment reuse)")
       return True
@@ -115,38 +114,69 @@ def _input_strides(k: Any) -> list[tuple]:
   return [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
 
 def _cpu_matmul_tile(k: Any, vw: int) -> bool:
-  """CPU kernels with one SUM reduce of a product in which the output axis `n` (contiguous in the
-  output) and another output axis `m` are each broadcast by some input (matmul, batched matmul,
-  1x1 conv): the 8 x (2 vectors) register tile, then reduce blocking. True when the tile applied."""
+  """CPU kernels with one SUM reduce of a product in which an output axis `n` (the vector axis) and
+  another output axis `m` (the rows) are each broadcast by some input (matmul, batched matmul, 1x1
+  and strided convs): the rows x (2 vectors) register tile, then reduce blocking. True when the tile applied.
+  `n` is the output's contiguous axis where the inputs moving along it move contiguously too (vector
+  loads); where they don't (a strided conv's output pixels: stride 2 in the image), `n` is another
+  axis (the output channels) whose operand PACK lays out contiguously, and the tile is taken only if
+  that pack applies (else its loads would be gathers)."""
   if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.upcasted or k.first_reduce < 2: return False
   src = k.reduceops[0].src[0]
   if src.op is UnaryOps.CAST: src = src.src[0]
   if src.op is not BinaryOps.MUL: return False
   ins, out = _input_strides(k), k.sts[0].real_strides()
   def reused(a: int) -> bool: return any(rs[a] == 0 for rs in ins) and any(rs[a] != 0 for rs in ins)
-  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and k.full_shape[a] % (vw * TILE_VECTORS) == 0), None)
-  if n is None: return False
-  m = next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and _tile_rows(k, k.full_shape[a], vw) is not None and
-            not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)  # the input broadcast along m must vary along n
-  if m is None: return False
+  def unit(a: int) -> bool: return all(rs[a] == 1 for rs in ins if rs[a] != 0)
+  cols = vw * TILE_VECTORS
+  def cols_fit(size: Any) -> bool:  # a multiple of the tile's columns, or padded to one for at most 1/8 more work
+    return isinstance(size, int) and size >= cols and 8 * (round_up(size, cols) - size) <= size
+  def rows_axis(n: int) -> Optional[int]:  # the input broadcast along m must vary along n
+    return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and _tile_rows(k, k.full_shape[a], vw) is not None and
+                 not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
+  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and unit(a) and reused(a) and cols_fit(k.full_shape[a])), None)
+  if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, cols)
+  # the packed tile, tried on a copy and kept only with its pack; not for short reduces (a 7x7 stem's 147:
+  # there the pack and the padded image's row masks cost more than the strided vector loads, 4x slower measured)
+  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
+  for n in range(k.first_reduce - 1, -1, -1) if isinstance(red, int) and red >= 256 else ():
+    if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int) or k.full_shape[n] % cols or (m := rows_axis(n)) is None: continue
+    trial = k.copy()
+    if not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)") or not trial.packed: continue
+    for o, why in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=why)
+    return True
+  # else the output's contiguous axis even with strided loads (the 7x7 stem: 1.9x faster than the general rules)
+  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and cols_fit(k.full_shape[a])), None)
+  if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, cols, why=" (strided loads)")
+  return False
+
+def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = "") -> bool:
+  """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking."""
   rows = _tile_rows(k, k.full_shape[m], vw)
   assert rows is not None
-  if not _try(k, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector"): return False
+  if k.full_shape[n] % cols and not _try(k, Opt(OptOps.PADTO, n, cols), f"matmul register tile: pad the {k.full_shape[n]} columns (axis {n}) to a "
+                                          f"multiple of the tile's {cols} (masked lanes): full vectors, no scalar remainder"): return False
+  if not _try(k, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why): return False
   if k.full_shape[m] % rows and not _try(k, Opt(OptOps.PADTO, m, rows), f"matmul register tile: pad the {k.full_shape[m]} rows (axis {m}) to a multiple of {rows}"):
     rows = TILE_ROWS if k.full_shape[m] % TILE_ROWS == 0 else 0
   if rows: _try(k, Opt(OptOps.UPCAST, m, rows), f"matmul register tile: {rows} output rows (axis {m}) share each vector load")
   _try(k, Opt(OptOps.UPCAST, n, TILE_VECTORS), f"matmul register tile: {TILE_VECTORS} vectors of columns share each broadcast ({rows}x{TILE_VECTORS} accumulators)")
   _cpu_block_reduce(k)
+  last = k.first_upcast - 1  # a conv's kernel-width axis: unrolled, so the tile's loop body is the whole kernel row
+  if k.first_upcast - k.first_reduce >= 2 and isinstance(k.full_shape[last], int) and k.full_shape[last] <= 7:
+    _try(k, Opt(OptOps.UNROLL, last - k.first_reduce, 0), f"matmul register tile: the short innermost reduce axis ({k.full_shape[last]}) unrolled fully")
   return True
 
 def _tile_rows(k: Any, size: Any, vw: int) -> Optional[int]:
   """Output rows of the matmul register tile for a row axis of `size`: 8, or 6 with 16 vector
   registers (8-lane vectors on x86: AVX2/AVX) where 6 divides the axis or padding it to a multiple
-  of 6 adds at most 1/32 of the work; None when no tile fits."""
+  of 6 adds at most 1/32 of the work; else 8 where padding to a multiple of 8 adds at most 1/7 (a
+  strided 1x1 conv's 7-pixel rows: 7 rows unpadded measured 3x slower than 8 padded, AVX2); None
+  when no tile fits."""
   if not isinstance(size, int): return None
   if vw == 8 and (size % TILE_ROWS_16_REGS == 0 or (-size) % TILE_ROWS_16_REGS * 32 <= size):
     return TILE_ROWS_16_REGS
-  return TILE_ROWS if size % TILE_ROWS == 0 else None
+  return TILE_ROWS if 7 * ((-size) % TILE_ROWS) <= size else None
 
 def _cpu_block_reduce(k: Any) -> None:
   """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop

@@ -312,3 +312,30 @@ def test_stem_keeps_vectors_along_output_pixels(arch, rng):
     o = opts(k)
     assert o[0] == (U, 2, vw) and (P, 2, 0) not in o and o[-1] == (R, 2, 0), o  # (the weights are not packed)
     _check_conv(t, x, w, 2, 3)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_vector_matrix_takes_column_tiles_of_8_vectors(arch, rng):
+  """x @ W with one row of x (fc at batch 1): 8 vectors of W's columns per thread, padded from 250 to 256."""
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal((1, 300), dtype=np.float32), rng.standard_normal((300, 250), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x) @ Tensor(w)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert opts(k) == [(D, 0, 8 * vw), (U, 0, vw), (U, 0, 8)], opts(k)
+    check_tensor(t, x @ w)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_fused_matmuls_share_one_tile_with_both_panels_packed(arch, rng):
+  """SwiGLU's silu(x @ w1) * (x @ w3) is one kernel of two reduces: the matmul tile with 4 rows (each
+  reduce has its own accumulators) and both column operands packed."""
+  vw = ARCHS[arch]
+  x, w1, w3 = (rng.standard_normal(s, dtype=np.float32) * 0.2 for s in ((8, 64), (64, 4 * vw), (64, 4 * vw)))
+  with Context(CPU_ARCH=arch):
+    h = Tensor(x) @ Tensor(w1)
+    t = h * h.sigmoid() * (Tensor(x) @ Tensor(w3))
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert len(k.reduceops) == 2
+    o = opts(k)
+    assert o[:3] == [(U, 1, vw), (U, 0, 4), (U, 1, 2)] and sum(op is P for op, _, _ in o) == 2, o
+    h64 = x.astype(np.float64) @ w1
+    check_tensor(t, (h64 / (1 + np.exp(-h64)) * (x.astype(np.float64) @ w3)).astype(np.float32), rtol=1e-4)

@@ -121,10 +121,12 @@ def _cpu_matmul_tile(k: Any, vw: int) -> bool:
   loads); where they don't (a strided conv's output pixels: stride 2 in the image), `n` is another
   axis (the output channels) whose operand PACK lays out contiguously, and the tile is taken only if
   that pack applies (else its loads would be gathers)."""
-  if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.upcasted or k.first_reduce < 2: return False
-  src = k.reduceops[0].src[0]
-  if src.op is UnaryOps.CAST: src = src.src[0]
-  if src.op is not BinaryOps.MUL: return False
+  if not k.reduceops or any(r.op is not ReduceOps.SUM for r in k.reduceops) or k.upcasted or k.first_reduce < 2: return False
+  for r in k.reduceops:  # (several: matmuls sharing an operand fused into one kernel, SwiGLU's x @ w1 and x @ w3)
+    src = r.src[0]
+    if src.op is UnaryOps.CAST: src = src.src[0]
+    if src.op is not BinaryOps.MUL: return False
+  if len(k.reduceops) > 1 and k.dependent_reduce(): return False
   ins, out = _input_strides(k), k.sts[0].real_strides()
   def reused(a: int) -> bool: return any(rs[a] == 0 for rs in ins) and any(rs[a] != 0 for rs in ins)
   def unit(a: int) -> bool: return all(rs[a] == 1 for rs in ins if rs[a] != 0)
@@ -172,8 +174,9 @@ def _tile_rows(k: Any, size: Any, vw: int) -> Optional[int]:
   registers (8-lane vectors on x86: AVX2/AVX) where 6 divides the axis or padding it to a multiple
   of 6 adds at most 1/32 of the work; else 8 where padding to a multiple of 8 adds at most 1/7 (a
   strided 1x1 conv's 7-pixel rows: 7 rows unpadded measured 3x slower than 8 padded, AVX2); None
-  when no tile fits."""
+  when no tile fits. A kernel of several fused reduces (each its own accumulators) takes 4 rows."""
   if not isinstance(size, int): return None
+  if len(k.reduceops) > 1: return 4 if size % 4 == 0 else None
   if vw == 8 and (size % TILE_ROWS_16_REGS == 0 or (-size) % TILE_ROWS_16_REGS * 32 <= size):
     return TILE_ROWS_16_REGS
   return TILE_ROWS if 7 * ((-size) % TILE_ROWS) <= size else None
@@ -211,13 +214,12 @@ def _cpu_pack_columns(k: Any, what: str) -> bool:
   if cols > 0:
     opts.append((Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: one panel of the column operand serves every row tile"))
     if not _try(trial, *opts[-1]): return False
-  for b in trial.membufs:
+  for b in trial.membufs:  # every input that qualifies (fused matmuls sharing the row operand have one column operand each)
     if b.idx < len(k.outbufs): continue
     if _try(trial, Opt(OptOps.PACK, b.idx, 0), "probe"):
       opts.append((Opt(OptOps.PACK, b.idx, 0), f"pack buffer {b.idx}'s panel ({what} x the tile's columns) contiguously: "
                                                  "no cache-set conflicts or page walks from its row pitch"))
-      break
-  else: return False
+  if not any(o.op is OptOps.PACK for o, _ in opts): return False
   return all(_try(k, o, why) for o, why in opts)
 
 def _cpu_third_reuse_fits(k: Any, vw: int) -> bool:
@@ -256,6 +258,28 @@ def _cpu_matvec(k: Any, vw: int) -> bool:
   if not any(k.sts[i].real_strides()[k.first_reduce] == 1 and k.sts[i].real_strides()[0] != 0 for i in mv): return False  # rows must be contiguous
   if not _try(k, Opt(OptOps.UNROLL, 0, vw), f"matvec: {vw}-lane vector accumulators along each contiguous row"): return False
   _try(k, Opt(OptOps.UPCAST, 0, TILE_ROWS), f"matvec: {TILE_ROWS} rows share each load of the vector ({TILE_ROWS} independent accumulators)")
+  return True
+
+VECMAT_VECTORS = 8  # vector accumulators of a vector-matrix product's column tile
+
+def _cpu_vecmat(k: Any, vw: int) -> bool:
+  """CPU vector-matrix (x @ W with one row of x: a classifier head at batch 1): the output axis is
+  contiguous in W and x is broadcast along it. Each thread takes VECMAT_VECTORS vectors of columns
+  (4 cache lines of each W row on AVX2) and walks all of W's rows: 8 independent accumulators, whole
+  cache lines, one pass over W. The columns are padded (masked lanes) to the tile where that adds at
+  most 1/8. fc 2048->1000 on AVX2: 2.5-3x faster than the general rules' one-vector tiles."""
+  if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.upcasted or k.first_reduce != 1: return False
+  if k.first_upcast - k.first_reduce != 1: return False
+  src = k.reduceops[0].src[0]
+  if src.op is UnaryOps.CAST: src = src.src[0]
+  if src.op is not BinaryOps.MUL or any(s.op is not BufferOps.LOAD for s in src.src): return False
+  ins, size, cols = _input_strides(k), k.full_shape[0], VECMAT_VECTORS * vw
+  if k.sts[0].real_strides()[0] != 1 or not isinstance(size, int) or size < cols or 8 * (round_up(size, cols) - size) > size: return False
+  if not (any(rs[0] == 0 and rs[1] != 0 for rs in ins) and any(rs[0] == 1 and rs[1] not in (0, 1) for rs in ins)): return False
+  if size % cols and not _try(k, Opt(OptOps.PADTO, 0, cols), f"vector-matrix: pad the {size} columns to a multiple of {cols} (masked lanes)"): return False
+  if not _try(k, Opt(OptOps.UPCAST, 0, vw), f"vector-matrix: {vw} columns (contiguous in the matrix) are one vector"): return False
+  _try(k, Opt(OptOps.UPCAST, 0, VECMAT_VECTORS), f"vector-matrix: {VECMAT_VECTORS} vectors of columns per thread share each broadcast of x "
+                                                 f"({VECMAT_VECTORS} independent accumulators, whole cache lines of each matrix row)")
   return True
 
 def hand_coded_optimizations(k: Any) -> Any:
@@ -300,7 +324,7 @@ def hand_coded_optimizations(k: Any) -> Any:
       break
 
   vw = _vector_width(k) if not gpu else 4
-  if not gpu and (_cpu_matmul_tile(k, vw) or _cpu_matvec(k, vw)): return k
+  if not gpu and (_cpu_matmul_tile(k, vw) or _cpu_matvec(k, vw) or _cpu_vecmat(k, vw)): return k
   # CPU, or GPU with data reuse: upcast output axes that some input broadcasts (register tiles)
   if not gpu: _cpu_pad_vector_axis(k, vw)
   tile_max = TILE_MAX_VECTORS * vw if not gpu else 32

@@ -188,12 +188,38 @@ def diskcache_put(table: str, key: str, value: bytes) -> None:
 
 # ---- compilers -----------------------------------------------------------------------------------
 
+_ATTRIBUTE = re.compile(r"__attribute__\s*\(\(")
+_FUNCTION_DEFINITION = re.compile(r"^(?!typedef\b)[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{")
+
+def _drop_attributes(line: str) -> str:
+  """line without its `__attribute__((...))` groups (their parentheses nest)."""
+  while (m := _ATTRIBUTE.search(line)):
+    depth, i = 2, m.end()
+    while i < len(line) and depth:
+      depth += {"(": 1, ")": -1}.get(line[i], 0)
+      i += 1
+    line = line[:m.start()] + line[i:]
+  return line
+
+def defined_functions(src: str) -> list[str]:
+  """The names of the functions a C-dialect source defines at file scope (the kernel and its helpers):
+  definitions start a line with their return type and open their body on that line, as every C-style
+  renderer here writes them. Declarations of outside functions (no body) are not included."""
+  names = []
+  for line in src.split("\n"):
+    if not line[:1].isalpha() and line[:1] != "_": continue  # (indented code, preprocessor lines, braces, comments)
+    if (m := _FUNCTION_DEFINITION.match(_drop_attributes(line).lstrip())) and m.group(1) not in names: names.append(m.group(1))
+  return names
+
 class Compiler:
   """Turns kernel source into a binary. `cachekey` names the compiler (None: never cached).
-  Compilers of C++ dialects set `batch_wrap` (one kernel's place in a shared translation unit) and
-  `error_line` (a regex for the line numbers of errors) to get `compile_batch`."""
+  `compile_batch` puts many kernels in one translation unit, each isolated from the others: compilers
+  of C++ dialects set `batch_wrap` (a namespace per kernel), those of C dialects set
+  `batch_renames` (every function a kernel's source defines, the kernel included, is renamed by the
+  preprocessor to `<name>__b<i>`: `batch_name`); `error_line` is a regex for the line numbers of errors."""
   flags: tuple[str, ...] = ()
   batch_wrap: Optional[str] = None
+  batch_renames: bool = False
   error_line: str = r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal )?error"
   def __init__(self, cachekey: Optional[str] = None):
     self.cachekey = cachekey
@@ -213,13 +239,14 @@ class Compiler:
     diskcache_put("binaries", key, lib)
     return lib
   def compile_batch(self, srcs: list[str]) -> bytes:
-    """Compile many kernels in one compiler run (disk-cached like one source): each source is wrapped
-    in its own namespace so their helpers don't collide; kernel names must be unique. A failure raises
-    CompileError with the source of the (first) kernel the errors are in."""
-    if self.batch_wrap is None: raise NotImplementedError(f"{type(self).__name__} can't compile kernels in batches")
+    """Compile many kernels in one compiler run (disk-cached like one source): each source is isolated
+    by `batch_part` so their helpers don't collide (in a namespace: kernel names must be unique; by
+    renaming: the i-th kernel's symbol is `batch_name(i, name)`). A failure raises CompileError with the
+    source of the (first) kernel the errors are in."""
+    if self.batch_wrap is None and not self.batch_renames: raise NotImplementedError(f"{type(self).__name__} can't compile kernels in batches")
     parts, starts, line = [], [], 1
     for i, s in enumerate(srcs):
-      part = self.batch_wrap.format(i=i, src=s.rstrip("\n"))
+      part = self.batch_part(i, s)
       starts.append(line)
       parts.append(part)
       line += part.count("\n") + 1
@@ -230,6 +257,15 @@ class Compiler:
       if not bad: raise
       raise CompileError(f"{len(bad)} of {len(srcs)} kernels in a batch failed to compile (kernels {bad[:10]}); the first one's source:",
                          srcs[bad[0]], e.stderr) from None
+  def batch_part(self, i: int, src: str) -> str:
+    """src as the i-th kernel of a batch (see compile_batch)."""
+    src = src.rstrip("\n")
+    if not self.batch_renames: return self.batch_wrap.format(i=i, src=src) if self.batch_wrap is not None else src
+    names = defined_functions(src)
+    return "\n".join([f"#define {n} {self.batch_name(i, n)}" for n in names] + [src] + [f"#undef {n}" for n in names])
+  def batch_name(self, i: int, name: str) -> str:
+    """The symbol the function `name` of the i-th kernel of a batch has in its binary (C dialects)."""
+    return f"{name}__b{i}"
   def compile_and_load(self, src: str, load: Callable[[bytes], Any]) -> tuple[bytes, Any]:
     """(binary, load(binary)). A cached binary that fails to load (a stale or damaged entry, whatever
     its checksum says) is a miss: it is dropped and src is compiled again; only a fresh binary that

@@ -39,6 +39,7 @@ def _check_all(name: str, device: str, seqs: list[list[Opt]], iso: IsolatedRunne
   e = ENTRIES[name]
   inputs = entry_inputs(e)
   checker = _Checker(e, inputs, device, 64, iso)
+  iso.prebuild(e, [checker.base] + seqs, device)  # one compiler run for the lot
   fails = []
   for opts in seqs:
     if (f := checker.check(opts)) is not None: fails.append(f)

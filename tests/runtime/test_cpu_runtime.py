@@ -156,8 +156,10 @@ def test_compiler_choice(monkeypatch):
 # ---- where the library is mapped from: a noexec temp dir must not break the CPU device -------------
 
 def _fresh_lib_dir(monkeypatch):
+  import weakref
   from tilecraft.runtime import cpu
   monkeypatch.setattr(cpu, "_lib_dir", None)
+  monkeypatch.setattr(cpu, "_loaded", weakref.WeakValueDictionary())  # (else a library loaded before is handed out again)
   return cpu
 
 def test_noexec_tmpdir_is_detected_and_skipped(monkeypatch, tmp_path, rng):

@@ -9,7 +9,7 @@ thread that forked (the child's only thread) runs kernels on one thread (omp_set
 threads the child starts get pools of their own and use every core. LLVM's OpenMP (libomp, what clang
 links) re-initializes itself in a child and is left alone."""
 from __future__ import annotations
-import atexit, ctypes, functools, os, shutil, subprocess, tempfile, time, warnings
+import atexit, ctypes, functools, hashlib, os, shutil, subprocess, tempfile, time, warnings, weakref
 from typing import Any, Optional
 import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiled, Compiler, run_compiler
@@ -79,6 +79,7 @@ def _accepts_flag(cc: str, flag: str) -> bool:
 class CPUCompiler(Compiler):
   """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin). The -march is
   `CPU_ARCH` at compile time (part of `flags`, so of the binary cache key)."""
+  batch_renames = True
   base_flags: tuple[str, ...] = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fwrapv")
   def __init__(self, cc: Optional[str] = None):
     self.cc = cc or find_c_compiler()
@@ -158,11 +159,21 @@ def _is_noexec(d: str) -> bool:
   except (OSError, AttributeError): return False
 
 _lib_dir: Optional[str] = None  # the directory the last library loaded from
+# loaded libraries by content: the kernels of one batch (Compiler.compile_batch) share one mapping
+_loaded: "weakref.WeakValueDictionary[bytes, ctypes.CDLL]" = weakref.WeakValueDictionary()
 
 def load_library(lib: bytes) -> ctypes.CDLL:
   """dlopen the shared object `lib` from a temp file (unlinked at once: the mapping stays valid),
-  in the first directory where that works. OSError naming every directory tried when none does
-  (also what a damaged library gives)."""
+  in the first directory where that works; the same bytes loaded again (while the first handle lives)
+  give the same handle. OSError naming every directory tried when none does (also what a damaged
+  library gives)."""
+  digest = hashlib.sha256(lib).digest()
+  if (handle := _loaded.get(digest)) is not None: return handle
+  handle = _load_library(lib)
+  _loaded[digest] = handle
+  return handle
+
+def _load_library(lib: bytes) -> ctypes.CDLL:
   global _lib_dir
   dirs = ([_lib_dir] if _lib_dir else []) + [d for d in _lib_dirs() if d != _lib_dir]
   why = []

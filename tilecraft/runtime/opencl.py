@@ -2,7 +2,7 @@
 with real workgroups, local memory and barriers. `Program.global_size` counts workgroups; the
 launch multiplies it by the local size (OpenCL counts work-items)."""
 from __future__ import annotations
-import atexit, fcntl, functools, os, shutil, tempfile
+import atexit, fcntl, functools, hashlib, os, shutil, tempfile, weakref
 from typing import Any, Optional
 import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable, disk_cache_off
@@ -95,14 +95,28 @@ def _context() -> tuple[Any, Any, Any]:
   return ctx, dev, queue
 
 class CLCompiler(Compiler):
+  batch_renames = True
   def __init__(self) -> None:
     _, dev, _ = _context()
     super().__init__(f"opencl|{dev.platform.name}|{dev.name}|{dev.driver_version}")
   def compile(self, src: str) -> bytes:
+    """The program's binary; on PoCL, the source itself behind SOURCE_MARK (see _serializes_slowly)."""
+    global _last_built
     ctx, dev, _ = _context()
     try: prg = cl.Program(ctx, src).build()
     except cl.RuntimeError as e: raise CompileError("OpenCL build failed", src, str(e)) from e
-    return prg.get_info(cl.program_info.BINARIES)[0]
+    lib = SOURCE_MARK + src.encode() if _serializes_slowly(dev) else prg.get_info(cl.program_info.BINARIES)[0]
+    _built[hashlib.sha256(lib).digest()] = _last_built = prg  # (what loading this binary next uses: no second build)
+    return lib
+
+SOURCE_MARK = b"tilecraft-opencl-source\0"  # a "binary" that is the program's source
+
+def _serializes_slowly(dev: Any) -> bool:
+  """Whether asking the driver for a program's binary costs more than building it again from source.
+  PoCL compiles every kernel of the program once more to serialize it (0.4-1 s a program, more than
+  its build), while it keeps what it compiles in its own cache (POCL_CACHE_DIR, above): a rebuild
+  from source is a cache hit there. So on PoCL the source is what tilecraft caches and loads."""
+  return "portable computing language" in dev.platform.name.lower()
 
 class CLAllocator(Allocator):
   def alloc(self, nbytes: int) -> Any:
@@ -132,12 +146,22 @@ class CLAllocator(Allocator):
     if isinstance(src, cl.Image): cl.enqueue_copy(q, host, src, origin=(0, 0), region=tuple(src.shape), is_blocking=True)
     else: cl.enqueue_copy(q, host, src, is_blocking=True)
 
+# built programs by binary: the kernels of one batch (Compiler.compile_batch) share one program, and
+# loading what CLCompiler.compile just built takes the program it built (_last_built keeps it alive)
+_built: "weakref.WeakValueDictionary[bytes, Any]" = weakref.WeakValueDictionary()
+_last_built: Any = None
+
 class CLProgram:
   def __init__(self, name: str, lib: bytes):
     ctx, dev, self.q = _context()
     self.name = name
-    try: self.prg = cl.Program(ctx, [dev], [lib]).build()
-    except cl.RuntimeError as e: raise CompileError(f"OpenCL could not load the binary of {name}", "", str(e)) from e
+    digest = hashlib.sha256(lib).digest()
+    if (prg := _built.get(digest)) is None:
+      src = lib[len(SOURCE_MARK):].decode() if lib.startswith(SOURCE_MARK) else None
+      try: prg = (cl.Program(ctx, src) if src is not None else cl.Program(ctx, [dev], [lib])).build()
+      except cl.RuntimeError as e: raise CompileError(f"OpenCL could not load the binary of {name}", src or "", str(e)) from e
+      _built[digest] = prg
+    self.prg = prg
     self.kernel = getattr(self.prg, name)
   def __call__(self, *bufs: Any, global_size: Optional[list[int]] = None, local_size: Optional[list[int]] = None,
                vals: tuple[int, ...] = (), wait: bool = True) -> Optional[float]:

@@ -20,13 +20,13 @@ guard zones (NaN / extreme values) so out-of-bounds reads show up as mismatches,
 """
 from __future__ import annotations
 import collections, hashlib, re, time, traceback, zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import DType, ImageDType, bf16_bits_from_f32, dtypes
-from tilecraft.helpers import TC, Context, prod
+from tilecraft.helpers import DEBUG, TC, Context, prod
 from tilecraft.engine.isolation import Job, Pool
 from tilecraft.engine.verify import SENTINELS, compare, filled, poison, raw_bytes, shift_ast, shift_st, tolerance  # noqa: F401
 from tilecraft.testing.corpus import CorpusEntry, corpus, image_corpus
@@ -192,8 +192,11 @@ def get_program(ast: LazyOp, opts: Sequence[Opt] = (), device: str = "CPU", kern
   _lru_put(_program_cache, key, p)
   return p
 
+def _runner_key(p: Program) -> tuple:
+  return (p.device, p.name, p.src, Device[p.device].compiler.flags)  # the same source built for another CPU_ARCH is another binary
+
 def get_runner(p: Program) -> CompiledRunner:
-  key = (p.device, p.name, p.src, Device[p.device].compiler.flags)  # the same source built for another CPU_ARCH is another binary
+  key = _runner_key(p)
   if (r := _runner_cache.get(key)) is not None:
     cache_stats.runner_hits += 1
     return r
@@ -201,6 +204,39 @@ def get_runner(p: Program) -> CompiledRunner:
   cache_stats.compiles += 1
   _lru_put(_runner_cache, key, r)
   return r
+
+PREBUILD_CHUNK = 32  # kernels per compiler run: big enough to pay a compiler start once, small enough to retry cheaply
+
+def prebuild(items: Sequence[tuple[LazyOp, Sequence[Opt]]], device: str = "CPU", kernels: Optional[Sequence[Optional[Kernel]]] = None,
+             front: int = FRONT_GUARD) -> int:
+  """Compile the programs of the (ast, opts) `items` (the fuzzer is about to run them; `kernels`: the
+  same opts already applied, where known) in batches, one compiler run per PREBUILD_CHUNK kernels
+  (Compiler.compile_batch), and keep a runner for each, so get_runner finds them: a C compiler or PoCL
+  pays its start-up once per batch instead of once per kernel. Devices whose compiler can't batch,
+  opt lists that are refused, and batches that fail to compile are left alone (get_runner then
+  compiles each kernel by itself, and reports its errors). Returns how many runners it made."""
+  comp = Device[device].compiler
+  if not comp.batch_renames: return 0
+  todo: dict[tuple, Program] = {}
+  for i, (ast, opts) in enumerate(items):
+    try: p = get_program(ast, opts, device, kernel=kernels[i] if kernels is not None else None, front=front)
+    except Exception: continue  # noqa: BLE001 -- (running it reports the error)
+    if (key := _runner_key(p)) not in _runner_cache: todo.setdefault(key, p)
+  made = 0
+  items = list(todo.items())
+  for c in range(0, len(items), PREBUILD_CHUNK):
+    part = items[c:c + PREBUILD_CHUNK]
+    if len(part) == 1: continue  # (nothing to share)
+    try:
+      lib = comp.compile_batch([p.src for _, p in part])
+      runners = [CompiledRunner(replace(p, name=comp.batch_name(i, p.name)), precompiled=lib) for i, (_, p) in enumerate(part)]
+    except Exception as e:  # noqa: BLE001 -- one kernel's error fails its batch: each is then compiled alone
+      if DEBUG >= 2: print(f"fuzz: a batch of {len(part)} kernels failed to build ({type(e).__name__}); compiling them one by one")
+      continue
+    for (key, _), r in zip(part, runners): _lru_put(_runner_cache, key, r)
+    cache_stats.compiles += len(runners)
+    made += len(runners)
+  return made
 
 # ---- running -------------------------------------------------------------------------------------
 
@@ -295,10 +331,17 @@ def _iso_run(name: str, small: bool, opts: list, device: str, vv_index: int, gua
   except Exception as ex:  # noqa: BLE001
     return "error", f"{type(ex).__name__}: {ex}\n{traceback.format_exc(limit=8)}"
 
+def _opts_from_wire(opts: list) -> list[Opt]: return [Opt(OptOps[o], a, m) for o, a, m in opts]
+def _opts_to_wire(opts: Sequence[Opt]) -> list: return [(o.op.name, o.axis, o.amt) for o in opts]
+
 class FuzzWorker:
-  """The fuzzer's job in a worker process (see tilecraft.engine.isolation): run one corpus entry."""
+  """The fuzzer's job in a worker process (see tilecraft.engine.isolation): run one corpus entry, or
+  build a corpus entry's kernels ahead in batches (prebuild)."""
   def run(self, name: str, small: bool, opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
-    return _iso_run(name, small, [Opt(OptOps[o], a, m) for o, a, m in opts], device, vv_index, guard, inputs)
+    return _iso_run(name, small, _opts_from_wire(opts), device, vv_index, guard, inputs)
+  def prebuild(self, name: str, small: bool, opt_lists: list, device: str) -> tuple[str, Any]:
+    ast = find_entry(name, small).ast
+    return "ok", prebuild([(ast, _opts_from_wire(o)) for o in opt_lists], device)
 
 class IsolatedRunner:
   """Runs corpus kernels in one long-lived worker process (tilecraft.engine.isolation; its program
@@ -311,7 +354,7 @@ class IsolatedRunner:
     self.worker_stats = (0, 0)  # (programs rendered, runners compiled) by the current worker so far
   def run(self, entry: CorpusEntry, opts: Sequence[Opt], inputs: dict[int, np.ndarray], device: str, vv_index: int,
           guard: int = 64) -> list[np.ndarray]:
-    args = (entry.name, self.small, [(o.op.name, o.axis, o.amt) for o in opts], device, vv_index, guard, inputs)
+    args = (entry.name, self.small, _opts_to_wire(opts), device, vv_index, guard, inputs)
     kind, res = self.pool.run([Job("run", args, self.timeout)], 1)[0] or ("crash", "not run")
     if kind in ("crash", "hang"):
       why = (f"hung: {res} (rendering, compiling or running it is that slow)" if kind == "hang"
@@ -323,6 +366,12 @@ class IsolatedRunner:
     if kind == "guard": raise GuardZoneError.from_message(res)
     if kind == "refused": raise KernelOptError(res)
     raise RuntimeError(res)
+  def prebuild(self, entry: CorpusEntry, opt_lists: Sequence[Sequence[Opt]], device: str) -> int:
+    """fuzz.prebuild in the worker (how many runners it made; 0 when the worker died doing it: the
+    kernels are then built one by one as they run)."""
+    args = (entry.name, self.small, [_opts_to_wire(o) for o in opt_lists], device)
+    kind, res = self.pool.run([Job("prebuild", args, self.timeout)], 1)[0] or ("crash", "not run")
+    return res if kind == "ok" else 0
   def close(self) -> None: self.pool.close()
   def __enter__(self) -> "IsolatedRunner": return self
   def __exit__(self, *a: Any) -> None: self.close()
@@ -489,9 +538,13 @@ def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str =
     rep.failures.append(FuzzFailure(entry.name, [], "exception", f"Kernel() raised {type(e).__name__}: {e}"))
     rep.seconds = time.perf_counter() - st
     return rep
+  seqs, refusals, apply_fails = sample_opt_sequences(entry, rng, n, device, max_opts, k0, max_lanes)
+  lists = [list(checker.base)] + [list(seq) for seq in seqs]  # (sampling compiles nothing: build them all ahead, in batches)
+  if isolated is not None: isolated.prebuild(entry, lists, device)
+  else: prebuild([(entry.ast, o) for o in lists], device, [k0.copy() if not checker.base else None] + [seq.kernel for seq in seqs])  # type: ignore[attr-defined]
   if (f := checker.check(checker.base, k0.copy() if isolated is None and not checker.base else None)) is not None: rep.failures.append(f)
   rep.runs += len(entry.var_vals)
-  seqs, rep.refusals, apply_fails = sample_opt_sequences(entry, rng, n, device, max_opts, k0, max_lanes)
+  rep.refusals = refusals
   rep.failures += apply_fails
   for seq in seqs:
     if len(rep.failures) >= max_failures: break

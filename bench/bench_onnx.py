@@ -1,0 +1,195 @@
+"""Whole ONNX models on tilecraft CPU against onnxruntime CPU, side by side in the same run, with the same
+number of threads (OMP_NUM_THREADS for tilecraft's kernels, intra_op_num_threads for onnxruntime).
+
+  python bench/bench_onnx.py [--models squeezenet,resnet50,bert_like | all] [--repeat N] [--threads T] [--json FILE]
+
+Models: the onnx package's nine light models (tilecraft.onnx.light: seeded random weights) and
+`bert_like`, a BERT-style encoder built here with onnx.helper (token and position embeddings by Gather,
+LayerNormalization, multi-head attention from MatMul/Reshape/Transpose/Softmax, an Erf GELU MLP), since
+no model file can be downloaded here.
+
+Per model, each in fresh worker processes:
+  cold    the first call (build + compile) with an empty kernel cache (a new XDG_CACHE_HOME)
+  warm    the first call in a new process whose disk cache holds the kernels (build + load)
+  time    per inference after warm-up: tilecraft and onnxruntime calls alternate, median of --repeat each
+  ratio   onnxruntime's time / tilecraft's (above 1: tilecraft is faster)
+  kernels launched per call (--no-fold: without BatchNorm and constant folding, for the counts before/after)
+  agree   the largest |tilecraft - onnxruntime| over the outputs, relative to the output's largest |value|,
+          and whether every output is within rtol 1e-3 (atol 1e-5 * max |value|)
+onnx and onnxruntime are bench/test dependencies only (the `[test]` extra)."""
+from __future__ import annotations
+import argparse, json, os, subprocess, sys, tempfile, time
+from typing import Any
+import numpy as np
+
+DEFAULT_MODELS = ["squeezenet", "shufflenet", "resnet50", "inception_v1", "densenet121", "bert_like"]
+
+# ---- the BERT-style model ------------------------------------------------------------------------
+def bert_like(layers: int = 2, seq: int = 128, hidden: int = 256, heads: int = 4, ffn: int = 1024, vocab: int = 2000, seed: int = 0) -> Any:
+  """A BERT-style encoder (post-norm, GELU by Erf, as PyTorch exports it) on input_ids int64 (1, seq);
+  output `hidden` (1, seq, hidden). Weights N(0, 0.02), embeddings N(0, 0.5), LayerNorm scales near 1."""
+  from onnx import TensorProto, helper, numpy_helper
+  rng = np.random.default_rng(seed)
+  inits, nodes = [], []
+  def w(name: str, *shape: int, std: float = 0.02, mean: float = 0.0, dtype: Any = np.float32) -> str:
+    inits.append(numpy_helper.from_array((mean + std * rng.standard_normal(shape)).astype(dtype), name))
+    return name
+  def const(name: str, arr: Any) -> str:
+    inits.append(numpy_helper.from_array(np.asarray(arr), name))
+    return name
+  def node(op: str, ins: list, out: str, **attrs: Any) -> str:
+    nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+    return out
+  dh = hidden // heads
+  const("pos_ids", np.arange(seq, dtype=np.int64).reshape(1, seq))
+  const("heads_shape", np.array([1, seq, heads, dh], np.int64))
+  const("hidden_shape", np.array([1, seq, hidden], np.int64))
+  const("scale", np.array(np.sqrt(dh), np.float32))
+  const("sqrt2", np.array(np.sqrt(2.0), np.float32)); const("one", np.array(1.0, np.float32)); const("half", np.array(0.5, np.float32))  # noqa: E702
+  def layernorm(x: str, name: str) -> str:
+    return node("LayerNormalization", [x, w(f"{name}_g", hidden, std=0.05, mean=1.0), w(f"{name}_b", hidden)], name, axis=-1, epsilon=1e-12)
+  def linear(x: str, name: str, n_in: int, n_out: int) -> str:
+    return node("Add", [node("MatMul", [x, w(f"{name}_w", n_in, n_out)], f"{name}_mm"), w(f"{name}_b", n_out)], name)
+  emb = node("Add", [node("Gather", [w("word_emb", vocab, hidden, std=0.5), "input_ids"], "tok"),
+                     node("Gather", [w("pos_emb", seq, hidden, std=0.5), "pos_ids"], "pos")], "emb")
+  x = layernorm(emb, "emb_ln")
+  for li in range(layers):
+    p = f"l{li}"
+    def split_heads(t: str, perm: list, nm: str) -> str:
+      return node("Transpose", [node("Reshape", [t, "heads_shape"], f"{nm}_r")], nm, perm=perm)
+    q = split_heads(linear(x, f"{p}_q", hidden, hidden), [0, 2, 1, 3], f"{p}_qh")
+    k = split_heads(linear(x, f"{p}_k", hidden, hidden), [0, 2, 3, 1], f"{p}_kh")
+    v = split_heads(linear(x, f"{p}_v", hidden, hidden), [0, 2, 1, 3], f"{p}_vh")
+    probs = node("Softmax", [node("Div", [node("MatMul", [q, k], f"{p}_s"), "scale"], f"{p}_ss")], f"{p}_p", axis=-1)
+    ctx = node("Reshape", [node("Transpose", [node("MatMul", [probs, v], f"{p}_c")], f"{p}_ct", perm=[0, 2, 1, 3]), "hidden_shape"], f"{p}_cr")
+    x = layernorm(node("Add", [x, linear(ctx, f"{p}_o", hidden, hidden)], f"{p}_res1"), f"{p}_ln1")
+    h = linear(x, f"{p}_f1", hidden, ffn)
+    g = node("Mul", [node("Mul", [h, node("Add", [node("Erf", [node("Div", [h, "sqrt2"], f"{p}_hd")], f"{p}_erf"), "one"], f"{p}_e1")], f"{p}_hg"),
+                     "half"], f"{p}_gelu")
+    x = layernorm(node("Add", [x, linear(g, f"{p}_f2", ffn, hidden)], f"{p}_res2"), f"{p}_ln2")
+  nodes.append(helper.make_node("Identity", [x], ["hidden"], name="out"))
+  graph = helper.make_graph(nodes, "bert_like", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
+                            [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [1, seq, hidden])], initializer=inits)
+  m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  m.ir_version = 8
+  return m
+
+def model_and_input(name: str) -> tuple[Any, dict[str, np.ndarray]]:
+  if name == "bert_like":
+    m = bert_like()
+    return m, {"input_ids": np.random.default_rng(0).integers(0, 2000, (1, 128)).astype(np.int64)}
+  from tilecraft.onnx.light import light_input, light_model
+  m = light_model(name, seed=0)
+  return m, light_input(m, seed=0)
+
+# ---- a worker: one model in one process ------------------------------------------------------------
+def worker(name: str, phase: str, repeat: int, threads: int, fold: bool = True) -> dict:
+  from tilecraft.engine import realize
+  from tilecraft.onnx import load
+  m, inp = model_and_input(name)
+  out: dict[str, Any] = {"model": name}
+  t0 = time.perf_counter()
+  tm = load(m, fold=fold)
+  k0 = realize.kernel_count
+  res = tm.run(inp)
+  out["first_call_s"] = time.perf_counter() - t0
+  out["kernels_first_call"] = realize.kernel_count - k0
+  if phase == "warm": return out
+  import onnxruntime as ort
+  so = ort.SessionOptions()
+  so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+  sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+  ref = sess.run(None, inp)
+  worst, ok = 0.0, True
+  for o, r in zip(m.graph.output, ref):
+    a = res[o.name]
+    scale = float(np.abs(r).max()) or 1.0
+    worst = max(worst, float(np.abs(a.astype(np.float64) - r).max()) / scale)
+    ok = ok and bool(np.allclose(a, r, rtol=1e-3, atol=1e-5 * scale))
+  out["max_rel_err"], out["agree"] = worst, ok
+  for _ in range(2): tm.run(inp); sess.run(None, inp)  # noqa: E702  (warm-up)
+  k0 = realize.kernel_count
+  tm.run(inp)
+  out["kernels_per_call"] = realize.kernel_count - k0
+  tt, to = [], []
+  for _ in range(repeat):
+    t0 = time.perf_counter(); tm.run(inp); tt.append(time.perf_counter() - t0)  # noqa: E702
+    t0 = time.perf_counter(); sess.run(None, inp); to.append(time.perf_counter() - t0)  # noqa: E702
+  out["tilecraft_s"], out["ort_s"] = float(np.median(tt)), float(np.median(to))
+  out["tilecraft_best_s"], out["ort_best_s"] = min(tt), min(to)
+  return out
+
+def count_kernels(name: str) -> dict:
+  """Kernels per call with and without the graph rewrites, from the schedules alone (no kernel of the
+  per-call schedule is compiled or run; with folding, the constants' kernels run once at build)."""
+  from tilecraft.onnx import graph, load
+  m, inp = model_and_input(name)
+  out: dict[str, Any] = {"model": name}
+  counted: list[int] = []
+  real_run, real_read = graph.run_schedule, graph._Capture.read_outputs
+  graph.run_schedule = lambda sched: counted.append(sum(1 for si in sched if si.ast.op.name == "KERNEL"))  # type: ignore[assignment]
+  graph._Capture.read_outputs = lambda self, names: {}  # type: ignore[assignment]
+  try:
+    for fold in (False, True):
+      counted.clear()
+      tm = load(m, fold=fold)
+      tm.run(inp)
+      out["kernels_fold" if fold else "kernels_nofold"] = counted[-1]
+      out["bn_folded"] = max(out.get("bn_folded", 0), tm.bn_folded)
+  finally: graph.run_schedule, graph._Capture.read_outputs = real_run, real_read
+  return out
+
+def _spawn(name: str, phase: str, cache: str, repeat: int, threads: int, fold: bool) -> dict:
+  env = dict(os.environ, XDG_CACHE_HOME=cache, OMP_NUM_THREADS=str(threads))
+  p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--phase", phase, "--repeat", str(repeat), "--threads", str(threads)]
+                     + ([] if fold else ["--no-fold"]),
+                     env=env, capture_output=True, text=True, timeout=3600)
+  if p.returncode != 0: return {"model": name, "error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
+  return json.loads(p.stdout.strip().splitlines()[-1])
+
+def main(argv: list[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description="ONNX models: tilecraft CPU vs onnxruntime CPU, side by side")
+  ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated names, or 'all' (the nine light models and bert_like)")
+  ap.add_argument("--repeat", type=int, default=10, help="timed calls of each runtime per model")
+  ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+  ap.add_argument("--json", default=None, help="also write the rows to this file")
+  ap.add_argument("--no-fold", action="store_true", help="load with fold=False (no BatchNorm folding, no constant folding)")
+  ap.add_argument("--count-kernels", action="store_true", help="only count the kernels per call with and without folding (nothing timed)")
+  ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+  ap.add_argument("--phase", default="cold", help=argparse.SUPPRESS)
+  args = ap.parse_args(argv)
+  if args.worker:
+    print(json.dumps(worker(args.worker, args.phase, args.repeat, args.threads, not args.no_fold)))
+    return 0
+  if args.models == "all":
+    from tilecraft.onnx.light import light_model_names
+    names = light_model_names() + ["bert_like"]
+  else: names = [s for s in args.models.split(",") if s]
+  if args.count_kernels:
+    print(f"{'model':14s} {'BN folded':>9s} {'kernels/call':>12s} {'unfolded':>8s}")
+    for name in names:
+      r = count_kernels(name)
+      print(f"{name:14s} {r['bn_folded']:9d} {r['kernels_fold']:12d} {r['kernels_nofold']:8d}", flush=True)
+    return 0
+  rows = []
+  print(f"{'model':14s} {'tilecraft ms':>12s} {'ort ms':>8s} {'ratio':>6s} {'cold s':>7s} {'warm s':>7s} {'kernels':>7s} {'max rel err':>11s} agree", flush=True)
+  for name in names:
+    with tempfile.TemporaryDirectory(prefix="tc_bench_onnx_") as cache:
+      row = _spawn(name, "cold", cache, args.repeat, args.threads, not args.no_fold)
+      if "error" not in row: row["warm_first_call_s"] = _spawn(name, "warm", cache, args.repeat, args.threads, not args.no_fold).get("first_call_s")
+    rows.append(row)
+    if "error" in row:
+      print(f"{name:14s} error: {row['error']}", flush=True)
+      continue
+    row["ratio"] = row["ort_s"] / row["tilecraft_s"]
+    warm = row.get("warm_first_call_s")
+    print(f"{name:14s} {row['tilecraft_s'] * 1e3:12.2f} {row['ort_s'] * 1e3:8.2f} {row['ratio']:6.2f} {row['first_call_s']:7.1f} "
+          f"{warm if warm is not None else float('nan'):7.1f} {row['kernels_per_call']:7d} {row['max_rel_err']:11.1e} {'yes' if row['agree'] else 'NO'}", flush=True)
+  print(f"(ratio: onnxruntime time / tilecraft time, medians of {args.repeat} alternating calls each, {args.threads} threads; "
+        "cold: first call with an empty kernel cache; warm: first call of a new process with the disk cache filled)")
+  if args.json:
+    with open(args.json, "w") as f: json.dump(rows, f, indent=1)
+  return 0
+
+if __name__ == "__main__":
+  sys.exit(main())

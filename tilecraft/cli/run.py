@@ -1,7 +1,8 @@
-"""`tilecraft run MODEL.onnx [--input NAME=FILE.npy ...] [--device D] [--beam N] [--repeat K] [--out DIR]`:
+"""`tilecraft run MODEL.onnx [--input NAME=FILE.npy ...] [--device D] [--beam N] [--repeat K] [--out DIR] [--no-fold]`:
 run an ONNX model with tilecraft.onnx. Inputs not given are filled with seeded random data of the
 declared shape (dynamic dims: 1). Prints each output's name, shape, dtype and a short summary (or saves
-NAME.npy files under --out) and the time per call: the first call (compiles) and the best of the rest."""
+NAME.npy files under --out) and the time per call: the first call (builds the graph, compiles) and the best
+of the rest (which rerun the built graph). --no-fold loads without BatchNorm and constant folding."""
 from __future__ import annotations
 import argparse, os, time
 from typing import Any
@@ -14,6 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("--repeat", type=int, default=3, help="timed calls after the first (default 3)")
   p.add_argument("--out", default=None, metavar="DIR", help="save each output as DIR/NAME.npy instead of printing a summary")
   p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+  p.add_argument("--no-fold", action="store_true", help="no graph rewrites (BatchNorm folded into Conv, constant folding)")
 
 def _random_input(vi: Any, dt: Any, rng: Any) -> Any:
   import numpy as np
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
   except ImportError as e: raise CLIError(f"tilecraft run needs the onnx package (pip install tilecraft[onnx]): {e}") from None
   if not os.path.exists(args.model): raise CLIError(f"no such file: {args.model}")
   dev = open_device(args.device) if args.device else None
-  try: model = tonnx.load(args.model, dev)
+  try: model = tonnx.load(args.model, dev, fold=not args.no_fold)
   except NotImplementedError as e: raise CLIError(str(e), 1) from None
   feed: dict[str, Any] = {}
   for spec in args.input:

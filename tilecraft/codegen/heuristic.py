@@ -214,8 +214,8 @@ def _cpu_pack_columns(k: Any, what: str) -> bool:
   if cols > 0:
     opts.append((Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: one panel of the column operand serves every row tile"))
     if not _try(trial, *opts[-1]): return False
-  for b in trial.membufs:  # every input that qualifies (fused matmuls sharing the row operand have one column operand each)
-    if b.idx < len(k.outbufs): continue
+  for b, st in zip(trial.bufs, trial.sts):  # every column operand (fused matmuls sharing the row operand have one each); not a bias
+    if not isinstance(b, MemBuffer) or b.idx < len(k.outbufs) or all(st.real_strides()[a] == 0 for a in range(trial.first_reduce, trial.first_upcast)): continue
     if _try(trial, Opt(OptOps.PACK, b.idx, 0), "probe"):
       opts.append((Opt(OptOps.PACK, b.idx, 0), f"pack buffer {b.idx}'s panel ({what} x the tile's columns) contiguously: "
                                                  "no cache-set conflicts or page walks from its row pitch"))

@@ -15,7 +15,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def _caps(ren: Any) -> dict[str, Any]:
   tcs = [str(tc) for tc in getattr(ren, "tensor_cores", []) or []]
   out: dict[str, Any] = {"renderer": type(ren).__name__}
-  for a in ("has_local", "has_shared", "shared_max", "local_max", "global_max", "max_threads", "supports_float4", "has_transcendentals"):
+  for a in ("has_local", "has_shared", "shared_max", "local_max", "global_max", "max_threads", "supports_float4"):
     v = getattr(ren, a, None)
     out[a] = list(v) if isinstance(v, tuple) else v
   try: vw = getattr(ren, "vector_width", None)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tilecraft.codegen.opt import KernelOptError
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, dtypes
+from tilecraft.renderer import Renderer
 from tilecraft.ops import BinaryOps, MemBuffer, TernaryOps
 from tilecraft.shape.symbolic import Node, sint
 if TYPE_CHECKING: from tilecraft.codegen.lowerer import Lowerer
@@ -20,9 +21,9 @@ class ImageLoweringError(KernelOptError):
   """A kernel whose image accesses can't be expressed (a partial texel store, an image on a target
   without images): the kernel with these opts is refused, as an Opt would be (nothing is run)."""
 
-def texel_dtype(ren: Any, img: ImageDType) -> DType:
+def texel_dtype(ren: Renderer, img: ImageDType) -> DType:
   """What one texel read/write carries: half4 where the target computes in half (read_imageh), else float4."""
-  return dtypes.half.vec(4) if img.base == dtypes.half and getattr(ren, "half_arith", False) else dtypes.float.vec(4)
+  return dtypes.half.vec(4) if img.base == dtypes.half and ren.half_arith else dtypes.float.vec(4)
 
 class ImageLowering:
   __slots__ = ()

@@ -19,6 +19,7 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import INDEX, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.renderer import Renderer
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import And, Node, Sum, Variable, sint, sym_and, sym_lt
 from tilecraft.codegen.lower_index import IndexLowering, _ceil, _floor_divmod, _subst
@@ -464,7 +465,7 @@ class Lowerer(IndexLowering, ReduceLowering, TensorCoreLowering, ImageLowering, 
   def _prefetch_next(self, buf: UOp, idx: sint) -> None:
     """In a dependent reduce's loop (which re-reads a row from cache) the memory is idle: ask for what
     the same load reads in the next iteration of the loop around the reduce (on targets with has_prefetch)."""
-    if not getattr(self.ren, "has_prefetch", False) or buf.op is not UOps.DEFINE_GLOBAL or self.outer_range is None: return
+    if not self.ren.has_prefetch or buf.op is not UOps.DEFINE_GLOBAL or self.outer_range is None: return
     g = next((v for v, r in self.varmap.items() if r is self.outer_range), None)
     if g is None or not isinstance(idx, Node) or g not in idx.vars(): return
     self.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, (buf, self.sym_to_uop(_subst(idx, g, g + 1), dtypes.int32))))
@@ -538,12 +539,12 @@ def _direct_unit_term(idx: sint, v: Variable) -> bool:
 
 def _is_zero(x: sint) -> bool: return isinstance(x, int) and x == 0
 
-def _vectorizable(ren: Any, dt: DType) -> bool: return dt.scalar() in getattr(ren, "vector_dtypes", ())
-def _vector_op_ok(ren: Any, op: Any, dt: DType) -> bool:
-  return dt.scalar() in getattr(ren, "vector_dtypes", ()) and op in getattr(ren, "vector_alu", ())
-def _alu_vectorizable(ren: Any, op: LazyOp, vals: list[UOp]) -> bool:
+def _vectorizable(ren: Renderer, dt: DType) -> bool: return dt.scalar() in ren.vector_dtypes
+def _vector_op_ok(ren: Renderer, op: Any, dt: DType) -> bool:
+  return dt.scalar() in ren.vector_dtypes and op in ren.vector_alu
+def _alu_vectorizable(ren: Renderer, op: LazyOp, vals: list[UOp]) -> bool:
   if op.op in (UnaryOps.CAST, UnaryOps.BITCAST): return False
-  if getattr(ren, "vector_masks", False) and op.op in getattr(ren, "vector_alu", ()):
+  if ren.vector_masks and op.op in ren.vector_alu:
     # a target with lane masks compares vectors into a bool vector, and WHERE selects lanes by one
     if op.op in (BinaryOps.CMPLT, BinaryOps.CMPNE): return all(_vectorizable(ren, v.dtype) for v in vals)
     if op.op is TernaryOps.WHERE:
@@ -555,20 +556,17 @@ def lower_kernel(k: Any) -> UOp:
   check_images(k)
   ast = k.get_optimized_ast()
   sink = Lowerer(k, ast).lower()
-  rules = symbolic_rules
-  extra = getattr(k.opts, "extra_rewrites", None)
-  if extra is not None: rules = rules + extra
-  return graph_rewrite(sink, rules)
+  return graph_rewrite(sink, symbolic_rules)
 
 def check_images(k: Any) -> None:
   """Image buffers need a target with images, fit its size limit, and are read-only or write-only in a kernel."""
   imgs = {b.idx: b.dtype for b in k.membufs if b.idx >= 0 and isinstance(b.dtype, ImageDType)}
   if not imgs: return
   ren = k.opts
-  if not getattr(ren, "supports_images", False):
+  if not ren.supports_images:
     raise ImageLoweringError(f"{ren.device or type(ren).__name__} has no image buffers ({', '.join(repr(d) for d in imgs.values())}): "
                              "images are an OPENCL feature (on a device with image support)")
-  wmax, hmax = getattr(ren, "image_max", (0, 0))
+  wmax, hmax = ren.image_max
   for i, d in imgs.items():
     if d.shape[1] > wmax or d.shape[0] > hmax: raise ImageLoweringError(f"buffer {i}: {d!r} is over the device's image limit of {wmax}x{hmax} texels")
     if i < len(k.outbufs) and any(x.op is BufferOps.LOAD and x.arg.idx == i for x in k.ast.lazyops):

@@ -19,21 +19,33 @@ class TensorCore:
     return [(0 if b[0] == "n" else 1, 2) for b in self.layout.c.lanes]
 
 class Renderer:
-  """What a target supports; `render(name, uops)` writes the kernel source (API)."""
+  """What a target supports; `render(name, uops)` writes the kernel source (API).
+
+  The capabilities are the class fields below, each with a default every target can live with; a
+  target's renderer overrides the ones it has. Lowering, the heuristics and the search read them as
+  plain attributes (a capability that isn't declared here doesn't exist)."""
   device: str = ""
   suffix: str = ""
-  supports_float4: bool = True
-  has_local: bool = True
-  has_shared: bool = True
+  supports_float4: bool = True  # the heuristics may upcast buffers into 4-wide float vectors
+  has_local: bool = True  # workgroups (local axes, GROUP/GROUPTOP reduces); False: one thread's serial loops (CPU, LLVM)
+  has_shared: bool = True  # workgroup-shared memory (grouped reduces stage partials there)
   # without workgroups (has_local False): fixed-size arrays private to one thread (a C stack array);
   # TC use 3 stages a warp's fragments there, all its lanes being expanded lanes of one thread
   stack_arrays: bool = False
-  global_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
-  local_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3
-  shared_max: int = 32768
+  global_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3  # the launch grid's limit per dimension
+  local_max: Optional[tuple[int, ...]] = (0x8FFFFFFF,) * 3  # a workgroup's limit per dimension
+  shared_max: int = 32768  # bytes of shared memory one workgroup may use
   max_threads: int = 1024  # threads in one workgroup (local x group dims together)
-  tensor_cores: list[TensorCore] = []
-  has_transcendentals: bool = True  # False: exp2/log2/sin are rewritten into polynomial code
+  tensor_cores: list[TensorCore] = []  # the matrix instructions the target has (none: no TC opts)
+  # vector values: the scalar dtypes a vector of which (UOp dtype .vec(n)) the target can load, store
+  # and hold, and the ALU ops it computes lane-wise on such vectors; others are computed lane by lane
+  vector_dtypes: frozenset = frozenset()
+  vector_alu: frozenset = frozenset()
+  # bool vectors as the target's int vectors (a vector compare's lanes): a gate or WHERE over a bool
+  # vector stays one vector op where the op is in vector_alu
+  vector_masks: bool = False
+  has_prefetch: bool = False  # PREFETCH uops (a hint that never faults): the lowerer may emit them for the next outer iteration
+  half_arith: bool = False  # float16 arithmetic (else half values are computed in float32, e.g. OpenCL without cl_khr_fp16)
   # OpenCL image2d buffers (imagef/imageh): read/written a float4 texel at a time; image_max is the
   # device's (width, height) limit in texels
   supports_images: bool = False

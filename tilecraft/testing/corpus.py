@@ -1,7 +1,9 @@
 """A corpus of named kernel ASTs with random-input makers and numpy references.
 
 Each `CorpusEntry` is one kernel (elementwise, broadcast, casts, bool logic, integer division,
-reduces, matmul, conv, masked views, arange, symbolic shapes, odd sizes). Tests and the fuzzer
+reduces, matmul, conv, masked views, arange, symbolic shapes, odd sizes). The building blocks
+(`CorpusEntry`, the AST constructors, the numpy helpers) live in corpus_build.py and the image
+kernels in corpus_images.py; every public name of both is importable from here. Tests and the fuzzer
 (`tilecraft.testing.fuzz`) run an entry's AST on a device and compare with `reference`, which is
 written directly in numpy (never derived from the AST), so the two are independent.
 
@@ -15,70 +17,18 @@ Conventions:
 - The AST's IDIV/MOD follow numpy: floor division, and 0 when dividing by 0.
 """
 from __future__ import annotations
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 import numpy as np
-from tilecraft.dtype import DType, bf16_bits_from_f32, dtypes, f32_from_bf16_bits
-from tilecraft.ops import BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps, TernaryOps, UnaryOps
+from tilecraft.dtype import DType, dtypes
+from tilecraft.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Variable
 from tilecraft.shape.view import View
-
-Inputs = dict[int, np.ndarray]
-VarVals = dict[Variable, int]
-
-@dataclass
-class CorpusEntry:
-  """One kernel of the corpus: its AST, an input maker and an independent numpy reference."""
-  name: str
-  ast: LazyOp
-  make_inputs: Callable[[np.random.Generator], Inputs]
-  reference: Callable[[Inputs, VarVals], list[np.ndarray]]
-  var_vals: list[VarVals] = field(default_factory=lambda: [{}])
-  rtol: Optional[float] = None  # None: by the output dtype (see engine/verify.py: tolerance)
-  atol: Optional[float] = None
-  tags: tuple[str, ...] = ()
-  def __repr__(self) -> str: return f"<CorpusEntry {self.name}>"
-
-# ---- AST building helpers ------------------------------------------------------------------------
-
-ST = ShapeTracker.from_shape
-
-def ld(idx: int, dt: DType, st: ShapeTracker) -> LazyOp: return LazyOp(BufferOps.LOAD, (), MemBuffer(idx, dt, st))
-def const(val: Any, dt: DType, st: ShapeTracker) -> LazyOp: return LazyOp(BufferOps.CONST, (), ConstBuffer(val, dt, st))
-def alu(op: Any, *src: LazyOp) -> LazyOp: return LazyOp(op, tuple(src))
-def cast(x: LazyOp, dt: DType) -> LazyOp: return LazyOp(UnaryOps.CAST, (x,), dt)
-def red(op: ReduceOps, x: LazyOp, axes: tuple[int, ...]) -> LazyOp: return LazyOp(op, (x,), tuple(axes))
-def store(idx: int, dt: DType, st: ShapeTracker, x: LazyOp) -> LazyOp: return LazyOp(BufferOps.STORE, (x,), MemBuffer(idx, dt, st))
-def kernel(*stores: LazyOp) -> LazyOp: return LazyOp(MetaOps.KERNEL, tuple(stores))
-
-def bcast(shape: tuple[int, ...], full: tuple[int, ...]) -> ShapeTracker:
-  """A contiguous buffer of `shape` (same rank as full, 1 where broadcast) expanded to `full`."""
-  return ST(shape).expand(full)
-
-# ---- numpy helpers -------------------------------------------------------------------------------
-
-def bf16(x: Any) -> np.ndarray:
-  """Round float32 values to bfloat16 (nearest even), returned as float32."""
-  return np.asarray(f32_from_bf16_bits(bf16_bits_from_f32(np.asarray(x, dtype=np.float32))))
-
-def rand(rng: np.random.Generator, dt: DType, shape: Any, lo: float = -2.0, hi: float = 2.0) -> np.ndarray:
-  """Random values of dt in [lo, hi] (ints: inclusive); bfloat16 as bfloat16-exact float32."""
-  shape = (shape,) if isinstance(shape, int) else tuple(shape)
-  if dt == dtypes.bool: return rng.integers(0, 2, shape).astype(np.bool_)
-  if dt == dtypes.bfloat16: return bf16(rng.uniform(lo, hi, shape).astype(np.float32))
-  npdt = dt.np
-  assert npdt is not None
-  if dtypes.is_float(dt): return rng.uniform(lo, hi, shape).astype(npdt)
-  info = np.iinfo(npdt)
-  return rng.integers(max(int(lo), info.min), min(int(hi), info.max) + 1, shape, dtype=np.int64).astype(npdt)
-
-def np_floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  with np.errstate(divide="ignore", invalid="ignore"): return np.where(b == 0, 0, a // np.where(b == 0, 1, b)).astype(a.dtype)
-def np_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  with np.errstate(divide="ignore", invalid="ignore"): return np.where(b == 0, 0, a % np.where(b == 0, 1, b)).astype(a.dtype)
-
-def _errstate() -> Any: return np.errstate(all="ignore")
+# the building blocks (corpus_build.py) and the image kernels (corpus_images.py) are public here too
+from tilecraft.testing.corpus_build import (ST, CorpusEntry, Inputs, VarVals, _errstate, alu, bcast, bf16, cast, const,  # noqa: F401
+                                            kernel, ld, np_floordiv, np_mod, rand, red, store)
+from tilecraft.testing.corpus_images import image_corpus  # noqa: F401
 
 # ---- the corpus ----------------------------------------------------------------------------------
 
@@ -620,61 +570,6 @@ def corpus(small: bool = True) -> dict[str, CorpusEntry]:
     if e.name in out: raise ValueError(f"duplicate corpus entry {e.name}")
     out[e.name] = e
   return out
-
-# ---- image kernels (OPENCL images: imagef/imageh buffers of (height, width, 4) texels) -------------
-# An image holds its elements in row-major (height, width, 4) order, the same flat order as a plain
-# buffer: the layouts below are the ones the IMAGE frontend setting uses (channels last, texels
-# along the channel axis). Only targets with images run these (`image_corpus`).
-
-def _image_matmul(M: int, K: int, N: int, dt: DType = dtypes.imagef) -> CorpusEntry:  # type: ignore[assignment]
-  """out[M, N] = A[M, K] @ B[K, N], all three images: A (M, K/4, 4), B (K, N/4, 4), out (M, N/4, 4)."""
-  base = dtypes.half if dt is dtypes.imageh else _F
-  full = (M, N, K)
-  a = ld(1, dt((M, K // 4, 4)), ST((M, K)).reshape((M, 1, K)).expand(full))
-  b = ld(2, dt((K, N // 4, 4)), ST((K, N)).permute((1, 0)).reshape((1, N, K)).expand(full))
-  ast = kernel(store(0, dt((M, N // 4, 4)), ST((M, N, 1)), cast(red(ReduceOps.SUM, alu(BinaryOps.MUL, cast(a, _F), cast(b, _F)), (2,)), base)))
-  def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]: return [(x[1].astype(np.float64) @ x[2].astype(np.float64)).astype(base.np)]
-  return CorpusEntry(f"image{'h' if base is dtypes.half else 'f'}_matmul_{M}x{K}x{N}", ast,
-                     lambda rng: {1: rand(rng, base, (M, K), -1, 1), 2: rand(rng, base, (K, N), -1, 1)}, ref,
-                     rtol=1e-2 if base is dtypes.half else None, atol=1e-2 if base is dtypes.half else None, tags=("reduce", "matmul", "image"))
-
-def _image_conv(hw: int, cin: int, cout: int, k: int, pad: int) -> CorpusEntry:
-  """A channels-last conv + bias: out[y, x, co] = b[co] + sum_{ky, kx, ci} xpad[y+ky, x+kx, ci] * w[ky, kx, ci, co].
-  The input image is (hw, hw*cin/4, 4) read through a padded (masked) window, the weights image is
-  (k*k*cin, cout/4, 4), the output image (o, o*cout/4, 4); the bias is a plain buffer."""
-  H, o = hw + 2 * pad, hw + 2 * pad - k + 1
-  xp = ST((hw, hw, cin)).pad(((pad, pad), (pad, pad), (0, 0)))  # (H, H, cin), masked border
-  full = (o, o, cout, k, k, cin)
-  xst = ShapeTracker(xp.views + (View.create(full, (H * cin, cin, 0, H * cin, cin, 1)),))
-  wst = ShapeTracker((View.create(full, (0, 0, 1, k * cin * cout, cin * cout, cout)),))
-  x = ld(1, dtypes.imagef((hw, hw * cin // 4, 4)), xst)
-  w = ld(2, dtypes.imagef((k * k * cin, cout // 4, 4)), wst)
-  bias = ld(3, _F, bcast((1, 1, cout, 1, 1, 1), (o, o, cout, 1, 1, 1)))
-  conv = red(ReduceOps.SUM, alu(BinaryOps.MUL, x, w), (3, 4, 5))
-  ast = kernel(store(0, dtypes.imagef((o, o * cout // 4, 4)), ST((o, o, cout, 1, 1, 1)), alu(BinaryOps.ADD, conv, bias)))
-  def ref(xs: Inputs, vv: VarVals) -> list[np.ndarray]:
-    xx = np.pad(xs[1].reshape(hw, hw, cin).astype(np.float64), ((pad, pad), (pad, pad), (0, 0)))
-    ww = xs[2].reshape(k, k, cin, cout).astype(np.float64)
-    out = np.zeros((o, o, cout)) + xs[3].astype(np.float64)
-    for ky in range(k):
-      for kx in range(k): out += np.einsum("yxi,ic->yxc", xx[ky:ky + o, kx:kx + o], ww[ky, kx])
-    return [out.astype(np.float32)]
-  return CorpusEntry(f"imagef_conv_{hw}x{hw}x{cin}_w{k}x{k}x{cout}_p{pad}", ast,
-                     lambda rng: {1: rand(rng, _F, (hw, hw, cin), -1, 1), 2: rand(rng, _F, (k, k, cin, cout), -1, 1), 3: rand(rng, _F, cout, -1, 1)},
-                     ref, tags=("reduce", "conv", "masked", "image"))
-
-def _image_half_ew() -> CorpusEntry:
-  """An imageh elementwise kernel: out = x * 3 - y (x, out imageh (4, 2, 4); y a plain float buffer, cast to half)."""
-  h, shape = dtypes.half, (4, 8)
-  x, y = ld(1, dtypes.imageh((4, 2, 4)), ST(shape)), cast(ld(2, _F, ST(shape)), h)
-  ast = kernel(store(0, dtypes.imageh((4, 2, 4)), ST(shape), alu(BinaryOps.SUB, alu(BinaryOps.MUL, x, const(3.0, h, ST(shape).expand(shape))), y)))
-  return CorpusEntry("imageh_ew_4x8", ast, lambda rng: {1: rand(rng, h, shape, -1, 1), 2: rand(rng, _F, shape, -1, 1)},
-                     lambda xs, vv: [(xs[1] * np.float16(3) - xs[2].astype(np.float16)).astype(np.float16)], tags=("elementwise", "image"))
-
-def image_corpus() -> dict[str, CorpusEntry]:
-  """The image kernels, by name (for targets with images: see Renderer.supports_images)."""
-  entries = [_image_matmul(8, 12, 16), _image_matmul(4, 8, 8, dtypes.imageh), _image_conv(6, 4, 8, 3, 1), _image_half_ew()]  # type: ignore[arg-type]
-  return {e.name: e for e in entries}
 
 # ---- open compiler bugs the corpus finds ---------------------------------------------------------
 # Tests mark these (entry, device, check) combinations xfail(strict=True): when a bug is fixed its

@@ -120,13 +120,7 @@ def _tol(ast):
 
 def accepted_axes(ast, ren, tc_opt):
   n = len(tc_choices(Kernel(ast, opts=ren), tc_opt)[3])
-  out = []
-  for ax in range(n):
-    k = Kernel(ast, opts=ren)
-    try: k.apply_tensor_cores(2, axis=ax, tc_opt=tc_opt)
-    except KernelOptError: continue
-    out.append(ax)
-  return out
+  return [ax for ax in range(n) if Kernel(ast, opts=ren).apply_tensor_cores(2, axis=ax, tc_opt=tc_opt)]
 
 VENDOR_DT = {"CUDA": np.float16, "AMD": np.float16, "METAL": np.float32}
 
@@ -213,7 +207,7 @@ def test_use3_catches_a_wrong_operand_layout(device, rng, monkeypatch):
   _, got = run_tc(ast, inputs, ren, device, 3, 0, 0)
   assert not np.allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast))
 
-# ---- refusals: KernelOptError, kernel unchanged -----------------------------------------------------
+# ---- refusals: apply_opt raises KernelOptError, apply_tensor_cores returns False; kernel unchanged ----
 
 def _state(k):
   return (k.sts, k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, k.tensor_core, k.use_tensor_cores, k.applied_opts)
@@ -223,39 +217,54 @@ def refuse(k, fn, match):
   with pytest.raises(KernelOptError, match=match): fn(k)
   assert _state(k) == before
 
+def declines(k, match, use=1, axis=0, tc_opt=0, extra=None):
+  """apply_tensor_cores answers False (as the reference does) and leaves k unchanged; apply_opt of the
+  same TC opt (or, with `extra`, of the refused extra opt after it) raises KernelOptError matching `match`."""
+  from tilecraft.helpers import Context
+  before = copy.deepcopy(_state(k))
+  assert k.apply_tensor_cores(use, extra_opts=extra, axis=axis, tc_opt=tc_opt) is False
+  assert _state(k) == before
+  with Context(TC=use):
+    if extra is None: refuse(k, lambda k: k.apply_opt(Opt(OptOps.TC, axis, tc_opt)), match)
+    else:
+      kc = k.copy()
+      kc.apply_opt(Opt(OptOps.TC, axis, tc_opt))
+      for o in extra[:-1]: kc.apply_opt(o)
+      refuse(kc, lambda k: k.apply_opt(extra[-1]), match)
+
 def _mm(rng, M=32, N=32, K=32, dt=np.float16): return matmul_case(rng, M, N, K, dt)[0]
 
 def test_refuse_no_tensor_cores(rng):
   refuse(Kernel(_mm(rng), opts=OpenCLRenderer()), lambda k: k.apply_opt(Opt(OptOps.TC, 0, 0)), "has no tensor cores")
-  refuse(Kernel(_mm(rng), opts=CRenderer()), lambda k: k.apply_tensor_cores(1), "has no tensor cores")
+  declines(Kernel(_mm(rng), opts=CRenderer()), "has no tensor cores")
 
 def test_refuse_not_mul_of_loads(rng):
   ren = fake(OpenCLRenderer, "CUDA")
   a = rng.uniform(-1, 1, (32, 32)).astype(np.float16)
-  refuse(Kernel(_ast(lambda x: x.sum(-1), a)[0], opts=ren), lambda k: k.apply_tensor_cores(1), "SUM of a MUL")
-  refuse(Kernel(_ast(lambda x: (x.reshape(32, 1, 32) + x.T.reshape(1, 32, 32)).sum(-1), a)[0], opts=ren), lambda k: k.apply_tensor_cores(1), "SUM of a MUL")
+  declines(Kernel(_ast(lambda x: x.sum(-1), a)[0], opts=ren), r"must be SUM\(MUL")
+  declines(Kernel(_ast(lambda x: (x.reshape(32, 1, 32) + x.T.reshape(1, 32, 32)).sum(-1), a)[0], opts=ren), r"must be SUM\(MUL")
   mm = cast_case(rng)[0]  # STORE(SUM(MUL(CAST(LOAD), CAST(LOAD))))
   mul = mm.src[0].src[0].src[0]
   exp_op = LazyOp(mm.op, (LazyOp(mm.src[0].op, (LazyOp(ReduceOps.SUM, (LazyOp(BinaryOps.MUL, (LazyOp(UnaryOps.EXP2, (mul.src[0],)), mul.src[1])),), (2,)),),
                                  mm.src[0].arg),))
-  refuse(Kernel(exp_op, opts=ren), lambda k: k.apply_tensor_cores(1, tc_opt=1), "LOAD")
-  refuse(Kernel(_ast(lambda x: x.max(-1), a)[0], opts=ren), lambda k: k.apply_tensor_cores(1), "SUM")
+  declines(Kernel(exp_op, opts=ren), "LOAD", tc_opt=1)
+  declines(Kernel(_ast(lambda x: x.max(-1), a)[0], opts=ren), "SUM")
   # CAST(LOAD) operands need tc_opt 1, except half/bfloat16 widened to float32 (the frontend's matmul: DESIGN 12)
-  refuse(Kernel(cast_case(rng, to=dtypes.float64)[0], opts=ren), lambda k: k.apply_tensor_cores(2, tc_opt=0), "tc_opt 1")
-  Kernel(cast_case(rng)[0], opts=ren).apply_tensor_cores(2, tc_opt=0)
+  declines(Kernel(cast_case(rng, to=dtypes.float64)[0], opts=ren), "tc_opt 1", use=2)
+  assert Kernel(cast_case(rng)[0], opts=ren).apply_tensor_cores(2, tc_opt=0)
 
 def test_refuse_dtypes_without_a_core(rng):
-  refuse(Kernel(_mm(rng, dt=np.float32), opts=fake(OpenCLRenderer, "CUDA")), lambda k: k.apply_tensor_cores(1), "no tensor core on .* takes dtypes.float")
-  refuse(Kernel(_mm(rng, dt=np.int32), opts=fake(OpenCLRenderer, "METAL")), lambda k: k.apply_tensor_cores(1, tc_opt=2), "no tensor core|SUM of a MUL|LOAD")
+  declines(Kernel(_mm(rng, dt=np.float32), opts=fake(OpenCLRenderer, "CUDA")), "no tensor core on .* takes dtypes.float")
+  declines(Kernel(_mm(rng, dt=np.int32), opts=fake(OpenCLRenderer, "METAL")), r"no tensor core|must be SUM\(MUL|LOAD", tc_opt=2)
 
 def test_refuse_non_multiples_without_tc_opt_2(rng):
   ren = fake(OpenCLRenderer, "CUDA")
-  for tc_opt in (0, 1): refuse(Kernel(_mm(rng, 61, 67, 45), opts=ren), lambda k: k.apply_tensor_cores(1, tc_opt=tc_opt), "not a multiple")
-  refuse(Kernel(_mm(rng, 16, 8, 3), opts=ren), lambda k: k.apply_tensor_cores(1, tc_opt=2), "more than 4x")
+  for tc_opt in (0, 1): declines(Kernel(_mm(rng, 61, 67, 45), opts=ren), "not a multiple", tc_opt=tc_opt)
+  declines(Kernel(_mm(rng, 16, 8, 3), opts=ren), "4x the work or more", tc_opt=2)
   assert Kernel(_mm(rng, 61, 67, 45), opts=ren).apply_tensor_cores(1, tc_opt=2)
 
 def test_refuse_several_reduce_axes_without_tc_opt_1(rng):
-  refuse(Kernel(conv_case(rng)[0], opts=fake(OpenCLRenderer, "CUDA")), lambda k: k.apply_tensor_cores(1, tc_opt=0), "reduce axes need tc_opt")
+  declines(Kernel(conv_case(rng)[0], opts=fake(OpenCLRenderer, "CUDA")), "reduce axes need tc_opt")
 
 def test_refuse_tc_not_first_and_bad_axis(rng):
   ren = fake(OpenCLRenderer, "CUDA")
@@ -264,14 +273,32 @@ def test_refuse_tc_not_first_and_bad_axis(rng):
   refuse(k, lambda k: k.apply_opt(Opt(OptOps.TC, 0, 0)), "TC must be the first opt")
   refuse(Kernel(_mm(rng), opts=ren), lambda k: k.apply_opt(Opt(OptOps.TC, 5, 0)), "not one of the 1")
   refuse(Kernel(_mm(rng), opts=ren), lambda k: k.apply_opt(Opt(OptOps.TC, 0, 3)), "tc_opt must be")
-  refuse(Kernel(_mm(rng), opts=CRenderer()), lambda k: k.apply_tensor_cores(1), "no tensor cores")
-  refuse(Kernel(_mm(rng), opts=fake(CRenderer, "CUDA")), lambda k: k.apply_tensor_cores(1), "needs a target with workgroups")
+  declines(Kernel(_mm(rng), opts=CRenderer()), "no tensor cores")
+  declines(Kernel(_mm(rng), opts=fake(CRenderer, "CUDA")), "needs a target with workgroups")
   from tilecraft.renderer.llvmir import LLVMRenderer  # no workgroups and no stack arrays: use 3 has nowhere to stage
-  refuse(Kernel(_mm(rng), opts=fake(LLVMRenderer, "CUDA")), lambda k: k.apply_tensor_cores(3), "use 3 needs local memory")
+  declines(Kernel(_mm(rng), opts=fake(LLVMRenderer, "CUDA")), "use 3 needs local memory", use=3)
   class NoShared(OpenCLRenderer): has_shared, tensor_cores = False, TENSOR_CORES["CUDA"]
-  refuse(Kernel(_mm(rng), opts=NoShared()), lambda k: k.apply_tensor_cores(3), "use 3 needs local memory")
+  declines(Kernel(_mm(rng), opts=NoShared()), "use 3 needs local memory", use=3)
   # a refused extra opt undoes the TC opt too
-  refuse(Kernel(_mm(rng), opts=ren), lambda k: k.apply_tensor_cores(1, extra_opts=[Opt(OptOps.UPCAST, 0, 7)]), "does not divide")
+  declines(Kernel(_mm(rng), opts=ren), "does not divide", extra=[Opt(OptOps.UPCAST, 0, 7)])
+  # TC after another opt: False too (the reference's apply_opt refuses it)
+  k = Kernel(_mm(rng), opts=ren)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 2))
+  declines(k, "TC must be the first opt")
+  # the axis numbers the choices: one past the last is declined, not an error
+  declines(Kernel(_mm(rng), opts=ren), "not one of the 1", axis=1)
+
+def test_apply_tensor_cores_raises_only_for_invalid_arguments(rng):
+  """Invalid arguments are the caller's bug: ValueError, naming the argument (kernel unchanged)."""
+  k = Kernel(_mm(rng), opts=fake(OpenCLRenderer, "CUDA"))
+  before = copy.deepcopy(_state(k))
+  for kw, name in (({"use_tensor_cores": 4}, "use_tensor_cores"), ({"use_tensor_cores": True}, "use_tensor_cores"), ({"tc_opt": 3}, "tc_opt"),
+                   ({"axis": -1}, "axis"), ({"axis": 0.0}, "axis"), ({"extra_opts": [("UPCAST", 0, 2)]}, "extra_opts")):
+    with pytest.raises(ValueError, match=name): k.apply_tensor_cores(**kw)
+    assert _state(k) == before
+  # on a target without tensor cores too (the arguments are checked first)
+  with pytest.raises(ValueError, match="tc_opt"): Kernel(_mm(rng), opts=CRenderer()).apply_tensor_cores(1, tc_opt=-1)
+  assert k.apply_tensor_cores(1) is True
 
 def test_refuse_later_opts_on_tc_axes(rng):
   ren = fake(OpenCLRenderer, "CUDA")

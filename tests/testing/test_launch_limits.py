@@ -44,14 +44,15 @@ def test_tc_use3_staging_is_checked():
   with Context(EMULATE="CUDA"):
     ren = Device["PYTHON"].renderer
     k = Kernel(ast, opts=ren)
-    with pytest.raises(KernelOptError, match="local memory of 98304 bytes.*shared_max 49152"):
-      k.apply_tensor_cores(3, base + [Opt(OptOps.UPCAST, 1, 2)], tc_opt=1)
+    # (the TC's N is axis 1, as in the reference: after the first UPCAST 0 2 takes all of axis 0, axis 0 is the N outer axis)
+    assert k.apply_tensor_cores(3, base + [Opt(OptOps.UPCAST, 0, 2)], tc_opt=1) is False  # declined, as the reference does
     assert not k.applied_opts and k.tensor_core is None
     assert k.apply_tensor_cores(3, base, tc_opt=1)
+    with pytest.raises(KernelOptError, match="local memory of 98304 bytes.*shared_max 49152"): k.copy().apply_opt(Opt(OptOps.UPCAST, 0, 2))
     assert k._tc_staging_bytes() == 49152
     assert launch_error(ast, k.applied_opts, tc_use=3, kernel=k) is None
     # use 1 and 2 stage nothing: the same opts are fine there
-    for use in (1, 2): assert Kernel(ast, opts=ren).apply_tensor_cores(use, base + [Opt(OptOps.UPCAST, 1, 2)], tc_opt=1)
+    for use in (1, 2): assert Kernel(ast, opts=ren).apply_tensor_cores(use, base + [Opt(OptOps.UPCAST, 0, 2)], tc_opt=1)
 
 def test_threads_per_workgroup():
   with Context(EMULATE="AMD"):

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from tilecraft.dtype import ImageDType
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, check  # noqa: F401 - Opt, OptOps, KernelOptError: public here (API)
 from tilecraft.codegen.pack import apply_pack, check_pack
-from tilecraft.helpers import TC, TC_OPT, dedup, getenv, prod, round_up
+from tilecraft.helpers import DEBUG, TC, TC_OPT, dedup, getenv, prod, round_up
 from tilecraft.ops import (INDEX, UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
 from tilecraft.renderer import Program, Renderer
@@ -392,20 +392,34 @@ class Kernel:
   def apply_tensor_cores(self, use_tensor_cores: int = 1, extra_opts: Optional[list[Opt]] = None, axis: int = 0, tc_opt: Optional[int] = None,
                          reason: str = "") -> bool:
     """Lay the kernel out for a tensor core (API): Opt(TC, axis, tc_opt), then `extra_opts`. Returns
-    False (nothing changed) when use_tensor_cores is 0; raises KernelOptError (nothing changed) when
-    the TC opt or an extra opt is refused. tc_opt None means the TC_OPT setting."""
-    if not use_tensor_cores: return False
+    True when all of them applied; False, with the kernel unchanged, where the reference returns
+    False: use_tensor_cores 0, a target without tensor cores, no matching pattern or axis choice,
+    or an opt refused (the reason is printed at DEBUG >= 3). Raises ValueError only for invalid
+    arguments. tc_opt None means the TC_OPT setting. (apply_opt(Opt(TC, ...)) itself raises
+    KernelOptError when refused, as every opt does.)"""
+    if not (isinstance(use_tensor_cores, int) and not isinstance(use_tensor_cores, bool) and use_tensor_cores in (0, 1, 2, 3)):
+      raise ValueError(f"apply_tensor_cores: use_tensor_cores must be 0, 1, 2 or 3, got {use_tensor_cores!r}")
+    if tc_opt is None: tc_opt = int(TC_OPT)
+    if not (isinstance(tc_opt, int) and not isinstance(tc_opt, bool) and tc_opt in (0, 1, 2)):
+      raise ValueError(f"apply_tensor_cores: tc_opt must be 0, 1 or 2, got {tc_opt!r}")
+    if not (isinstance(axis, int) and not isinstance(axis, bool) and axis >= 0):
+      raise ValueError(f"apply_tensor_cores: axis must be an int >= 0 (an (N, M, K) choice), got {axis!r}")
+    if extra_opts is not None and not (isinstance(extra_opts, (list, tuple)) and all(isinstance(o, Opt) for o in extra_opts)):
+      raise ValueError(f"apply_tensor_cores: extra_opts must be a list of Opts, got {extra_opts!r}")
+    if not use_tensor_cores or not getattr(self.opts, "tensor_cores", None): return False
     saved = self.__dict__.copy()
     saved_opts, saved_reasons = list(self.applied_opts), list(self.applied_opts_reasons)
     try:
       self._tc_use = use_tensor_cores
-      try: self.apply_opt(Opt(OptOps.TC, axis, int(TC_OPT) if tc_opt is None else tc_opt), reason=reason or "requested")
+      try: self.apply_opt(Opt(OptOps.TC, axis, tc_opt), reason=reason or "requested")
       finally: self._tc_use = None
       for opt in extra_opts or []: self.apply_opt(opt, reason="requested with tensor cores")
-    except BaseException:
+    except BaseException as e:
       self.__dict__.clear(); self.__dict__.update(saved)
       self.applied_opts, self.applied_opts_reasons = saved_opts, saved_reasons
-      raise
+      if not isinstance(e, KernelOptError): raise
+      if DEBUG >= 3: print(f"apply_tensor_cores(use {use_tensor_cores}, axis {axis}, tc_opt {tc_opt}): {e}")
+      return False
     return True
 
   # ---- heuristics (implemented in heuristic.py) -----------------------------------------------------

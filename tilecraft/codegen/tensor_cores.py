@@ -1,5 +1,18 @@
 """The TC opt: lay a MUL->SUM kernel out for a tensor core, and turn it back into an AST.
 
+Which kernels and which layouts follow the reference (tinygrad 0.9.2), checked against kernels it
+scheduled (testing/tc_reference.py): the patterns it matches (SUM(MUL(a, b)), SUM(CAST(MUL(a, b)))
+for a core whose dtype_in differs from dtype_out, CAST(LOAD) operands from tc_opt 1, several reduce
+axes from tc_opt 1, padding at tc_opt 2), core by core in the target's order, and its numbering of
+the (N, M, K) axis choices (see _choices). tilecraft also accepts the frontend's half/bfloat16
+matmul, SUM(MUL(CAST(LOAD), CAST(LOAD))) in float32, at tc_opt 0, and a reduce in a dtype with no
+core accumulating in it on a core accumulating in a wider float (cast back once).
+
+The instruction's product is exact (half x half and bfloat16 x bfloat16 fit in float32): for the
+frontend's pattern that is the AST's meaning; for the reference's SUM(CAST(MUL(half, half))), whose
+AST rounds each product to half, use 1 (and use 3) sum the exact products while use 2 and kernels
+without TC compute what the AST says.
+
 Applying TC picks an (N axis, M axis, reduce axis) triple, splits a tile of (N, M, K) off them and
 cuts each tile dim into bits (axes of size 2). Every bit then takes the role the vendor's C layout
 gives it: bit j of the lane id becomes a local axis (the lanes are the innermost local axes, lane
@@ -19,7 +32,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 from typing import Any, Optional
-from tilecraft.codegen.opt import check as _check
+from tilecraft.codegen.opt import KernelOptError, check as _check
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BinaryOps, BufferOps, LazyOp, ReduceOps, UnaryOps
 
@@ -36,22 +49,29 @@ class TCState:
   use: int
   lane_bits: tuple[str, ...]   # C-coordinate bit of each lane axis, outermost first
   up_bits: tuple[str, ...]     # coordinate bit of each TC upcast axis, outermost first
-  a_src: LazyOp                # the MUL operands feeding A and B (LOAD or CAST(LOAD)), as in the original AST
+  a_src: LazyOp                # the MUL operands feeding A and B, as in the original AST (A is the MUL's second operand)
   b_src: LazyOp
   reduce_dtype: DType          # the original reduce's dtype (dtype_out may be wider: the result is cast back)
   axis_sizes: tuple[int, int, int]  # padded N, M, K sizes of the chosen axes (for show/debug)
+  a_in: Optional[LazyOp] = None  # what the instruction takes for A and B (dtype_in): the operand, or the LOAD under a widening CAST
+  b_in: Optional[LazyOp] = None
 
 # half/bfloat16 operands widened to float32: what the frontend's matmul and conv multiply (DESIGN 12:
 # summed in float32), and exactly what a half/bfloat16 -> float core computes, so accepted at tc_opt 0
 _CORE_WIDENS = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32)}
 
-def _operand_load(x: LazyOp, tc_opt: int) -> Optional[LazyOp]:
-  """The LOAD under an operand: LOAD itself, a half/bfloat16 LOAD widened to float32, or (tc_opt >= 1)
-  any CAST(LOAD) that widens exactly."""
-  if x.op is BufferOps.LOAD and not x.src: return x
-  if x.op is UnaryOps.CAST and x.src[0].op is BufferOps.LOAD and not x.src[0].src and \
-     (x.src[0].dtype, x.arg) in (_WIDENS if tc_opt >= 1 else _CORE_WIDENS):
-    return x.src[0]
+def _is_load(x: LazyOp) -> bool: return x.op is BufferOps.LOAD and not x.src
+
+def _reference_operand(x: LazyOp, dtype_in: DType, tc_opt: int) -> bool:
+  """The reference's operands: a LOAD of dtype_in, or (tc_opt >= 1) a LOAD cast to dtype_in."""
+  if _is_load(x): return x.dtype == dtype_in
+  return tc_opt >= 1 and x.op is UnaryOps.CAST and x.arg == dtype_in and _is_load(x.src[0])
+
+def _widened_load(x: LazyOp, tc_opt: int) -> Optional[LazyOp]:
+  """tilecraft's own operands: the LOAD under a LOAD, under a half/bfloat16 LOAD widened to float32,
+  or (tc_opt >= 1) under any CAST(LOAD) that widens exactly."""
+  if _is_load(x): return x
+  if x.op is UnaryOps.CAST and _is_load(x.src[0]) and (x.src[0].dtype, x.arg) in (_WIDENS if tc_opt >= 1 else _CORE_WIDENS): return x.src[0]
   return None
 
 def _pick_core(tcs: list, dtype_in: DType, reduce_dtype: DType) -> Any:
@@ -61,37 +81,78 @@ def _pick_core(tcs: list, dtype_in: DType, reduce_dtype: DType) -> Any:
   wider = [tc for tc in tcs if tc.dtype_in == dtype_in and (reduce_dtype, tc.dtype_out) in _WIDENS]
   return (exact + wider + [None])[0]
 
-def tc_choices(k: Any, tc_opt: int) -> tuple[Any, LazyOp, LazyOp, list[tuple[int, int, int]]]:
-  """(core, A operand, B operand, [(N axis, M axis, reduce axis), ...]) or KernelOptError."""
+def _own_match(k: Any, mul: LazyOp, reduce_dtype: DType, tc_opt: int) -> tuple[Any, tuple[LazyOp, LazyOp]] | str:
+  """tilecraft's own pattern: SUM(MUL(a, b)) of LOADs, each maybe widened exactly, on the core taking
+  the LOADs' dtype and accumulating in the reduce's dtype or a wider float. (core, the LOADs), or why not."""
+  loads = [_widened_load(x, tc_opt) for x in mul.src]
+  if any(x is None for x in loads): return "TC: the MUL's operands must be LOADs" + (" (or CASTs of LOADs)" if tc_opt >= 1 else " (tc_opt 1 allows CAST(LOAD))")
+  la, lb = loads[0], loads[1]
+  assert la is not None and lb is not None
+  if la.dtype != lb.dtype: return f"TC: operands of different dtypes {la.dtype}, {lb.dtype}"
+  tcs = list(k.opts.tensor_cores)
+  if (tc := _pick_core(tcs, la.dtype, reduce_dtype)) is None:
+    return f"TC: no tensor core on {type(k.opts).__name__} takes {la.dtype} -> {reduce_dtype} (has {', '.join(map(str, tcs))})"
+  return tc, (la, lb)
+
+def _match(k: Any, tc_opt: int) -> tuple[Any, LazyOp, tuple[LazyOp, LazyOp]]:
+  """(core, the MUL, the instruction's operands for its two sources) or KernelOptError.
+
+  The reference's patterns, core by core in the target's order: SUM(MUL(a, b)) for a core with
+  dtype_in == dtype_out, SUM(CAST(MUL(a, b)) -> dtype_out) for one where they differ, a and b LOADs
+  of dtype_in or (tc_opt >= 1) CASTs of LOADs to dtype_in. Before them, tilecraft's own for
+  operands widened from a core's dtype_in (the frontend's half matmul: float32 products of half
+  values, at tc_opt 0), so such a matmul runs on the half core, not on a float one (Metal) after
+  converting; after them, its own for plain LOADs of a dtype no core accumulates in (half on CUDA)."""
   tcs = list(getattr(k.opts, "tensor_cores", None) or [])
   _check(bool(tcs), f"TC: {type(k.opts).__name__} has no tensor cores")
   _check(len(k.reduceops) == 1 and k.reduceops[0].op is ReduceOps.SUM, "TC: needs exactly one SUM reduce")
   r = k.reduceops[0]
-  mul = r.src[0]
-  _check(mul.op is BinaryOps.MUL and len(mul.src) == 2, f"TC: the reduce must be a SUM of a MUL, found {mul.op.name}")
-  loads = [_operand_load(s, tc_opt) for s in mul.src]
-  _check(all(x is not None for x in loads), "TC: the MUL's operands must be LOADs" + (" (or widening CASTs of LOADs)" if tc_opt >= 1 else " (tc_opt 1 allows CAST(LOAD))"))
-  la, lb = loads[0], loads[1]
-  assert la is not None and lb is not None
-  _check(la.dtype == lb.dtype, f"TC: operands of different dtypes {la.dtype}, {lb.dtype}")
-  tc = _pick_core(tcs, la.dtype, r.dtype)
-  _check(tc is not None, f"TC: no tensor core on {type(k.opts).__name__} takes {la.dtype} -> {r.dtype} (has {', '.join(map(str, tcs))})")
+  src = r.src[0]
+  mul = src.src[0] if src.op is UnaryOps.CAST else src
+  _check(mul.op is BinaryOps.MUL and len(mul.src) == 2,
+         f"TC: the reduce must be SUM(MUL(a, b)) or SUM(CAST(MUL(a, b))), found SUM({src.op.name}{'(' + mul.op.name + ')' if mul is not src else ''})")
+  if src is mul and any(x.op is UnaryOps.CAST for x in mul.src) and not isinstance(own := _own_match(k, mul, r.dtype, tc_opt), str):
+    return own[0], mul, own[1]
+  for tc in tcs:
+    if (src is not mul) != (tc.dtype_in != tc.dtype_out) or (src is not mul and src.arg != tc.dtype_out): continue
+    if all(_reference_operand(x, tc.dtype_in, tc_opt) for x in mul.src): return tc, mul, (mul.src[0], mul.src[1])
+  _check(src is mul, f"TC: no core of {type(k.opts).__name__} takes SUM(CAST({src.arg}, MUL)) of these operands "
+                     f"(the reference's pattern: a core with that dtype_out, operands LOADs of its dtype_in, or CASTs to it at tc_opt >= 1)")
+  own = _own_match(k, mul, r.dtype, tc_opt)
+  if isinstance(own, str): raise KernelOptError(own)
+  return own[0], mul, own[1]
+
+def _load_of(x: LazyOp) -> LazyOp: return x if _is_load(x) else x.src[0]
+
+def tc_choices(k: Any, tc_opt: int) -> tuple[Any, LazyOp, LazyOp, list[tuple[int, int, int]]]:
+  """(core, A operand, B operand, [(N axis, M axis, reduce axis), ...]) or KernelOptError."""
+  tc, (a_src, _), (b_src, _), choices = _choices(k, tc_opt)
+  return tc, a_src, b_src, choices
+
+def _choices(k: Any, tc_opt: int) -> tuple[Any, tuple[LazyOp, LazyOp], tuple[LazyOp, LazyOp], list[tuple[int, int, int]]]:
+  """(core, (A operand, what the instruction takes for it), the same for B, choices) or KernelOptError.
+
+  The choices are numbered as the reference numbers them: N is an axis where the MUL's first
+  operand is broadcast (stride 0), M one where the second is, K a reduce axis; choice 0 is the
+  last of their product (last N, last M, last K), choice 1 the one before it, and so on. So the
+  MUL's second operand is A (it varies along N, not along M) and its first is B."""
+  tc, mul, ins = _match(k, tc_opt)
   red = list(range(k.first_reduce, k.shape_len))
   _check(tc_opt >= 1 or len(red) == 1, f"TC: {len(red)} reduce axes need tc_opt >= 1")
   _check(all(isinstance(s, int) for s in k.full_shape), "TC: not with symbolic shapes")
-  sa, sb = k.sts[k.bufs.index(la.arg)].real_strides(), k.sts[k.bufs.index(lb.arg)].real_strides()
-  n_axes = [i for i in range(k.first_reduce) if sb[i] == 0 and sa[i] != 0]
-  m_axes = [i for i in range(k.first_reduce) if sa[i] == 0 and sb[i] != 0]
-  choices = list(itertools.product(n_axes, m_axes, red))
-  _check(bool(choices), "TC: no axis pair where A varies and B is broadcast (and the other way round)")
-  return tc, mul.src[0], mul.src[1], choices
+  s0, s1 = (k.sts[k.bufs.index(_load_of(x).arg)].real_strides() for x in mul.src)
+  n_axes = [i for i in range(k.first_reduce) if s0[i] == 0]
+  m_axes = [i for i in range(k.first_reduce) if s1[i] == 0]
+  choices = list(itertools.product(n_axes, m_axes, red))[::-1]
+  _check(bool(choices), "TC: no axis where the MUL's first operand is broadcast (N) and one where the second is (M)")
+  return tc, (mul.src[1], ins[1]), (mul.src[0], ins[0]), choices
 
 def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   """Apply Opt(TC, axis, tc_opt) to kernel k (k is restored by apply_opt if this raises)."""
   _check(use in (1, 2, 3), f"TC: use_tensor_cores must be 1, 2 or 3, got {use!r}")
   _check(isinstance(tc_opt, int) and not isinstance(tc_opt, bool) and tc_opt in (0, 1, 2), f"TC: tc_opt must be 0, 1 or 2, got {tc_opt!r}")
   _check(k.local_dims == 0 and k.upcasted == 0 and k.group_for_reduces == 0 and not k.dont_use_locals, "TC must be the first opt")
-  tc, a_src, b_src, choices = tc_choices(k, tc_opt)
+  tc, (a_src, a_in), (b_src, b_in), choices = _choices(k, tc_opt)
   _check(isinstance(axis, int) and 0 <= axis < len(choices), f"TC: axis {axis} is not one of the {len(choices)} (N, M, reduce) choices")
   _check(use != 1 or k.opts.has_local, "TC: use 1 needs a target with workgroups (locals): the lanes are threads")
   # use 3 stages fragments through local memory; without workgroups one thread holds the whole warp
@@ -99,14 +160,15 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   _check(use != 3 or (k.opts.has_shared if k.opts.has_local else getattr(k.opts, "stack_arrays", False)),
          f"TC: use 3 needs local memory (or, without workgroups, thread-private arrays): {type(k.opts).__name__} has neither")
   n_ax, m_ax, k_ax = choices[axis]
+  _check(n_ax != m_ax, f"TC: choice {axis} takes axis {n_ax} as both N and M (both operands are broadcast along it)")
   tiles = dict(zip((n_ax, m_ax, k_ax), tc.dims))
-  before = [k.full_shape[a] for a in (n_ax, m_ax, k_ax)]
   for ax, t in tiles.items():
     if k.full_shape[ax] % t == 0: continue
     _check(tc_opt >= 2, f"TC: axis {ax} of size {k.full_shape[ax]} is not a multiple of {t} (tc_opt 2 pads)")
+    # the reference's bound (its PADTO's): the axis must be more than a quarter of what it is padded to
+    _check(k.full_shape[ax] > t // 4, f"TC: padding axis {ax} of size {k.full_shape[ax]} to {t} is 4x the work or more")
     k._padto(ax, t, broadcast_unmasked=True)
   sizes = tuple(k.full_shape[a] for a in (n_ax, m_ax, k_ax))
-  _check(sizes[0] * sizes[1] * sizes[2] <= 4 * before[0] * before[1] * before[2], f"TC: padding {tuple(before)} to {sizes} is more than 4x the work")
   # split each chosen axis into (outer, bit_hi, ..., bit_0)
   nbits = {ax: t.bit_length() - 1 for ax, t in tiles.items()}
   def split(shape: tuple) -> tuple:
@@ -140,7 +202,7 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   k._check_threads(1)
   k.tensor_core = tc
   k.use_tensor_cores = use
-  k.tensor_core_opts = TCState(tc, use, lane_bits, up_bits, a_src, b_src, k.reduceops[0].dtype, sizes)
+  k.tensor_core_opts = TCState(tc, use, lane_bits, up_bits, a_src, b_src, k.reduceops[0].dtype, sizes, a_in, b_in)
 
 def tc_axes(k: Any) -> tuple[list[int], list[int]]:
   """The kernel axes of the TC lanes (outermost first) and of the TC upcast bits, right now."""
@@ -197,8 +259,8 @@ def tc_reduce(k: Any, op: LazyOp, fix: Any) -> LazyOp:
   st: TCState = k.tensor_core_opts
   tc = st.tc
   axes = tuple(k.reduce_axes())
-  a, b = fix(st.a_src), fix(st.b_src)
   if st.use == 2:
+    a, b = fix(st.a_src), fix(st.b_src)
     if tc.dtype_out == st.reduce_dtype: return LazyOp(op.op, (fix(op.src[0]),), axes)
     mul = LazyOp(BinaryOps.MUL, (_cast(a, tc.dtype_out), _cast(b, tc.dtype_out)))
     return LazyOp(UnaryOps.CAST, (LazyOp(ReduceOps.SUM, (mul,), axes),), st.reduce_dtype)
@@ -209,10 +271,10 @@ def tc_reduce(k: Any, op: LazyOp, fix: Any) -> LazyOp:
   c_regs = tuple(next(ax for ax in ups if meaning[ax] == bit) for bit in tc.layout.c.regs)
   k_axes = tuple(ax for ax in ups if meaning[ax][0] == "k")
   info = WMMAInfo(tc, a_regs, b_regs, c_regs, tuple(lanes), k_axes, st.use)
-  a = _permute_loads(_strip_cast(a), perm_a, {})
-  b = _permute_loads(_strip_cast(b), perm_b, {})
+  assert st.a_in is not None and st.b_in is not None
+  a = _permute_loads(fix(st.a_in), perm_a, {})
+  b = _permute_loads(fix(st.b_in), perm_b, {})
   wmma = LazyOp(ReduceOps.WMMA, (a, b), (str(tc), tc.dims, tc.dtype_in, tc.dtype_out, info, axes))
   return wmma if tc.dtype_out == st.reduce_dtype else LazyOp(UnaryOps.CAST, (wmma,), st.reduce_dtype)
 
 def _cast(x: LazyOp, dt: DType) -> LazyOp: return x if x.dtype == dt else LazyOp(UnaryOps.CAST, (x,), dt)
-def _strip_cast(x: LazyOp) -> LazyOp: return x.src[0] if x.op is UnaryOps.CAST else x

@@ -72,7 +72,8 @@ def try_opt(k: Kernel, opt: Opt, use: Optional[int] = None) -> tuple[Optional[Ke
   before = _kernel_state(k)
   kc = k.copy()
   try:
-    if opt.op is OptOps.TC and use is not None: kc.apply_tensor_cores(use, axis=opt.axis, tc_opt=opt.amt)
+    if opt.op is OptOps.TC and use is not None:  # (apply_tensor_cores answers False where apply_opt refuses)
+      if not kc.apply_tensor_cores(use, axis=opt.axis, tc_opt=opt.amt): raise KernelOptError(f"{opt} with use {use} refused")
     else: kc.apply_opt(opt)
   except KernelOptError:
     if _kernel_state(kc) != before: return None, f"{opt} was refused but left the kernel changed"

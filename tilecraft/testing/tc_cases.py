@@ -2,7 +2,8 @@
 (which compile the same kernels for the real targets): for one core, matmuls at 64x64x64 and
 32x48x64 (with extra opts), padded non-multiples 61x67x45 (tc_opt 2), a batched matmul and a 3x3
 conv with several reduce axes (tc_opt 1), each with the core's dtypes (CAST(LOAD) operands, so
-tc_opt >= 1, where dtype_out differs from dtype_in), with a float64 numpy reference."""
+tc_opt >= 1, where dtype_out differs from dtype_in), with a float64 numpy reference. Also the kernels
+the reference scheduled (tc_reference.py) as tilecraft ASTs, with inputs and what they mean in numpy."""
 from __future__ import annotations
 from typing import Any, Callable
 import numpy as np
@@ -58,12 +59,7 @@ def accepted_axes(ast: LazyOp, ren: Any, tc_opt: int) -> list[int]:
   """The TC axis choices apply_tensor_cores accepts for this kernel on `ren`."""
   try: n = len(tc_choices(Kernel(ast, opts=ren), tc_opt)[3])
   except KernelOptError: return []
-  out = []
-  for ax in range(n):
-    try: Kernel(ast, opts=ren).apply_tensor_cores(1, axis=ax, tc_opt=tc_opt)
-    except KernelOptError: continue
-    out.append(ax)
-  return out
+  return [ax for ax in range(n) if Kernel(ast, opts=ren).apply_tensor_cores(1, axis=ax, tc_opt=tc_opt)]
 
 def tc_kernels(ren: Any, tc: Any, seed: int = 0) -> list[tuple[str, int, int, list[Opt], LazyOp, dict, np.ndarray, Kernel]]:
   """(case, axis, tc_opt, extra, ast, inputs, reference, kernel with use 1 applied) for every case and
@@ -72,7 +68,7 @@ def tc_kernels(ren: Any, tc: Any, seed: int = 0) -> list[tuple[str, int, int, li
   for name, (ast, inputs, want), tc_opt, extra in cases(np.random.default_rng(seed), tc):
     for ax in accepted_axes(ast, ren, tc_opt):
       k = Kernel(ast, opts=ren)
-      k.apply_tensor_cores(1, extra_opts=list(extra), axis=ax, tc_opt=tc_opt)
+      assert k.apply_tensor_cores(1, extra_opts=list(extra), axis=ax, tc_opt=tc_opt), (name, ax, tc_opt, extra)
       if k.tensor_core != tc: continue  # another core of the target took these dtypes
       out.append((name, ax, tc_opt, extra, ast, inputs, want, k))
   return out
@@ -116,3 +112,56 @@ def fuzz_tc(ren: Any, device: str, n_pairs: int, seed: int = 0, max_opts: int = 
       fails.append(f"{list(seq)} use {use} on {k.name}: max error {np.abs(got - want).max():.3g}")
     done += 1
   return done, fails
+
+# ---- kernels scheduled by the reference (tinygrad 0.9.2), and what its TC opt accepts on them -----
+
+_REF_DTYPES = {"half": dtypes.float16, "float": dtypes.float32, "__bf16": dtypes.bfloat16}
+
+def reference_ast(x: list) -> LazyOp:
+  """A tilecraft AST from the reference's, written as [op name, [sources], arg] (tc_reference.py)."""
+  from tilecraft.ops import ConstBuffer
+  from tilecraft.shape.shapetracker import ShapeTracker
+  from tilecraft.shape.view import View
+  name, srcs, arg = x
+  src = tuple(reference_ast(s) for s in srcs)
+  def st(views: list) -> ShapeTracker:
+    return ShapeTracker(tuple(View.create(tuple(s), tuple(t), o, None if m is None else tuple(tuple(p) for p in m)) for s, t, o, m, _ in views))
+  if name in ("LOAD", "STORE"): return LazyOp(BufferOps[name], src, MemBuffer(arg[1], _REF_DTYPES[arg[2]], st(arg[3])))
+  if name == "CONST": return LazyOp(BufferOps.CONST, src, ConstBuffer(arg[1], _REF_DTYPES[arg[2]], st(arg[3])))
+  if name == "CAST": return LazyOp(UnaryOps.CAST, src, _REF_DTYPES[arg])
+  if name == "KERNEL": return LazyOp(MetaOps.KERNEL, src)
+  if isinstance(arg, list): return LazyOp(ReduceOps[name], src, tuple(arg))
+  for ops in (UnaryOps, BinaryOps):
+    if name in ops.__members__: return LazyOp(ops[name], src)
+  raise ValueError(f"reference_ast: unknown op {name}")
+
+def np_eval(ast: LazyOp, inputs: dict[int, np.ndarray]) -> list[np.ndarray]:
+  """What `ast` means, in float64 from the held input values (flat arrays by buffer index): products
+  and sums exact, CASTs to half/bfloat16/float32 rounding, each output rounded to its dtype."""
+  from tilecraft.testing.fuzz import st_indices
+  memo: dict[LazyOp, np.ndarray] = {}
+  def ev(x: LazyOp) -> np.ndarray:
+    if x in memo: return memo[x]
+    if x.op in (BufferOps.LOAD, BufferOps.CONST):
+      idx, valid = st_indices(x.arg.st)
+      vals = inputs[x.arg.idx][np.where(valid, idx, 0)] if x.op is BufferOps.LOAD else np.full(idx.shape, float(x.arg.val))
+      ret = np.where(valid, vals, 0.0)
+    elif x.op is UnaryOps.CAST: ret = held(ev(x.src[0]), x.arg)
+    elif x.op is ReduceOps.SUM: ret = ev(x.src[0]).sum(axis=x.arg, keepdims=True)
+    elif x.op in _NP_ALU: ret = _NP_ALU[x.op](*[ev(s) for s in x.src])
+    else: raise NotImplementedError(f"np_eval: {x.op}")
+    memo[x] = ret
+    return ret
+  return [held(ev(st.src[0]), st.arg.dtype) for st in ast.src]
+
+_NP_ALU: dict = {BinaryOps.ADD: np.add, BinaryOps.MUL: np.multiply, BinaryOps.MAX: np.maximum}
+
+def reference_case(name: str, seed: int = 0) -> tuple[LazyOp, dict[int, np.ndarray], np.ndarray]:
+  """(tilecraft AST, inputs by buffer index, float64 expected output) of reference kernel `name`."""
+  from tilecraft.testing.fuzz import buffer_size, buffer_views
+  from tilecraft.testing.tc_reference import KERNELS
+  ast = reference_ast(KERNELS[name][0])
+  rng = np.random.default_rng(seed)
+  views = buffer_views(ast)
+  vals = {i: held(rng.uniform(-1, 1, buffer_size(v)), v[0].dtype) for i, v in views.items() if i >= len(ast.src)}
+  return ast, {i: v.astype(np_dtype(views[i][0].dtype)) for i, v in vals.items()}, np_eval(ast, vals)[0]

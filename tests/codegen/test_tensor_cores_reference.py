@@ -40,7 +40,7 @@ def ours(ast, vendor, n_axes):
 def test_same_shape_and_axis_numbering(name):
   """Our Kernel sees the reference's shape, and each TC axis number picks the reference's (N, M, K)
   axes: N where the MUL's first operand is broadcast, M where the second is, counted from the end."""
-  ast_data, full_shape, choices, accepted = KERNELS[name]
+  ast_data, full_shape, choices, accepted, _ = KERNELS[name]
   ast = reference_ast(ast_data)
   assert Kernel(ast).full_shape == full_shape
   for vendor in accepted:
@@ -50,7 +50,7 @@ def test_same_shape_and_axis_numbering(name):
 def test_accepts_what_the_reference_accepts(vendor):
   """Every (axis, tc_opt) the reference's apply_tensor_cores accepts is accepted here on the same core,
   and the rest is declined (False) except the one documented extension (EXTRA)."""
-  for name, (ast_data, _, choices, accepted) in KERNELS.items():
+  for name, (ast_data, _, choices, accepted, _) in KERNELS.items():
     want = {(tc_opt, axis): core_name(core) for tc_opt, lst in accepted.get(vendor, {}).items() for axis, core in lst}
     got = ours(reference_ast(ast_data), vendor, len(choices))
     assert {key: got.get(key) for key in want} == want, name
@@ -143,3 +143,23 @@ def _float_output(ast):
   st = ast.src[0]
   red = st.src[0].src[0]
   return LazyOp(ast.op, (LazyOp(st.op, (red,), MemBuffer(st.arg.idx, dtypes.float32, st.arg.st)),), ast.arg)
+
+# ---- the hand-coded opts after TC (issue 27 item 8) -------------------------------------------------
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_hand_coded_tc_extras_are_the_reference(vendor):
+  """Where the hand-coded opts take the TC opt the reference's take (axis 0, the lowest tc_opt that
+  applies: every matmul here), the opts after it are the reference's too: UPCAST what is left of M,
+  then of N, by the largest of 5, 4, 3, 2 dividing it, then LOCAL 4 (or 2) of what is left of N.
+  (tilecraft tries each axis choice at the lowest tc_opt first, so where the reference pads a conv's
+  3-wide axis at tc_opt 2, it takes an unpadded choice at tc_opt 1: not compared.)"""
+  compared = 0
+  for name, (ast_data, _, _, _, extras) in KERNELS.items():
+    if vendor not in extras: continue
+    with Context(EMULATE=vendor, TC_OPT=2):
+      k = Kernel(reference_ast(ast_data), opts=Device["PYTHON"].renderer).hand_coded_optimizations()
+    got = [(o.op.name, o.axis, o.amt) for o in k.applied_opts]
+    if got[0] != tuple(extras[vendor][0]): continue
+    assert got == [tuple(o) for o in extras[vendor]], name
+    compared += 1
+  assert compared >= 12

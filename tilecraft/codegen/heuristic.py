@@ -79,8 +79,10 @@ def _is_matvec(k: Any) -> Optional[tuple[int, int]]:
 
 def _tensor_cores(k: Any) -> bool:
   """Lay a matmul-shaped MUL->SUM out for the target's tensor core, trying tc_opt 0 up to the TC_OPT
-  setting (more patterns, then padding) and each (N, M, reduce) axis choice in order; then a 2x2
-  register tile of instructions per warp where the outer axes divide (A and B fragments reused)."""
+  setting (more patterns, then padding) and each (N, M, reduce) axis choice in order; then the
+  reference's extras: upcast what is left of M, then of N, by the largest of 5, 4, 3, 2 that divides
+  it (instructions per warp reusing the A and B fragments), and make 4 (or 2) threads of what is
+  left of N a workgroup axis (warps per workgroup)."""
   from tilecraft.codegen.tensor_cores import tc_choices
   use = int(TC)
   if not use or not getattr(k.opts, "tensor_cores", None) or k.applied_opts: return False
@@ -90,8 +92,20 @@ def _tensor_cores(k: Any) -> bool:
     for axis, (n, m, r) in enumerate(choices):
       if not k.apply_tensor_cores(use, axis=axis, tc_opt=tc_opt, reason=f"tensor cores: {tc} on the SUM of a MUL, N axis {n}, M axis {m}, "
                                                                        f"reduce axis {r} (choice {axis}, tc_opt {tc_opt}, use {use})"): continue
-      for ax in range(min(k.global_dims, 2)):
-        _try(k, Opt(OptOps.UPCAST, ax, 2), f"tensor cores: 2 instructions per warp along global axis {ax} (fragment reuse)")
+      outer = dict(zip("NM", k.tensor_core_opts.nm_outer))
+      for name in "MN":
+        if (ax := outer[name]) is None: continue
+        size = k.full_shape[ax]
+        amt = next((a for a in (5, 4, 3, 2) if isinstance(size, int) and size % a == 0), None)
+        if amt is None or not _try(k, Opt(OptOps.UPCAST, ax, amt), f"tensor cores: {amt} instructions per warp along {name} (global axis {ax}: fragment reuse)"):
+          continue
+        if amt == size:  # the axis is gone: the global axes after it move down
+          outer = {d: None if a == ax else (a - 1 if a is not None and a > ax else a) for d, a in outer.items()}
+      if (n_ax := outer["N"]) is not None:
+        for amt in (4, 2):
+          if isinstance(k.full_shape[n_ax], int) and k.full_shape[n_ax] % amt == 0:
+            _try(k, Opt(OptOps.LOCAL, n_ax, amt), f"tensor cores: {amt} warps per workgroup along N (global axis {n_ax})")
+            break
       return True
   return False
 

@@ -55,6 +55,7 @@ class TCState:
   axis_sizes: tuple[int, int, int]  # padded N, M, K sizes of the chosen axes (for show/debug)
   a_in: Optional[LazyOp] = None  # what the instruction takes for A and B (dtype_in): the operand, or the LOAD under a widening CAST
   b_in: Optional[LazyOp] = None
+  nm_outer: tuple[Optional[int], Optional[int]] = (None, None)  # right after the TC opt: the global axes left of N and M (None: all in the tile)
 
 # half/bfloat16 operands widened to float32: what the frontend's matmul and conv multiply (DESIGN 12:
 # summed in float32), and exactly what a half/bfloat16 -> float core computes, so accepted at tc_opt 0
@@ -194,6 +195,10 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   outer = [p for i in range(k.first_reduce) for p in new_ax[i] if p not in tc_pos]
   reduce_outer = [p for i in range(k.first_reduce, k.shape_len) for p in new_ax[i] if p not in tc_pos]
   order = outer + [where[b] for b in lane_bits] + reduce_outer + [where[b] for b in up_bits]
+  # the global axis each of N's and M's outer parts becomes (globals keep their order; size-1 ones go)
+  outer_size = {i: (k.full_shape[i] // tiles[i] if i in tiles else k.full_shape[i]) for i in range(k.first_reduce)}
+  kept = [i for i in range(k.first_reduce) if outer_size[i] != 1]
+  nm_outer = tuple(kept.index(i) if i in kept else None for i in (n_ax, m_ax))
   k.reshape_and_permute(split, order)
   k.local_dims, k.upcasted = 0, len(up_bits)
   k.simplify_ones()  # drops the size-1 outer parts (so the lanes end right where the reduce starts)
@@ -202,7 +207,7 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   k._check_threads(1)
   k.tensor_core = tc
   k.use_tensor_cores = use
-  k.tensor_core_opts = TCState(tc, use, lane_bits, up_bits, a_src, b_src, k.reduceops[0].dtype, sizes, a_in, b_in)
+  k.tensor_core_opts = TCState(tc, use, lane_bits, up_bits, a_src, b_src, k.reduceops[0].dtype, sizes, a_in, b_in, nm_outer)  # type: ignore[arg-type]
 
 def tc_axes(k: Any) -> tuple[list[int], list[int]]:
   """The kernel axes of the TC lanes (outermost first) and of the TC upcast bits, right now."""

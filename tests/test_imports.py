@@ -1,15 +1,19 @@
-"""The package's import graph has no cycles (docs/architecture.md: what each folder may import).
+"""The package's import graph (docs/architecture.md, "The folders, in pipeline order"): every import
+is one the table there allows, every module is on a line of it, and there are no cycles.
 
 Edges: every `import` / `from ... import` in a module, at module level or inside a function or
 class, because a cycle through a function-level import is still a cycle in the design (each side
 needs the other) even when Python tolerates it at import time. Not edges: imports under
-`if TYPE_CHECKING:` (annotations only). Importing `a.b.c` also imports the packages `a.b` and `a`
-(their `__init__`), except the importer's own ancestors, which Python initializes first anyway.
-Runtimes are found by name (device.py's registry imports `tilecraft.runtime.<name>` through
-importlib), so runtime/* may import device.py and device.py names no runtime."""
+`if TYPE_CHECKING:` (annotations only), except where a test asks for them (inside codegen/ there
+must be no cycle even with them). Importing `a.b.c` also imports the packages `a.b` and `a` (their
+`__init__`), except the importer's own ancestors, which Python initializes first anyway; an empty
+package `__init__` runs nothing and is no dependency of the table's lines. Runtimes are found by name
+(device.py's registry imports `tilecraft.runtime.<name>` through importlib), so runtime/* may import
+device.py and device.py names no runtime."""
 from __future__ import annotations
-import ast, pathlib
-from typing import Optional
+import ast, pathlib, re
+from typing import Optional, Union
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -25,13 +29,14 @@ def _resolve(name: str, mods: dict[str, pathlib.Path]) -> Optional[str]:
   while name and name not in mods: name = name.rpartition(".")[0]
   return name or None
 
-def imports_of(name: str, path: pathlib.Path, mods: dict[str, pathlib.Path]) -> set[str]:
-  """The tilecraft modules `name` imports (see the module docstring for what counts)."""
+def imports_of(name: str, path: pathlib.Path, mods: dict[str, pathlib.Path], type_checking: bool = False) -> set[str]:
+  """The tilecraft modules `name` imports (see the module docstring for what counts); with
+  type_checking, the imports under `if TYPE_CHECKING:` too."""
   pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
   found: set[str] = set()
   def visit(node: ast.AST) -> None:
     for ch in ast.iter_child_nodes(node):
-      if isinstance(ch, ast.If) and "TYPE_CHECKING" in ast.unparse(ch.test): continue
+      if isinstance(ch, ast.If) and "TYPE_CHECKING" in ast.unparse(ch.test) and not type_checking: continue
       if isinstance(ch, ast.Import): found.update(a.name for a in ch.names)
       elif isinstance(ch, ast.ImportFrom):
         base = ch.module or ""
@@ -84,3 +89,83 @@ def test_no_import_cycles():
   assert "tilecraft.codegen.kernel" in graph["tilecraft.engine.realize"]
   cycle = find_cycle(graph)
   assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+@pytest.mark.xfail(strict=True, reason="the lowering mixins (lower_index, lower_reduce, lower_wmma, lower_image) name the Lowerer "
+                   "they are mixed into for annotations, and lowerer.py imports them (issue 24, item 1)")
+def test_no_import_cycles_inside_codegen_even_for_type_checking():
+  """Inside codegen/ no module needs another that needs it, not even for annotations: the lowering
+  passes are functions of their inputs, not mixins that name the class they are mixed into."""
+  mods = {m: p for m, p in modules().items() if m.startswith("tilecraft.codegen")}
+  graph = {m: imports_of(m, p, modules(), type_checking=True) & set(mods) for m, p in mods.items()}
+  assert "tilecraft.codegen.kernel" in graph and "tilecraft.codegen.lowerer" in graph["tilecraft.codegen.kernel"]
+  cycle = find_cycle(graph)
+  assert cycle is None, "import cycle inside codegen/ (TYPE_CHECKING imports included): " + " -> ".join(cycle or [])
+
+# ---- the import table of docs/architecture.md --------------------------------------------------------------
+
+EVERYTHING, EVERYTHING_ABOVE = "everything", "everything above"
+
+def import_table(text: str) -> list[tuple[list[str], Union[str, list[str]]]]:
+  """The table's lines, in order: (the names in backticks of the first column, what the last column
+  allows: EVERYTHING, EVERYTHING_ABOVE plus the names in backticks, or just the names)."""
+  section = text.split("## The folders, in pipeline order", 1)[1].split("\n## ", 1)[0]
+  rows = []
+  for line in section.splitlines():
+    if not line.startswith("| `"): continue
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    names, allows = re.findall(r"`([^`]+)`", cells[0]), re.sub(r"\([^)]*\)", "", cells[-1])  # (parentheses: comments)
+    allowed = [n for n in re.findall(r"`([^`]+)`", allows) if n.endswith((".py", "/"))]
+    if allows.startswith(EVERYTHING_ABOVE): rows.append((names, [EVERYTHING_ABOVE] + allowed))
+    elif allows.startswith(EVERYTHING): rows.append((names, EVERYTHING))
+    else: rows.append((names, allowed))
+  return rows
+
+def covers(name: str, module: str) -> int:
+  """How specifically a table name ("x.py", "x/", "x/y.py", "__init__.py" for the package, "x/__init__.py"
+  for a folder's own) names a module: 0 not at all, 1 as a folder's, 2 the module itself."""
+  if name == "__init__.py" or name.endswith("/__init__.py"): return 2 if module == ".".join(["tilecraft", *name.split("/")[:-1]]) else 0
+  if name.endswith("/"):
+    pkg = "tilecraft." + name.rstrip("/").replace("/", ".")
+    return 1 if module == pkg or module.startswith(pkg + ".") else 0
+  return 2 if module == "tilecraft." + name[:-3].replace("/", ".") else 0
+
+def line_of(module: str, rows: list) -> Optional[int]:
+  """The index of the most specific table line naming module, or None."""
+  best = max(((max(covers(n, module) for n in names), i) for i, (names, _) in enumerate(rows)), default=(0, 0))
+  return best[1] if best[0] else None
+
+def allowed(module: str, target: str, rows: list) -> bool:
+  i, j = line_of(module, rows), line_of(target, rows)
+  if i is None or j is None or i == j: return i == j and i is not None
+  _, allows = rows[i]
+  if allows == EVERYTHING: return True
+  if EVERYTHING_ABOVE in allows and j < i: return True
+  return any(covers(n, target) for n in allows)
+
+def _empty_package(path: pathlib.Path) -> bool:
+  body = ast.parse(path.read_text()).body
+  return path.name == "__init__.py" and all(isinstance(x, ast.Expr) and isinstance(x.value, ast.Constant) for x in body)
+
+def test_import_table_parser():
+  text = """## The folders, in pipeline order\n| folder | job | may import |\n|---|---|---|
+| `a.py`, `b/` | x | nothing |\n| `b/c.py` | y | `a.py` |\n| `d/` | z (`e.py` here is a job) | everything above, and `f/g.py` (why: `h.py`) |\n| `f/` | w | everything |
+## Next section\n| `x/` | not the table | `a.py` |\n"""
+  rows = import_table(text)
+  assert rows == [(["a.py", "b/"], []), (["b/c.py"], ["a.py"]), (["d/"], [EVERYTHING_ABOVE, "f/g.py"]), (["f/"], EVERYTHING)]
+  assert line_of("tilecraft.b.c", rows) == 1 and line_of("tilecraft.b.x", rows) == 0 and line_of("tilecraft.x", rows) is None
+  assert allowed("tilecraft.b.c", "tilecraft.a", rows) and not allowed("tilecraft.b.c", "tilecraft.b.x", rows)
+  assert allowed("tilecraft.a", "tilecraft.b.x", rows) and not allowed("tilecraft.a", "tilecraft.b.c", rows)
+  assert allowed("tilecraft.d.x", "tilecraft.b.c", rows) and allowed("tilecraft.d.x", "tilecraft.f.g", rows)
+  assert not allowed("tilecraft.d.x", "tilecraft.f.h", rows) and allowed("tilecraft.f.h", "tilecraft.d", rows)
+
+def test_every_import_is_one_the_table_allows():
+  rows = import_table((ROOT / "docs" / "architecture.md").read_text())
+  assert len(rows) >= 10, "the import table of docs/architecture.md wasn't found (its section title changed?)"
+  mods = modules()
+  assert not (missing := sorted(m for m in mods if line_of(m, rows) is None)), f"modules on no line of the table: {missing}"
+  bad = []
+  for m, p in mods.items():
+    for t in sorted(imports_of(m, p, mods)):
+      if not _empty_package(mods[t]) and not allowed(m, t, rows):
+        bad.append(f"{m} imports {t} (line {rows[line_of(m, rows)][0]} may import {rows[line_of(m, rows)][1]})")
+  assert not bad, "imports docs/architecture.md's table doesn't allow:\n" + "\n".join(bad)

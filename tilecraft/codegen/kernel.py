@@ -16,6 +16,11 @@ from typing import Any, Optional
 from tilecraft.dtype import ImageDType
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, check  # noqa: F401 - Opt, OptOps, KernelOptError: public here (API)
 from tilecraft.codegen.pack import apply_pack, check_pack
+from tilecraft.codegen.heuristic import hand_coded_optimizations, required_optimizations
+from tilecraft.codegen.linearize import estimate_flops, linearize_uops
+from tilecraft.codegen.lowerer import launch_dims, lower_kernel
+from tilecraft.codegen.tensor_cores import apply_tc, tc_axes, tc_reduce
+from tilecraft.device import Device
 from tilecraft.helpers import DEBUG, TC, TC_OPT, dedup, getenv, prod, round_up
 from tilecraft.ops import (INDEX, UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
                            verify_ast)
@@ -27,9 +32,7 @@ _kernel_names: dict[str, dict[bytes, int]] = defaultdict(dict)
 
 class Kernel:
   def __init__(self, ast: LazyOp, opts: Optional[Renderer] = None):
-    if opts is None:
-      from tilecraft.device import Device
-      opts = Device[Device.DEFAULT].renderer
+    if opts is None: opts = Device[Device.DEFAULT].renderer
     self.opts: Renderer = opts
     self.ast = ast
     self._ast_sts = verify_ast(ast)
@@ -201,7 +204,6 @@ class Kernel:
     check(isinstance(opt, Opt) and isinstance(opt.op, OptOps), f"not an Opt: {opt!r}")
     check(not (self.applied_opts and opt.op is OptOps.TC), "TC must be the first opt")
     if opt.op is OptOps.TC:
-      from tilecraft.codegen.tensor_cores import apply_tc
       check(isinstance(opt.axis, int) and not isinstance(opt.axis, bool), f"TC: axis must be an int, got {opt.axis!r}")
       apply_tc(self, opt.axis, 0 if opt.amt is None else opt.amt, self._tc_use if self._tc_use is not None else int(TC))
       self._check_workgroup()
@@ -321,7 +323,6 @@ class Kernel:
   def _tc_thread_ok(self, axis: int) -> bool:
     """False for the axes a tensor core laid out (its lanes and its register/K bits)."""
     if self.tensor_core is None: return True
-    from tilecraft.codegen.tensor_cores import tc_axes
     lanes, ups = tc_axes(self)
     return axis not in lanes and axis not in ups
 
@@ -424,10 +425,8 @@ class Kernel:
 
   # ---- heuristics (implemented in heuristic.py) -----------------------------------------------------
   def required_optimizations(self) -> "Kernel":
-    from tilecraft.codegen.heuristic import required_optimizations
     return required_optimizations(self)
   def hand_coded_optimizations(self) -> "Kernel":
-    from tilecraft.codegen.heuristic import hand_coded_optimizations
     return hand_coded_optimizations(self)
 
   # ---- to AST / program ---------------------------------------------------------------------------
@@ -442,7 +441,6 @@ class Kernel:
         if op in memo: continue
         if op.op in ReduceOps:
           if self.tensor_core is not None:
-            from tilecraft.codegen.tensor_cores import tc_reduce
             memo[op] = tc_reduce(self, op, fix)
           else: memo[op] = self._fix_reduce(op, fix(op.src[0]))
         elif not ready:
@@ -468,26 +466,22 @@ class Kernel:
     return LazyOp(op.op, (load,), tuple(group))
 
   def linearize(self) -> "Kernel":
-    from tilecraft.codegen.lowerer import lower_kernel
-    from tilecraft.codegen.linearize import linearize_uops
     self.uops = linearize_uops(lower_kernel(self))
     return self
 
   def to_program(self, name_override: Optional[str] = None) -> Program:
     """Render this kernel for its renderer (API)."""
     name = name_override or self.name
-    if getenv("RUN_PROCESS_REPLAY", 0):  # record for `tilecraft replay diff` (tilecraft.testing.replay), with the settings read
+    if getenv("RUN_PROCESS_REPLAY", 0):  # record for `tilecraft replay diff` (tilecraft.testing.replay), with the settings read (imported only then)
       from tilecraft.codegen.replay_record import render_and_record
       src = render_and_record(self, name)
     else:
       self.linearize()
       src = self.opts.render(name, self.uops)
     assert self.uops is not None
-    if getenv("GRAPHUOPS", 0):  # a picture of the UOp graph (codegen/graph_uops.py)
+    if getenv("GRAPHUOPS", 0):  # a picture of the UOp graph (codegen/graph_uops.py, imported only then)
       from tilecraft.codegen.graph_uops import maybe_graph
       maybe_graph(self.uops, name)
-    from tilecraft.codegen.lowerer import launch_dims
-    from tilecraft.codegen.linearize import estimate_flops
     gs, ls = launch_dims(self)
     vars_ = sorted(self.ast.vars() | {v for b in self.bufs if isinstance(b, ConstBuffer) and isinstance(b.val, Variable) for v in [b.val]},
                    key=lambda v: v.expr)

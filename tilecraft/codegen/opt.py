@@ -4,8 +4,12 @@ from kernel.py so the heuristics and tensor-core code can name them without impo
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Optional
-if TYPE_CHECKING: from tilecraft.codegen.kernel import Kernel
+from typing import Optional, Protocol
+
+class _Axes(Protocol):
+  """What Opt.real_axis reads of a Kernel (named so opt.py needs no import of kernel.py, even for annotations)."""
+  first_reduce: int
+  group_for_reduces: int
 
 class OptOps(Enum):
   TC = auto(); UPCAST = auto(); UPCASTMID = auto(); UNROLL = auto(); LOCAL = auto()  # noqa: E702
@@ -28,7 +32,7 @@ class Opt:
   axis: Optional[int] = None
   amt: Optional[int] = None
   def __repr__(self) -> str: return f"Opt(op={self.op}, axis={self.axis}, amt={self.amt})"
-  def real_axis(self, k: "Kernel") -> int:
+  def real_axis(self, k: _Axes) -> int:
     if self.axis is None or self.op is OptOps.PACK: return -1
     if self.op in (OptOps.UNROLL, OptOps.BLOCK): return k.first_reduce + self.axis
     if self.op in (OptOps.GROUP, OptOps.GROUPTOP): return k.first_reduce + k.group_for_reduces + self.axis

@@ -77,6 +77,31 @@ def _is_matvec(k: Any) -> Optional[tuple[int, int]]:
   if any(st[0] == 0 and st[k.first_reduce] == 1 for st in strides) and any(st[0] != 0 for st in strides): return tuple(idx)  # type: ignore
   return None
 
+def _gpu_matvec(k: Any) -> Optional[tuple[int, int, int]]:
+  """The reference's GPU matrix-vector rule: one SUM of MUL(a, b) of LOADs (or of the frontend's
+  CAST(LOAD)s) where `a` is contiguous along the first reduce axis and not both operands are
+  broadcast somewhere, with a global axis (a batch axis too) divisible into blocks of rows. Returns
+  (threads per row, rows per workgroup, rows per thread) from the MV_* settings, or None."""
+  threads, block, rows = getenv("MV_THREADS_PER_ROW", 8), getenv("MV_BLOCKSIZE", 4), getenv("MV_ROWS_PER_THREAD", 4)
+  if not getenv("MV", 1) or not (threads > 1 or block > 1 or rows > 1) or len(k.full_shape) < 2: return None
+  if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.first_reduce >= k.shape_len: return None
+  src = k.reduceops[0].src[0]
+  if src.op is UnaryOps.CAST: src = src.src[0]
+  if src.op is not BinaryOps.MUL: return None
+  ops = [s.src[0] if s.op is UnaryOps.CAST else s for s in src.src]
+  if any(s.op is not BufferOps.LOAD or s.src for s in ops): return None
+  sts = [k.sts[k.bufs.index(s.arg)] for s in ops]
+  strides = [st.real_strides() for st in sts]
+  def broadcast(st: Any, rs: tuple) -> bool: return any(s != 1 and r == 0 for s, r in zip(st.shape, rs))
+  if strides[0][k.first_reduce] != 1 or all(broadcast(st, rs) for st, rs in zip(sts, strides)): return None
+  red = k.full_shape[k.first_reduce]
+  if not isinstance(red, int) or red % threads or _gpu_matvec_axis(k, block * rows) is None: return None
+  return threads, block, rows
+
+def _gpu_matvec_axis(k: Any, rows: int) -> Any:
+  """The first global axis divisible into blocks of `rows` rows."""
+  return next((g for g in range(k.global_dims) if isinstance(k.full_shape[g], int) and k.full_shape[g] % rows == 0), None)
+
 def _tensor_cores(k: Any) -> bool:
   """Lay a matmul-shaped MUL->SUM out for the target's tensor core, trying tc_opt 0 up to the TC_OPT
   setting (more patterns, then padding) and each (N, M, reduce) axis choice in order; then the
@@ -312,14 +337,13 @@ def hand_coded_optimizations(k: Any) -> Any:
   ren = k.opts
   gpu = ren.has_local and ren.has_shared
 
-  # matrix-vector on GPUs: split each row's dot product across threads, several rows per group
-  if gpu and not k.dont_use_locals and not sym and _is_matvec(k) is not None:
-    threads, block, rows = getenv("MV_THREADS_PER_ROW", 8), getenv("MV_BLOCKSIZE", 4), getenv("MV_ROWS_PER_THREAD", 4)
-    if k.full_shape[0] % (block * rows) == 0 and k.full_shape[k.first_reduce] % threads == 0:
-      _try(k, Opt(OptOps.GROUP, 0, threads), "matvec: split each row's reduce across threads")
-      _try(k, Opt(OptOps.LOCAL, 0, block), "matvec: several rows per workgroup")
-      _try(k, Opt(OptOps.UPCAST, 0, rows), "matvec: several rows per thread")
-      return k
+  # matrix-vector on GPUs (batched too): split each row's dot product across threads, several rows per group
+  if gpu and not k.dont_use_locals and not sym and (mv := _gpu_matvec(k)) is not None:
+    threads, block, rows = mv
+    _try(k, Opt(OptOps.GROUP, 0, threads), "matvec: split each row's reduce across threads")
+    _try(k, Opt(OptOps.LOCAL, mv_axis := _gpu_matvec_axis(k, block * rows), block), f"matvec: {block} rows (global axis {mv_axis}) per workgroup")
+    _try(k, Opt(OptOps.UPCAST, mv_axis, rows), f"matvec: {rows} rows per thread")
+    return k
 
   # small output, big reduce on GPUs: group the reduce so many threads share it
   if gpu and not k.dont_use_locals and k.reduceops and not sym and not k.const_sum_reduce() and k.first_reduce < k.first_upcast and \

@@ -77,6 +77,10 @@ def _is_matvec(k: Any) -> Optional[tuple[int, int]]:
   if any(st[0] == 0 and st[k.first_reduce] == 1 for st in strides) and any(st[0] != 0 for st in strides): return tuple(idx)  # type: ignore
   return None
 
+def _output_vectorized(k: Any) -> bool:
+  """The output already has an upcast unit-stride axis of a multiple of 4 (an image's texel)."""
+  return any(a >= k.first_upcast and isinstance(k.full_shape[a], int) and k.full_shape[a] % 4 == 0 for a in k.sts[0].unit_stride_axes())
+
 def _gpu_matvec(k: Any) -> Optional[tuple[int, int, int]]:
   """The reference's GPU matrix-vector rule: one SUM of MUL(a, b) of LOADs (or of the frontend's
   CAST(LOAD)s) where `a` is contiguous along the first reduce axis and not both operands are
@@ -345,15 +349,18 @@ def hand_coded_optimizations(k: Any) -> Any:
     _try(k, Opt(OptOps.UPCAST, mv_axis, rows), f"matvec: {rows} rows per thread")
     return k
 
-  # small output, big reduce on GPUs: group the reduce so many threads share it
+  # small output, big reduce on GPUs: group the reduce so many threads share it. As the reference: at
+  # most 2 output axes, not already written as vectors; 256 threads for an output of at most 32
+  # elements, else 16 (more would leave too few groups to fill the GPU)
   if gpu and not k.dont_use_locals and k.reduceops and not sym and not k.const_sum_reduce() and k.first_reduce < k.first_upcast and \
-      prod(k.full_shape[:k.first_reduce]) <= 2048 and len(k.reduceops) == 1:
-    for amt in (256, 16):
-      if _try(k, Opt(OptOps.GROUPTOP, 0, amt), f"small output ({prod(k.full_shape[:k.first_reduce])}) with a long reduce: group the reduce by {amt}"):
+      (out_size := prod(k.full_shape[:k.first_reduce])) <= 2048 and len(k.reduceops) == 1 and k.first_reduce <= 2 and not _output_vectorized(k):
+    for amt in ((256, 16) if out_size <= 32 else (16,)):
+      if _try(k, Opt(OptOps.GROUPTOP, 0, amt), f"small output ({out_size}) with a long reduce: group the reduce by {amt}"):
         break
 
   if sym: return k  # symbolic shapes: leave the layout alone (amounts must divide)
   _image_inputs(k)
+  if gpu and k.group_for_reduces: return k  # as the reference: a grouped reduce gets no more opts
 
   # stack/cat: small masked output axes are upcast so each lane picks its source statically
   for axis in range(k.first_reduce):

@@ -362,9 +362,16 @@ def hand_coded_optimizations(k: Any) -> Any:
   _image_inputs(k)
   if gpu and k.group_for_reduces: return k  # as the reference: a grouped reduce gets no more opts
 
-  # stack/cat: small masked output axes are upcast so each lane picks its source statically
-  for axis in range(k.first_reduce):
-    if k.full_shape[axis] <= 7 and any(st.axis_is_masked(axis) for st in k.sts) and prod(k.full_shape[k.first_upcast:]) * k.full_shape[axis] <= 49:
+  # stack/cat: small masked output axes are upcast so each lane picks its source statically (GPUs: every
+  # such axis while the lanes stay <= 49, innermost first, as the reference; CPUs: the first one)
+  masked = [axis for axis in range(k.first_reduce) if k.full_shape[axis] <= 7 and any(st.axis_is_masked(axis) for st in k.sts)]
+  if gpu:
+    to_upcast: list[int] = []
+    for axis in masked:
+      if prod(k.full_shape[k.first_upcast:]) * prod(k.full_shape[a] for a in to_upcast) * k.full_shape[axis] <= 49: to_upcast.append(axis)
+    for axis in reversed(to_upcast): _try(k, Opt(OptOps.UPCAST, axis, 0), f"axis {axis} is small and masked (stack/cat): upcast it whole")
+  for axis in masked if not gpu else []:
+    if prod(k.full_shape[k.first_upcast:]) * k.full_shape[axis] <= 49:
       _try(k, Opt(OptOps.UPCAST, axis, 0), f"axis {axis} is small and masked (stack/cat): upcast it whole")
       break
 

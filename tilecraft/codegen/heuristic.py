@@ -409,7 +409,10 @@ def hand_coded_optimizations(k: Any) -> Any:
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
     contiguous = any(st.real_strides()[ax] == 1 for st in ins)
     if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= (256 if gpu or size > 4 else max(1024, UNROLL_MAX_VECTORS * vw)) and (k.upcasted == 0 or size <= 4):
-      _try(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully")
+      if _try(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully") and gpu and size <= 3 and \
+          k.first_reduce + k.group_for_reduces < k.first_upcast and isinstance(s2 := k.full_shape[k.first_upcast - 1], int) and s2 <= 3:
+        # as the reference: a second short reduce dim (a 3x3 window) is unrolled too
+        _try(k, Opt(OptOps.UNROLL, k.first_upcast - 1 - k.first_reduce, 0), f"second short reduce of {s2}: unroll it fully")
     elif not contiguous and not gpu and k.first_reduce > 0 and k.sts[0].real_strides()[k.first_reduce - 1] == 1:
       pass  # column-style reduce: more output lanes per row visit beat unrolling the rows (below)
     else:

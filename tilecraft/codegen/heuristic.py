@@ -448,15 +448,19 @@ def hand_coded_optimizations(k: Any) -> Any:
         if k.first_upcast - k.first_reduce == 1 and isinstance(red, int) and red > COLUMN_BLOCK and red % COLUMN_BLOCK == 0:
           _try(k, Opt(OptOps.BLOCK, 0, COLUMN_BLOCK), f"strided reduce: rows in blocks of {COLUMN_BLOCK}, each read across all column tiles (whole rows)")
 
-  # GPU workgroups: up to 3 local axes, at most 128 threads
-  if ren.has_local and not k.dont_use_locals and k.group_for_reduces == 0:
-    threads = 1
-    for axis in reversed(range(k.global_dims)):
-      if k.local_dims >= 3: break
-      size = k.full_shape[axis]
-      for amt in (32, 16, 8, 4, 2):
-        if isinstance(size, int) and size % amt == 0 and threads * amt <= 128:
-          if _try(k, Opt(OptOps.LOCAL, axis, amt), f"workgroup: {amt} threads along global axis {axis}"):
-            threads *= amt
-            break
+  # GPU workgroups, as the reference: axes some buffer is broadcast along (expand axes) first, then
+  # from the last; each takes the largest of 32 (axis 0 only), 16, 8, 4, 3, 2 that divides it with at
+  # most 128 threads in all; the first 3 chosen become local axes
+  if ren.has_local and not k.dont_use_locals and k.group_for_reduces == 0 and k.local_dims == 0:
+    ranked = sorted(range(k.global_dims), key=lambda a: (not any(st.views[-1].strides[a] == 0 for st in k.sts), -a))
+    to_local: list[tuple[int, int]] = []
+    for axis in ranked:
+      size, threads = k.full_shape[axis], prod(amt for _, amt in to_local)
+      amt = next((x for x in [32] * (axis == 0) + [16, 8, 4, 3, 2] if isinstance(size, int) and size % x == 0 and threads * x <= 128), None)
+      if amt is not None: to_local.append((axis, amt))
+    gone = 0  # global axes a LOCAL took whole (the later ones move down)
+    for axis, amt in sorted(to_local[:3]):
+      whole = k.full_shape[axis - gone] == amt
+      if _try(k, Opt(OptOps.LOCAL, axis - gone, amt), f"workgroup: {amt} threads along global axis {axis - gone}" +
+              (" (an input is broadcast along it)" if any(st.views[-1].strides[axis - gone] == 0 for st in k.sts) else "")) and whole: gone += 1
   return k

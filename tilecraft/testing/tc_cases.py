@@ -154,7 +154,7 @@ def np_eval(ast: LazyOp, inputs: dict[int, np.ndarray]) -> list[np.ndarray]:
     return ret
   return [held(ev(st.src[0]), st.arg.dtype) for st in ast.src]
 
-_NP_ALU: dict = {BinaryOps.ADD: np.add, BinaryOps.MUL: np.multiply, BinaryOps.MAX: np.maximum}
+_NP_ALU: dict = {BinaryOps.ADD: np.add, BinaryOps.MUL: np.multiply, BinaryOps.MAX: np.maximum, UnaryOps.EXP2: np.exp2}
 
 def reference_case(name: str, seed: int = 0) -> tuple[LazyOp, dict[int, np.ndarray], np.ndarray]:
   """(tilecraft AST, inputs by buffer index, float64 expected output) of reference kernel `name`."""

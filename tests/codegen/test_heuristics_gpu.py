@@ -1,0 +1,83 @@
+"""The GPU hand-coded opts against the reference's (tinygrad 0.9.2; issue 27 item 8): on kernels the
+reference scheduled (tilecraft/testing/heuristic_reference.py), the opts it chooses for grouped
+reduces (GROUPTOP 256 only for outputs of at most 32 elements, else 16; nothing after a GROUP),
+matrix-vector products (batched ones too), a second unroll of a short reduce, and workgroups
+(expand axes first, sizes of 3 allowed); masked (stack/cat) axes upcast several at a time. The
+kernels chosen run on the PYTHON device (a GPU emulator) against numpy."""
+import numpy as np
+import pytest
+from tilecraft import Tensor
+from tilecraft.codegen.kernel import Kernel, OptOps
+from tilecraft.device import Device
+from tilecraft.renderer.cstyle import OpenCLRenderer
+from tilecraft.testing.fuzz import run_program
+from tilecraft.testing.heuristic_reference import KERNELS
+from tilecraft.testing.tc_cases import np_eval, reference_ast
+
+def hand(ast, ren=None):
+  k = Kernel(ast, opts=ren or OpenCLRenderer())
+  k.hand_coded_optimizations()
+  return k
+
+def opts(k): return [(o.op.name, o.axis, o.amt) for o in k.applied_opts]
+
+# where tilecraft's other rules (register-tile upcasts for data reuse, the upcast of an output axis
+# when none is) still differ from the reference's, only the rules of item 8 are compared
+SAME = ["sum_4096", "sum_rows_8x1024", "sum_rows_32x4096", "sum_rows_64x1024", "sum_cols_1024x64", "matvec_4096", "matvec_t_4096",
+        "matvec_batched_4x1024x256", "matvec_batched_t_4x256x1024", "elementwise_6x6x6", "matmul_64_float"]
+
+@pytest.mark.parametrize("name", SAME)
+def test_same_opts_as_the_reference(name):
+  ast_data, full_shape, ref = KERNELS[name]
+  assert Kernel(reference_ast(ast_data)).full_shape == full_shape
+  k = hand(reference_ast(ast_data))
+  assert opts(k) == [tuple(o) for o in ref], k.applied_opts_reasons
+
+def test_second_short_reduce_is_unrolled_and_locals_as_the_reference():
+  """conv 3x3: both 3-wide window axes unrolled; the workgroup is the reference's (16 x 8 on the output
+  axes the weights are broadcast along)."""
+  ast_data, _, ref = KERNELS["conv3x3_16x16x32"]
+  got = opts(hand(reference_ast(ast_data)))
+  assert [o for o in got if o[0] in ("UNROLL", "LOCAL")] == [tuple(o) for o in ref if o[0] in ("UNROLL", "LOCAL")], got
+  ast_data, _, ref = KERNELS["elementwise_3x96x64"]
+  got = opts(hand(reference_ast(ast_data)))
+  assert [o for o in got if o[0] == "LOCAL"] == [tuple(o) for o in ref if o[0] == "LOCAL"], got
+
+def test_nothing_after_a_group():
+  for name in ("sum_rows_64x1024", "matvec_batched_4x1024x256"):
+    k = hand(reference_ast(KERNELS[name][0]))
+    assert k.group_for_reduces and k.applied_opts[-1].op in (OptOps.GROUPTOP, OptOps.UPCAST), k.applied_opts
+    assert not any(o.op is OptOps.UNROLL for o in k.applied_opts)
+
+def test_several_masked_axes_upcast(rng):
+  """A pad of two small axes (7 x 7 after padding, both masked): both are upcast whole (49 lanes), the
+  innermost first, as the reference does; the CPU keeps its one-axis rule. It runs right on PYTHON."""
+  x = rng.uniform(-1, 1, (64, 5, 6)).astype(np.float32)
+  si = (Tensor(x).pad(((0, 0), (1, 1), (0, 1))) + 1).schedule()[-1]
+  k = Kernel(si.ast, opts=OpenCLRenderer())
+  masked = [a for a in range(k.first_reduce) if k.full_shape[a] <= 7 and any(st.axis_is_masked(a) for st in k.sts)]
+  assert len(masked) == 2, k.full_shape
+  k.hand_coded_optimizations()
+  ups = [o for o in k.applied_opts if o.op is OptOps.UPCAST and o.amt == 0]
+  assert [o.axis for o in ups] == masked[::-1], k.applied_opts
+  kc = Kernel(si.ast, opts=Device["CPU"].renderer)
+  kc.hand_coded_optimizations()
+  assert len([o for o in kc.applied_opts if o.op is OptOps.UPCAST and o.amt == 0]) <= 1
+  kp = hand(si.ast, Device["PYTHON"].renderer)
+  assert kp.applied_opts == k.applied_opts
+  got = run_program(si.ast, kp.to_program(), {1: x.reshape(-1)}, "PYTHON")[0]
+  np.testing.assert_array_equal(got.reshape(64, 7, 7), np.pad(x, ((0, 0), (1, 1), (0, 1))) + 1)
+
+@pytest.mark.parametrize("name", ["matvec_batched_4x1024x256", "sum_rows_64x1024", "conv3x3_16x16x32", "elementwise_6x6x6"])
+def test_hand_coded_gpu_kernels_match_numpy(name):
+  """The opts chosen on the PYTHON device (a GPU: workgroups, local memory) compute what the AST means."""
+  ast = reference_ast(KERNELS[name][0])
+  k = hand(ast, Device["PYTHON"].renderer)
+  assert k.applied_opts == hand(ast).applied_opts  # the same rules as on OpenCL
+  from tilecraft.testing.fuzz import buffer_size, buffer_views
+  rng = np.random.default_rng(0)
+  views = buffer_views(ast)
+  vals = {i: rng.uniform(-1, 1, buffer_size(v)).astype(np.float32) for i, v in views.items() if i >= len(ast.src)}
+  want = np_eval(ast, {i: v.astype(np.float64) for i, v in vals.items()})[0]
+  got = run_program(ast, k.to_program(), vals, "PYTHON")[0].reshape(want.shape)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -339,3 +339,15 @@ def test_fused_matmuls_share_one_tile_with_both_panels_packed(arch, rng):
     assert o[:3] == [(U, 1, vw), (U, 0, 4), (U, 1, 2)] and sum(op is P for op, _, _ in o) == 2, o
     h64 = x.astype(np.float64) @ w1
     check_tensor(t, (h64 / (1 + np.exp(-h64)) * (x.astype(np.float64) @ w3)).astype(np.float32), rtol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_attention_scores_take_the_dot_product_tile(arch, rng):
+  """q @ k^T per head (k strided along the scores' columns, no pack across heads): vector accumulators
+  along the contiguous head dimension, 4 x 2 of them."""
+  vw = ARCHS[arch]
+  q, kk = rng.standard_normal((3, 16, 32), dtype=np.float32), rng.standard_normal((3, 8, 32), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    t = Tensor(q) @ Tensor(kk).transpose(-1, -2)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert opts(k) == [(R, 0, vw), (U, 1, 4), (U, 2, 2)], opts(k)
+    check_tensor(t, q @ kk.transpose(0, 2, 1))

@@ -190,10 +190,29 @@ def _cpu_matmul_tile(k: Any, vw: int) -> bool:
     if not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)") or not trial.packed: continue
     for o, why in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=why)
     return True
+  # a batched A @ B^T (attention scores, q @ k^T): both operands contiguous along the reduce, B strided along
+  # the output's columns and no pack (B moves along the batch loop): dot products, with vector accumulators
+  # along the reduce and a 4 x 2 tile of them (0.9 ms -> 0.6 ms on BERT's 12x128x128x64, AVX2)
+  red_ax = k.first_upcast - 1
+  if k.first_upcast - k.first_reduce == 1 and isinstance(k.full_shape[red_ax], int) and k.full_shape[red_ax] % vw == 0 and \
+      all(rs[red_ax] == 1 for rs in ins if rs[red_ax] != 0) and (dot := _cpu_dot_tile(k, vw, red_ax, reused, unit)): return dot
   # else the output's contiguous axis even with strided loads (the 7x7 stem: 1.9x faster than the general rules)
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and cols_fit(k.full_shape[a])), None)
   if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, cols, why=" (strided loads)")
   return False
+
+def _cpu_dot_tile(k: Any, vw: int, red_ax: int, reused: Any, unit: Any) -> bool:
+  """The dot-product tile (see _cpu_matmul_tile): the reduce unrolled by the vector width, 4 rows x 2
+  columns of vector accumulators. Only where the columns' operand is strided along them."""
+  n = k.first_reduce - 1
+  m = next((a for a in range(n - 1, -1, -1) if reused(a)), None)
+  if not reused(n) or unit(n) or m is None or not all(isinstance(k.full_shape[a], int) for a in (m, n)): return False
+  if k.full_shape[m] % 4 or k.full_shape[n] % 2: return False
+  if not _try(k, Opt(OptOps.UNROLL, red_ax - k.first_reduce, vw), f"dot-product tile: {vw}-lane vector accumulators along the contiguous reduce "
+                                                                     f"(axis {n}'s operand is strided along the output)"): return False
+  _try(k, Opt(OptOps.UPCAST, m, 4), f"dot-product tile: 4 rows (axis {m}) share each load of the other operand")
+  _try(k, Opt(OptOps.UPCAST, n, 2), f"dot-product tile: 2 columns (axis {n}) share each load of the rows ({4 * 2} vector accumulators)")
+  return True
 
 def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = "") -> bool:
   """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking."""

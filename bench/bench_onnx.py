@@ -144,7 +144,7 @@ def _spawn(name: str, phase: str, cache: str, repeat: int, threads: int, fold: b
   p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--phase", phase, "--repeat", str(repeat), "--threads", str(threads)]
                      + ([] if fold else ["--no-fold"]),
                      env=env, capture_output=True, text=True, timeout=3600)
-  if p.returncode != 0: return {"model": name, "error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
+  if p.returncode != 0: return {"model": name, "error": [f"exit status {p.returncode}"] + (p.stderr or p.stdout).strip().splitlines()[-1:]}
   return json.loads(p.stdout.strip().splitlines()[-1])
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
   ap.add_argument("--json", default=None, help="also write the rows to this file")
   ap.add_argument("--no-fold", action="store_true", help="load with fold=False (no BatchNorm folding, no constant folding)")
+  ap.add_argument("--cache", default=None, metavar="DIR", help="use this XDG_CACHE_HOME (kept) instead of a fresh one per model: 'cold' is then the first call with that cache")
   ap.add_argument("--count-kernels", action="store_true", help="only count the kernels per call with and without folding (nothing timed)")
   ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   ap.add_argument("--phase", default="cold", help=argparse.SUPPRESS)
@@ -174,9 +175,13 @@ def main(argv: list[str] | None = None) -> int:
   rows = []
   print(f"{'model':14s} {'tilecraft ms':>12s} {'ort ms':>8s} {'ratio':>6s} {'cold s':>7s} {'warm s':>7s} {'kernels':>7s} {'max rel err':>11s} agree", flush=True)
   for name in names:
-    with tempfile.TemporaryDirectory(prefix="tc_bench_onnx_") as cache:
+    with tempfile.TemporaryDirectory(prefix="tc_bench_onnx_") as tmp:
+      cache = os.path.abspath(os.path.expanduser(args.cache)) if args.cache else tmp
       row = _spawn(name, "cold", cache, args.repeat, args.threads, not args.no_fold)
-      if "error" not in row: row["warm_first_call_s"] = _spawn(name, "warm", cache, args.repeat, args.threads, not args.no_fold).get("first_call_s")
+      if "error" not in row:
+        warm = _spawn(name, "warm", cache, args.repeat, args.threads, not args.no_fold)
+        row["warm_first_call_s"] = warm.get("first_call_s")
+        if "error" in warm: print(f"{name}: the warm first call failed: {warm['error']}", flush=True)
     rows.append(row)
     if "error" in row:
       print(f"{name:14s} error: {row['error']}", flush=True)

@@ -1,6 +1,8 @@
 """The onnx package's nine light models (seeded random weights, tilecraft.onnx.light) against
-onnxruntime on the default CPU device: the logits (the final Softmax's input) and the probabilities
-match within rtol 1e-3. Slow tier: each model compiles tens of kernels."""
+onnxruntime: the logits (the final Softmax's input) and the probabilities match within rtol 1e-3, on the
+default CPU device and on LLVM (every model), and on OPENCL (SqueezeNet, ShuffleNet). Each is run twice
+on two inputs: the second call reruns the graph built by the first. Slow tier: each model compiles tens
+of kernels."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -10,16 +12,25 @@ ort = pytest.importorskip("onnxruntime")
 from tilecraft.onnx import load  # noqa: E402
 from tilecraft.onnx.light import light_input, light_model, light_model_names  # noqa: E402
 
+NAMES = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19", "zfnet512"]
+CASES = [(n, None) for n in NAMES] + [(n, "LLVM") for n in NAMES] + [(n, "OPENCL") for n in ("shufflenet", "squeezenet")]
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("name", ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
-                                  "vgg19", "zfnet512"])
-def test_light_model_matches_onnxruntime(name: str) -> None:
+@pytest.mark.parametrize("name,device", CASES, ids=[f"{n}-{d or 'CPU'}" for n, d in CASES])
+def test_light_model_matches_onnxruntime(name: str, device: str | None) -> None:
+  if device is not None:
+    from tilecraft.device import Device
+    try: Device[device]
+    except Exception as e: pytest.skip(f"{device} can't be opened: {e}")  # noqa: BLE001
   assert name in light_model_names()
   m = light_model(name, seed=0)
-  inp = light_input(m, seed=0)
-  ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inp)
-  out = load(m).run(inp)
-  for o, r in zip(m.graph.output, ref):
-    assert np.isfinite(r).all() and np.abs(r).max() > 0
-    np.testing.assert_allclose(out[o.name], r, rtol=1e-3, atol=1e-5 * float(np.abs(r).max()), err_msg=f"{name}: {o.name}")
+  sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+  tm = load(m, device)
+  for seed in (0, 1):
+    inp = light_input(m, seed=seed)
+    ref = sess.run(None, inp)
+    out = tm.run(inp)
+    for o, r in zip(m.graph.output, ref):
+      assert np.isfinite(r).all() and np.abs(r).max() > 0
+      np.testing.assert_allclose(out[o.name], r, rtol=1e-3, atol=1e-5 * float(np.abs(r).max()), err_msg=f"{name} on {device or 'CPU'}, input seed {seed}: {o.name}")

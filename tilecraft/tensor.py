@@ -5,12 +5,12 @@ Every op builds a LazyBuffer graph; nothing runs until `realize()`, `numpy()`, `
 NaN and inf, `axis`/`keepdim` on reductions.
 """
 from __future__ import annotations
-import functools, math, struct
+import functools, math
 from typing import Any, Optional, Sequence, Union
 import numpy as np
 from tilecraft.device import Buffer, Device, DeviceUnavailable, dtype_unsupported
 from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
-from tilecraft.engine.lazy import LazyBuffer, hash_consed, source_key
+from tilecraft.engine.lazy import LazyBuffer, lazy_cast, lazy_const, lazy_contiguous, lazy_e, lazy_empty, lazy_index, lazy_r
 from tilecraft.engine.realize import realize_lazy
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
 from tilecraft.frontend.compare import ComparisonOps
@@ -18,6 +18,7 @@ from tilecraft.frontend.cumsum import cumsum_rows
 from tilecraft.frontend.image import as_image, image_level
 from tilecraft.frontend.indexing import IndexingOps
 from tilecraft.frontend.math import MathOps
+from tilecraft.frontend.movement import MovementOps
 from tilecraft.frontend.nn import NNOps
 from tilecraft.frontend.random import RandomOps
 from tilecraft.frontend.recipes import recorded
@@ -57,46 +58,14 @@ def _check_dtype(device: str, dt: DType) -> DType:
   if (why := dtype_unsupported(device, dt)) is not None: raise TypeError(f"dtype {dt.name} is not supported on {device}: {why}")
   return dt
 
-# ---- the lazy graph, through one door -------------------------------------------------------------
-# Every op goes through lazy.hash_consed, so a subgraph built twice is computed once.
+# ---- the lazy graph, through one door (engine/lazy.py) ---------------------------------------------
 
 def _is_zero(shape: tuple) -> bool: return 0 in shape  # (a symbolic dim never equals an int)
 
-def _lb_empty(shape: tuple, dt: DType, device: str) -> LazyBuffer:
-  """A zero-element tensor: an empty Buffer, never a kernel."""
-  return LazyBuffer.from_buffer(Buffer(device, 0, dt), shape, dt, device)
-
-def _const_key(val: Any, dt: DType) -> Any:
-  if isinstance(val, float): return ("f", struct.pack("<d", val))  # tells -0.0 from 0.0, and NaN equals NaN
-  return (type(val).__name__, val)
-
-def _lb_const(val: Any, dt: DType, device: str, shape: tuple = ()) -> LazyBuffer:
-  if _is_zero(shape): return _lb_empty(shape, dt, device)
-  if isinstance(val, Node): base = LazyBuffer.const(val, dt, device)
-  else:
-    val = dtypes.as_const(val, dt)
-    base = hash_consed(("CONST", _const_key(val, dt), dt, device, ()), lambda: LazyBuffer.const(val, dt, device))
-  return base._view(base.st.reshape((1,) * len(shape)).expand(shape)) if shape else base
-
-def _lb_e(op: Any, srcs: Sequence[LazyBuffer], arg: Any = None, dtype: Optional[DType] = None) -> LazyBuffer:
-  if 0 in srcs[0].shape:
-    out = dtype or (arg if op in (UnaryOps.CAST, UnaryOps.BITCAST) else dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
-    return _lb_empty(srcs[0].shape, out, srcs[0].device)
-  return hash_consed((op, arg, dtype, tuple(map(source_key, srcs))), lambda: srcs[0].e(op, *srcs[1:], arg=arg, dtype=dtype))
-
 def _lb_cast(lb: LazyBuffer, dt: DType, bitcast: bool = False) -> LazyBuffer:
-  if lb.dtype == dt: return lb
-  _check_dtype(lb.device, dt)
-  if _is_zero(lb.shape): return _lb_empty(lb.shape, dt, lb.device)
-  return hash_consed(("BITCAST" if bitcast else "CAST", dt, (source_key(lb),)), lambda: lb.cast(dt, bitcast))
-
-def _lb_r(lb: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
-  return hash_consed((op, axes, (source_key(lb),)), lambda: lb.r(op, axes))
-
-def _lb_contiguous(lb: LazyBuffer) -> LazyBuffer:
-  if _is_zero(lb.shape): return lb
-  if not lb.is_view: return lb.contiguous()
-  return hash_consed(("CONTIGUOUS", None, (source_key(lb),)), lb.contiguous)
+  """lb as dt, which the device must compute with."""
+  if lb.dtype != dt: _check_dtype(lb.device, dt)
+  return lazy_cast(lb, dt, bitcast)
 
 def _py_dtype(x: Any) -> DType:
   """The dtype of a python scalar: bool, default_int (int64/uint64 when it doesn't fit), default_float."""
@@ -133,7 +102,7 @@ def _tensor_of(lb: LazyBuffer) -> "Tensor":
   t.lazydata = lb
   return t
 
-class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
+class Tensor(MovementOps, MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   __slots__ = ("lazydata",)
   # a numpy operand on the left (np.float32(0.5) * t, np.ones(2) + t, a < t): numpy's operators defer to
   # the Tensor's reflected one, which gives a Tensor, instead of an object array of 0-d Tensors. (numpy
@@ -150,10 +119,10 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
       return
     dev = _canon_device(device)
     if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-      self.lazydata = _lb_const(data, _check_dtype(dev, dt or _py_dtype(data)), dev)
+      self.lazydata = lazy_const(data, _check_dtype(dev, dt or _py_dtype(data)), dev)
       return
     if isinstance(data, Variable):
-      self.lazydata = _lb_const(data, _check_dtype(dev, dt or dtypes.int32), dev)
+      self.lazydata = lazy_const(data, _check_dtype(dev, dt or dtypes.int32), dev)
       return
     if isinstance(data, (list, tuple)):
       try: arr = np.array(data)
@@ -178,7 +147,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     if dt == dtypes.bfloat16: src = np.ascontiguousarray(data, dtype=np.float32).reshape(data.shape)
     else: src = np.ascontiguousarray(data.astype(dt.np, copy=False)).reshape(data.shape)
     if src.size == 0:
-      self.lazydata = _lb_empty(tuple(src.shape), dt, dev)
+      self.lazydata = lazy_empty(tuple(src.shape), dt, dev)
       return
     buf = Buffer(dev, src.size, dt)
     buf.allocate().copyin(src.reshape(-1))
@@ -233,7 +202,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   def contiguous_base(self) -> "Tensor":
     """A tensor whose lazydata is a realized base holding exactly these elements in order."""
     lb = self.lazydata
-    if not (lb.realized and not lb.is_view): lb = _lb_contiguous(lb)
+    if not (lb.realized and not lb.is_view): lb = lazy_contiguous(lb)
     t = Tensor(lb)
     t.realize()
     return t
@@ -241,12 +210,12 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   def item(self) -> Scalar:
     if self.numel() != 1: raise ValueError(f"item() needs exactly one element, tensor has shape {self.shape}")
     return self.numpy().reshape(()).item()
-  def contiguous(self) -> "Tensor": return Tensor(_lb_contiguous(self.lazydata))
+  def contiguous(self) -> "Tensor": return Tensor(lazy_contiguous(self.lazydata))
   def to(self, device: str) -> "Tensor":
     device = _canon_device(device)
     if device == self.device: return self
     _check_dtype(device, self.dtype)
-    if _is_zero(self.shape): return Tensor(_lb_empty(self.shape, self.dtype, device))
+    if _is_zero(self.shape): return Tensor(lazy_empty(self.shape, self.dtype, device))
     return Tensor(self.lazydata.copy_to(device))
   def assign(self, x: "Tensor") -> "Tensor":
     if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} doesn't match {self.shape}")
@@ -260,7 +229,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"negative dimension in shape {shape}")
     dev = _canon_device(device)
     dt = _check_dtype(dev, _tensor_dtype(dtype) if dtype is not None else _py_dtype(fill))
-    return Tensor(_lb_const(fill, dt, dev, shape))
+    return Tensor(lazy_const(fill, dt, dev, shape))
   @staticmethod
   def zeros(*shape: Any, dtype: Any = None, device: Optional[str] = None) -> "Tensor": return Tensor.full(_shape(shape), 0.0, dtype or dtypes.default_float, device)
   @staticmethod
@@ -289,7 +258,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     if n == 0: return Tensor.zeros(0, dtype=dt, device=device)
     dev = _canon_device(device)
     idt = dtypes.int64 if n > 2**31 - 1 else dtypes.int32
-    idx = Tensor(hash_consed(("INDEX", n, idt, dev, ()), lambda: LazyBuffer.index(n, idt, dev)))
+    idx = Tensor(lazy_index(n, idt, dev))
     return (idx.cast(dt) * step + start).cast(dt)
   def _windows(self, n: int) -> "Tensor":
     """(L-n+1, n) sliding windows of a 1-D tensor of length L, as a view (no copy)."""
@@ -310,7 +279,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     return x[:k * k].reshape(k, k)[:n, :m]
   # ---- broadcasting and elementwise ---------------------------------------------------------------
   def _const_like(self, x: Scalar, dtype: Optional[DType] = None) -> "Tensor":
-    return Tensor(_lb_const(x, dtype or self.dtype, self.device, self.shape))
+    return Tensor(lazy_const(x, dtype or self.dtype, self.device, self.shape))
   def _scalar_dtype(self, x: Scalar, cmp: bool = False) -> DType:
     """The dtype a python scalar combined with this tensor takes (see _to_tensor), checked on the device."""
     if isinstance(x, bool): dt = self.dtype
@@ -328,15 +297,15 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     comparisons, which widen to compare exactly."""
     if isinstance(x, Tensor): return x
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-      return Tensor(_lb_const(x, self._scalar_dtype(x, cmp), self.device))
-    if isinstance(x, Variable): return Tensor(_lb_const(x, dtypes.int32, self.device))
+      return Tensor(lazy_const(x, self._scalar_dtype(x, cmp), self.device))
+    if isinstance(x, Variable): return Tensor(lazy_const(x, dtypes.int32, self.device))
     if isinstance(x, (np.ndarray, np.generic, list, tuple)): return Tensor(x, device=self.device)
     raise TypeError(f"can't combine a Tensor with {type(x).__name__}")
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True, cmp: bool = False) -> tuple["Tensor", "Tensor"]:
     if type(y) in _PY_SCALARS and match_dtype:  # the common `x * 2.0`: the constant made at x's shape, in one view
       dt = self._scalar_dtype(y, cmp)
       x = self if dt == self.dtype else self.cast(dt)
-      yt = _tensor_of(_lb_const(y, dt, self.device, self.shape))
+      yt = _tensor_of(lazy_const(y, dt, self.device, self.shape))
       return (yt, x) if reverse else (x, yt)
     if isinstance(y, Tensor):
       a, b = self.lazydata, y.lazydata
@@ -360,10 +329,10 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     """A movement op: a view of the same base. A zero-element result is an empty buffer instead."""
     lb = self.lazydata
     new_st = getattr(lb.st, fn)(arg)
-    if 0 in new_st.shape: return Tensor(_lb_empty(new_st.shape, self.dtype, self.device))
+    if 0 in new_st.shape: return Tensor(lazy_empty(new_st.shape, self.dtype, self.device))
     return _tensor_of(lb._view(new_st))  # what LazyBuffer.<fn>(arg) makes, without moving the tracker again
   def _e(self, op: Any, *srcs: "Tensor", dtype: Optional[DType] = None) -> "Tensor":
-    return _tensor_of(_lb_e(op, [self.lazydata, *[s.lazydata for s in srcs]], dtype=dtype))
+    return _tensor_of(lazy_e(op, [self.lazydata, *[s.lazydata for s in srcs]], dtype=dtype))
 
   def cast(self, dtype: Union[DType, str]) -> "Tensor":
     if dtype is self.lazydata.dtype: return _tensor_of(self.lazydata)  # (the frontend casts to the dtype a value already has on most ops)
@@ -461,86 +430,6 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   __matmul__ = lambda s, y: s.matmul(y)  # noqa: E731
   __rmatmul__ = lambda s, y: s._to_tensor(y).matmul(s)  # noqa: E731
 
-  # ---- movement -----------------------------------------------------------------------------------
-  def reshape(self, *shape: Any) -> "Tensor":
-    shape = _shape(shape)
-    if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1: raise ValueError(f"reshape {shape}: at most one -1")
-    if -1 in [s for s in shape if isinstance(s, int)]:
-      known = prod(s for s in shape if not (isinstance(s, int) and s == -1))
-      if known == 0 or self.numel() % known != 0: raise ValueError(f"cannot reshape {self.shape} into {shape}")
-      shape = tuple(self.numel() // known if isinstance(s, int) and s == -1 else s for s in shape)
-    if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"reshape {shape}: negative dimension")
-    if not _same(prod(shape), self.numel()): raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) into {shape}")
-    return self._mv("reshape", shape) if shape != self.shape else self
-  def view(self, *shape: Any) -> "Tensor": return self.reshape(*shape)
-  def flatten(self, start_dim: int = 0) -> "Tensor":
-    start_dim = self._axis(start_dim) if self.ndim else 0
-    return self.reshape(self.shape[:start_dim] + (prod(self.shape[start_dim:]),))
-  def permute(self, *order: Any) -> "Tensor":
-    n = self.ndim
-    order = tuple([self._axis(a, n) for a in _shape(order)])
-    if sorted(order) != list(range(n)): raise ValueError(f"permute {order} is not a permutation of {n} axes")
-    return self._mv("permute", order) if order != tuple(range(n)) else self
-  def transpose(self, a: int = -2, b: int = -1) -> "Tensor":
-    order = list(range(self.ndim))
-    a, b = self._axis(a), self._axis(b)
-    order[a], order[b] = order[b], order[a]
-    return self.permute(order)
-  @property
-  def T(self) -> "Tensor": return self.permute(tuple(reversed(range(self.ndim))))
-  def expand(self, *shape: Any) -> "Tensor":
-    shape = _shape(shape)
-    shape = tuple(s if not (isinstance(s, int) and s == -1) else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
-    try: ok = len(shape) >= self.ndim and _broadcast_shape(self.shape, shape) == shape
-    except ValueError: ok = False
-    if not ok: raise ValueError(f"can't expand shape {self.shape} to {shape}: only size-1 (or new leading) dims can grow")
-    return self._expand_to(shape)
-  def pad(self, padding: Sequence[tuple[sint, sint]], value: Scalar = 0) -> "Tensor":
-    """numpy-style: one (before, after) pair per axis."""
-    for p in padding:
-      if len(p) != 2 or not all(isinstance(x, (int, np.integer, Node)) and not isinstance(x, bool) for x in p):
-        raise TypeError(f"pad widths must be (before, after) pairs of integers, got {tuple(padding)}")
-    padding = tuple((int(b), int(a)) if isinstance(b, (int, np.integer)) and isinstance(a, (int, np.integer)) else (b, a) for b, a in padding)
-    if len(padding) != self.ndim: raise ValueError(f"pad needs {self.ndim} (before, after) pairs, got {len(padding)}")
-    for (b, a), s in zip(padding, self.shape):
-      if isinstance(b, int) and isinstance(a, int) and isinstance(s, int) and min(b, 0) + min(a, 0) < -s:
-        raise ValueError(f"pad {padding} of shape {self.shape}: negative widths remove {-min(b, 0) - min(a, 0)} elements from an axis of {s}")
-    if any((isinstance(x, int) and x < 0) for p in padding for x in p): return self._pad_negative(padding, value)
-    if all(p == (0, 0) for p in padding): return self
-    if _is_zero(self.shape):
-      return Tensor.full(tuple(s + b + a for s, (b, a) in zip(self.shape, padding)), value, self.dtype, self.device)
-    ret = self._mv("pad", padding)
-    if value == 0: return ret
-    mask = Tensor(_lb_const(True, dtypes.bool, self.device, self.shape))._mv("pad", padding)
-    return mask.where(ret, Tensor(value, dtype=self.dtype, device=self.device))  # the fill takes the tensor's dtype, as in np.pad
-  def _pad_negative(self, padding: tuple, value: Scalar) -> "Tensor":
-    shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(padding, self.shape))
-    return self.shrink(shrink).pad(tuple((max(0, b), max(0, a)) for b, a in padding), value)
-  def shrink(self, arg: Sequence[Optional[tuple[sint, sint]]]) -> "Tensor":
-    if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {tuple(arg)}")
-    arg = tuple(a if a is not None else (0, s) for a, s in zip(arg, self.shape))
-    for (b, e), s in zip(arg, self.shape):
-      if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
-        raise ValueError(f"shrink {arg} is out of range for shape {self.shape}")
-    return self._mv("shrink", arg) if any(a != (0, s) for a, s in zip(arg, self.shape)) else self
-  def flip(self, axis: Any) -> "Tensor":
-    axes = {self._axis(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))}
-    return self._mv("stride", tuple(-1 if i in axes else 1 for i in range(self.ndim))) if axes else self
-  def squeeze(self, axis: Optional[int] = None) -> "Tensor":
-    if axis is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    a = self._axis(axis)
-    if self.shape[a] != 1: return self
-    return self.reshape(self.shape[:a] + self.shape[a + 1:])
-  def unsqueeze(self, axis: int) -> "Tensor":
-    if not -self.ndim - 1 <= axis <= self.ndim: raise IndexError(f"unsqueeze: axis {axis} is out of range for a new axis of a tensor of {self.ndim} dims")
-    a = axis + self.ndim + 1 if axis < 0 else axis
-    return self.reshape(self.shape[:a] + (1,) + self.shape[a:])
-  def _axis(self, a: int, ndim: Optional[int] = None) -> int:
-    n = self.ndim if ndim is None else ndim
-    if type(a) is int and 0 <= a < n: return a
-    if not isinstance(a, (int, np.integer)) or not -max(n, 1) <= a < max(n, 1): raise IndexError(f"axis {a} is out of range for a tensor of {n} dims")
-    return int(a) % max(n, 1)
-
   # ---- reductions ---------------------------------------------------------------------------------
   def _axes(self, axis: Any) -> tuple[int, ...]:
     if axis is None: return tuple(range(self.ndim))
@@ -554,8 +443,8 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes):
       if op is ReduceOps.MAX: raise ValueError(f"max/min of shape {self.shape} over empty axis {[a for a in axes if self.shape[a] == 0]}: no identity")
       ret = Tensor.full(kept, 0, self.dtype, self.device)
-    elif _is_zero(kept): ret = Tensor(_lb_empty(kept, self.dtype, self.device))
-    else: ret = Tensor(_lb_r(self.lazydata, op, axes))
+    elif _is_zero(kept): ret = Tensor(lazy_empty(kept, self.dtype, self.device))
+    else: ret = Tensor(lazy_r(self.lazydata, op, axes))
     return ret if keepdim else ret.reshape(out_shape)
   @recorded
   def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None, acc_dtype: Any = None) -> "Tensor":
@@ -634,7 +523,7 @@ class Tensor(MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
     x = self
     if x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8): x = x.cast(dtypes.int64 if not dtypes.is_unsigned(x.dtype) else dtypes.uint64)
     if x.dtype in (dtypes.float16, dtypes.bfloat16) and not _is_zero(x.shape): return x.cast(dtypes.float32).cumsum(axis).cast(x.dtype)  # summed in float32, rounded once
-    if _is_zero(x.shape): return Tensor(_lb_empty(x.shape, x.dtype, x.device))
+    if _is_zero(x.shape): return Tensor(lazy_empty(x.shape, x.dtype, x.device))
     x = x.transpose(a, -1)
     lead = x.shape[:-1]
     flat = x.reshape(-1, n) if lead else x.reshape(1, n)

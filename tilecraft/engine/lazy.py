@@ -5,8 +5,9 @@ A LazyBuffer is either a *base* (an op over source views, or data already in a B
 and end up folded into the loads of whichever kernel reads them.
 """
 from __future__ import annotations
-import weakref
-from typing import Any, Callable, Optional, Union
+import struct, weakref
+from typing import Any, Callable, Optional, Sequence, Union
+from tilecraft.device import Buffer
 from tilecraft.dtype import DType, dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import BinaryOps, BufferOps, MetaOps, Op, ReduceOps, UnaryOps
@@ -183,3 +184,51 @@ def hash_consed(key: Optional[tuple], make: Callable[[], LazyBuffer]) -> LazyBuf
     _consed[key] = weakref.ref(ret)
     ret.consed_key = key
   return ret
+
+# ---- the ops a Tensor makes, through one door --------------------------------------------------------
+# Every op the frontend builds comes through these: each is hash-consed (its key built here, next to
+# the table that stores it), and a zero-element result is an empty buffer, never a kernel.
+
+def lazy_empty(shape: tuple, dt: DType, device: str) -> LazyBuffer:
+  """A zero-element value: an empty Buffer, never a kernel."""
+  return LazyBuffer.from_buffer(Buffer(device, 0, dt), shape, dt, device)
+
+def _const_key(val: Any) -> Any:
+  if isinstance(val, float): return ("f", struct.pack("<d", val))  # tells -0.0 from 0.0, and NaN equals NaN
+  return (type(val).__name__, val)
+
+def lazy_const(val: Any, dt: DType, device: str, shape: tuple = ()) -> LazyBuffer:
+  """The constant val of dtype dt broadcast to shape (one hash-consed 0-d CONST per value, dtype and device)."""
+  if 0 in shape: return lazy_empty(shape, dt, device)  # (a symbolic dim never equals an int)
+  if isinstance(val, Node): base = LazyBuffer.const(val, dt, device)
+  else:
+    val = dtypes.as_const(val, dt)
+    base = hash_consed(("CONST", _const_key(val), dt, device, ()), lambda: LazyBuffer.const(val, dt, device))
+  return base._view(base.st.reshape((1,) * len(shape)).expand(shape)) if shape else base
+
+def lazy_index(n: int, dt: DType, device: str) -> LazyBuffer:
+  """0, 1, ..., n-1 (LazyBuffer.index)."""
+  return hash_consed(("INDEX", n, dt, device, ()), lambda: LazyBuffer.index(n, dt, device))
+
+def lazy_e(op: Op, srcs: Sequence[LazyBuffer], arg: Any = None, dtype: Optional[DType] = None) -> LazyBuffer:
+  """The elementwise op over srcs (of one shape)."""
+  if 0 in srcs[0].shape:
+    out = dtype or (arg if op in (UnaryOps.CAST, UnaryOps.BITCAST) else dtypes.bool if op in (BinaryOps.CMPLT, BinaryOps.CMPNE) else srcs[-1].dtype)
+    return lazy_empty(srcs[0].shape, out, srcs[0].device)
+  return hash_consed((op, arg, dtype, tuple(map(source_key, srcs))), lambda: srcs[0].e(op, *srcs[1:], arg=arg, dtype=dtype))
+
+def lazy_cast(lb: LazyBuffer, dt: DType, bitcast: bool = False) -> LazyBuffer:
+  """lb cast (or bitcast) to dt; whether the device computes with dt is the caller's check."""
+  if lb.dtype == dt: return lb
+  if 0 in lb.shape: return lazy_empty(lb.shape, dt, lb.device)
+  return hash_consed(("BITCAST" if bitcast else "CAST", dt, (source_key(lb),)), lambda: lb.cast(dt, bitcast))
+
+def lazy_r(lb: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
+  """The reduce op of lb over axes (kept as size-1 dims)."""
+  return hash_consed((op, axes, (source_key(lb),)), lambda: lb.r(op, axes))
+
+def lazy_contiguous(lb: LazyBuffer) -> LazyBuffer:
+  """A base holding lb's elements (see LazyBuffer.contiguous)."""
+  if 0 in lb.shape: return lb
+  if not lb.is_view: return lb.contiguous()
+  return hash_consed(("CONTIGUOUS", None, (source_key(lb),)), lb.contiguous)

@@ -41,6 +41,7 @@ class Renderer:
   # and hold, and the ALU ops it computes lane-wise on such vectors; others are computed lane by lane
   vector_dtypes: frozenset = frozenset()
   vector_alu: frozenset = frozenset()
+  vector_width: int = 4  # float32 lanes of one SIMD register: the heuristics size upcasts by it (CPU renderers: CPU_ARCH's)
   # bool vectors as the target's int vectors (a vector compare's lanes): a gate or WHERE over a bool
   # vector stays one vector op where the op is in vector_alu
   vector_masks: bool = False

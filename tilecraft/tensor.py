@@ -42,7 +42,7 @@ _TENSOR_DTYPES = (dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.i
 
 def _acc_dtype(dt: DType, acc_dtype: Any) -> DType:
   """The dtype a reduce of `dt` values accumulates in: `acc_dtype` where the user names one, float32
-  for float16 and bfloat16 (rounded once at the end, DESIGN 12), else `dt` itself."""
+  for float16 and bfloat16 (rounded once at the end: docs/architecture.md, "Beyond DESIGN.md"), else `dt` itself."""
   if acc_dtype is not None: return _tensor_dtype(acc_dtype)
   return dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
 
@@ -449,7 +449,7 @@ class Tensor(MovementOps, MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps)
   @recorded
   def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None, acc_dtype: Any = None) -> "Tensor":
     """numpy sum: bools and ints narrower than 64 bits are summed as (u)int64. float16 and bfloat16
-    accumulate in float32 and round once at the end (DESIGN 12); `acc_dtype` names another
+    accumulate in float32 and round once at the end (docs/architecture.md, "Beyond DESIGN.md"); `acc_dtype` names another
     accumulator (the result keeps the summed dtype)."""
     x = self
     if dtype is not None: x = x.cast(_tensor_dtype(dtype))

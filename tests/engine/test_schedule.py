@@ -1,4 +1,4 @@
-"""The scheduler's fusion, seen from the frontend (DESIGN §8): how many kernels common expressions
+"""The scheduler's fusion, seen from the frontend (engine/schedule.py; docs/architecture.md, step 2): how many kernels common expressions
 take (`len(t.schedule())`), that identical subgraphs and values read many times are computed once,
 that realized values are read rather than recomputed, and the ScheduleItem API (`.ast`, `.bufs`,
 outputs first). Every count is also checked against numpy, so a fused kernel must be a right one."""

@@ -328,3 +328,24 @@ def test_realize_set_is_a_fixed_point(rng: np.random.Generator) -> None:
   settled = set(realizes)
   _realize_reduces(order, realizes)
   assert realizes == settled
+
+def test_a_fusion_that_fails_rebuilds_only_its_kernel(rng: np.random.Generator, monkeypatch: Any) -> None:
+  """The max is taken on by the sum's kernel (dependent reduces) and then read flipped, which that
+  kernel can't give: the sum's kernel is built again loading it; the max's own kernel is built once."""
+  from tilecraft.engine import schedule
+  (x, xn) = T(rng, 6, 40)
+  x.realize()
+  m = x.max(1, keepdim=True)
+  s = (x - m).exp().sum(1) + m[::-1].reshape(6)
+  built: list[Any] = []
+  class Counting(schedule._KernelBuilder):
+    def __init__(self, o: Any, *args: Any, **kwargs: Any) -> None:
+      built.append(o)
+      super().__init__(o, *args, **kwargs)
+  monkeypatch.setattr(schedule, "_KernelBuilder", Counting)
+  schedule._templates.clear()
+  items = s.schedule()
+  assert len(items) == 2 and [len(si.outputs) for si in items] == [1, 1]
+  assert sum(b is m.lazydata.base for b in built) == 1 and sum(b is s.lazydata.base for b in built) == 2
+  monkeypatch.undo()
+  close(s, np.exp(xn - xn.max(1, keepdims=True)).sum(1) + xn.max(1)[::-1])

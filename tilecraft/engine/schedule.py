@@ -189,7 +189,8 @@ def fuse_reduces() -> bool:
   return bool(int(getenv("FUSE_REDUCES", 1)))
 
 def _same_reduce(a: LazyBuffer, b: LazyBuffer) -> bool:
-  """Can one kernel compute both reduces (the same op and axes over sources of one shape)?"""
+  """Can one kernel compute both reduces: the same axes of sources of one shape (the ops may differ:
+  a kernel computes a sum and a max of one row side by side)?"""
   return a.shape == b.shape and a.arg == b.arg and a.srcs[0].shape == b.srcs[0].shape
 
 def _reduce_conflict(x: LazyBuffer, st: ShapeTracker, under_reduce: bool, kernel_reduce: Optional[LazyBuffer]) -> bool:

@@ -14,10 +14,12 @@ jax runs in its own virtual environment (never a tilecraft dependency), created 
 (VENV: --venv, default $JAX_VENV or /tmp/jaxvenv). The jax side is a worker process of that venv's
 python driven over a pipe, the way bench_peer_tinygrad.py drives tinygrad.
 
-Roofline figures per workload (JSON "kernels"): flops and bytes are tilecraft's estimates summed over
-its kernels (Program.op_estimate / mem_estimate), GFLOP/s and GB/s over tilecraft's time, and the
-fractions of the machine's measured peaks (tilecraft.cli.calibrate) and of the roofline
-min(peak FLOPS, intensity x peak bandwidth). `tilecraft roofline shapes.json` draws them.
+Roofline figures per workload (JSON "kernels", one record a workload): flops and bytes are tilecraft's
+estimates summed over its kernels (Program.op_estimate / mem_estimate), GFLOP/s and GB/s over
+tilecraft's time, and the fractions of the machine's measured peaks (tilecraft.cli.calibrate) and of
+the roofline min(peak FLOPS, intensity x peak bandwidth); each record's own "kernels" list has the
+same figures per kernel (its best time in the rounds). `tilecraft roofline shapes.json` draws the
+workloads.
 
 Run: python bench/bench_shapes.py [--rounds 5] [--reps 3] [-k NAME] [--beam N] [--json shapes.json]
 """
@@ -236,17 +238,21 @@ class TilecraftSide:
       out.realize()
       runners = [get_runner(si.ast, si.bufs[0].device, list(si.bufs)) for si in items]
     got = out.numpy()
-    self.state[(w.name, beam)] = (runners, items)
+    self.state[(w.name, beam)] = (runners, items, [float("inf")] * len(runners))
+    kernels = [{"name": r.p.name, "opts": [f"{o.op.name}({o.axis},{o.amt})" for o in r.p.applied_opts],
+                "flops": float(sym_eval(r.p.op_estimate, si.var_vals)), "bytes": float(sym_eval(r.p.mem_estimate, si.var_vals))} for r, si in zip(runners, items)]
     return {"err": rel_error(got, np.asarray(w.ref(*[a.astype(np.float64) for a in arrays]))), "compile_s": time.perf_counter() - t0,
-            "flops": sum(float(sym_eval(r.p.op_estimate, si.var_vals)) for r, si in zip(runners, items)),
-            "bytes": sum(float(sym_eval(r.p.mem_estimate, si.var_vals)) for r, si in zip(runners, items)),
-            "kernels": [{"name": r.p.name, "opts": [f"{o.op.name}({o.axis},{o.amt})" for o in r.p.applied_opts]} for r in runners]}
+            "flops": sum(k["flops"] for k in kernels), "bytes": sum(k["bytes"] for k in kernels), "kernels": kernels}
   def time(self, name: str, beam: int, reps: int) -> float:
-    runners, items = self.state[(name, beam)]
+    """Best of reps calls of all the workload's kernels (each kernel's own best is kept too: kernel_times)."""
+    runners, items, per = self.state[(name, beam)]
     best = float("inf")
     for _ in range(reps):
-      best = min(best, sum(r(list(si.bufs), si.var_vals, wait=True) or 0.0 for r, si in zip(runners, items)))
+      ts = [r(list(si.bufs), si.var_vals, wait=True) or 0.0 for r, si in zip(runners, items)]
+      for i, t in enumerate(ts): per[i] = min(per[i], t)
+      best = min(best, sum(ts))
     return best
+  def kernel_times(self, name: str, beam: int) -> list[float]: return self.state[(name, beam)][2]
 
 def numpy_time(w: Workload, rounds: int, reps: int) -> Optional[float]:
   if w.numpy is None: return None
@@ -320,6 +326,10 @@ def main() -> None:
       rec["gflops"], rec["gbs"] = rec["flops"] / b[0] / 1e9, rec["bytes"] / b[0] / 1e9
       rec["intensity"] = rec["flops"] / rec["bytes"] if rec["bytes"] else None
       add_peak_fractions(rec, peaks.gflops, peaks.gbs)
+      for kr, t in zip(rec["kernels"], tc.kernel_times(w.name, 0)):  # each kernel's own roofline figures
+        kr["time_s"], kr["gflops"], kr["gbs"] = t, kr["flops"] / t / 1e9, kr["bytes"] / t / 1e9
+        kr["intensity"] = kr["flops"] / kr["bytes"] if kr["bytes"] else None
+        add_peak_fractions(kr, peaks.gflops, peaks.gbs)
     rec["numpy_time_s"] = None if args.no_numpy else numpy_time(w, args.rounds, args.reps)
     if rec.get("time_s") and rec["numpy_time_s"]: rec["vs_numpy"] = rec["numpy_time_s"] / rec["time_s"]
   print(f"tilecraft vs XLA (jax {peer.hello['version']}, {peer.hello['device']}) on {cpu_model()}, {os.cpu_count()} cores; load {load0:.1f} at the start; "

@@ -31,7 +31,16 @@ def test_same_opts_as_the_reference(name):
   ast_data, full_shape, ref = KERNELS[name]
   assert Kernel(reference_ast(ast_data)).full_shape == full_shape
   k = hand(reference_ast(ast_data))
-  assert opts(k) == [tuple(o) for o in ref], k.applied_opts_reasons
+  assert _without_accuracy_unroll(k) == [tuple(o) for o in ref], k.applied_opts_reasons
+
+def _without_accuracy_unroll(k):
+  """The opts less tilecraft's one addition to the reference's grouped reduces: the serial part of a
+  long float sum unrolled by 4 (4 accumulators per thread), the last opt after a GROUP/GROUPTOP."""
+  got = opts(k)
+  if k.group_for_reduces and "accuracy" in k.applied_opts_reasons[-1]:
+    assert got[-1][0] == "UNROLL" and got[-1][2] == 4
+    return got[:-1]
+  return got
 
 def test_second_short_reduce_is_unrolled_and_locals_as_the_reference():
   """conv 3x3: both 3-wide window axes unrolled; the workgroup is the reference's (16 x 8 on the output
@@ -44,10 +53,14 @@ def test_second_short_reduce_is_unrolled_and_locals_as_the_reference():
   assert [o for o in got if o[0] == "LOCAL"] == [tuple(o) for o in ref if o[0] == "LOCAL"], got
 
 def test_nothing_after_a_group():
-  for name in ("sum_rows_64x1024", "matvec_batched_4x1024x256"):
-    k = hand(reference_ast(KERNELS[name][0]))
-    assert k.group_for_reduces and k.applied_opts[-1].op in (OptOps.GROUPTOP, OptOps.UPCAST), k.applied_opts
-    assert not any(o.op is OptOps.UNROLL for o in k.applied_opts)
+  """After a GROUP/GROUPTOP only the accuracy unroll of a long float sum's serial part follows: a
+  float32 mean of 2^22 values on a GPU keeps 4 accumulators per thread."""
+  k = hand(reference_ast(KERNELS["sum_rows_64x1024"][0]))
+  assert opts(k) == [("GROUPTOP", 0, 16), ("UNROLL", 1, 4)] and "accuracy" in k.applied_opts_reasons[-1]
+  k = hand(reference_ast(KERNELS["matvec_batched_4x1024x256"][0]))
+  assert k.group_for_reduces and not any(o.op is OptOps.UNROLL for o in k.applied_opts), k.applied_opts
+  k = hand(reference_ast(KERNELS["sum_rows_8x1024"][0]))  # 256 threads leave a serial part of 4: nothing
+  assert opts(k) == [("GROUPTOP", 0, 256)]
 
 def test_several_masked_axes_upcast(rng):
   """A pad of two small axes (7 x 7 after padding, both masked): both are upcast whole (49 lanes), the

@@ -2,7 +2,7 @@
 onnxruntime: the logits (the final Softmax's input) and the probabilities match within rtol 1e-3, on the
 default CPU device and on LLVM (every model), and on OPENCL (SqueezeNet, ShuffleNet). Each is run twice
 on two inputs: the second call reruns the graph built by the first. Slow tier: each model compiles tens
-of kernels."""
+of kernels. (A device that can't be opened skips, or fails in CI: tests/conftest.py.)"""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -19,10 +19,6 @@ CASES = [(n, None) for n in NAMES] + [(n, "LLVM") for n in NAMES] + [(n, "OPENCL
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name,device", CASES, ids=[f"{n}-{d or 'CPU'}" for n, d in CASES])
 def test_light_model_matches_onnxruntime(name: str, device: str | None) -> None:
-  if device is not None:
-    from tilecraft.device import Device
-    try: Device[device]
-    except Exception as e: pytest.skip(f"{device} can't be opened: {e}")  # noqa: BLE001
   assert name in light_model_names()
   m = light_model(name, seed=0)
   sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -192,6 +192,19 @@ def test_dtype_unsupported_on_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()
     tensor_mod._check_dtype.cache_clear()
 
+def test_a_device_fact_rules_out_a_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A dtype the renderer names but the device can't compute with (an OpenCL device without
+  cl_khr_fp64: `Compiled.missing_dtypes`) is rejected up front with the device's reason."""
+  import tilecraft.tensor as tensor_mod
+  monkeypatch.setattr(Device["CPU"], "missing_dtypes", {"double": "this CPU has no double precision (a test)"})
+  tensor_mod._check_dtype.cache_clear()
+  try:
+    with pytest.raises(TypeError, match="no double precision \\(a test\\)"): Tensor(np.array([1.0]))
+    same(Tensor([1.0, 2.0]) * 2, np.array([2.0, 4.0], np.float32))
+  finally:
+    monkeypatch.undo()
+    tensor_mod._check_dtype.cache_clear()
+
 def test_bitcast() -> None:
   x = np.array([1.0, -2.0, np.inf], np.float32)
   same(Tensor(x).bitcast(dtypes.uint32), x.view(np.uint32))

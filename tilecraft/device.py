@@ -447,10 +447,13 @@ class Buffer:
 class Compiled:
   """An opened device: allocator, renderer, compiler and runtime (`runtime(name, lib)` -> program).
   `renderer` may be a zero-argument factory so the device opens before the renderer is needed.
-  `render_only` is None, or why kernels can't run here (the device only renders and compile-checks)."""
+  `render_only` is None, or why kernels can't run here (the device only renders and compile-checks).
+  `missing_dtypes`: dtype name -> why this device can't compute with it though its renderer names
+  the type (an OpenCL device without cl_khr_fp64 has no double)."""
   def __init__(self, name: str, allocator: Allocator, renderer: Union[Renderer, Callable[[], Renderer]], compiler: Compiler,
-               runtime: Callable[[str, bytes], Any], synchronize: Optional[Callable[[], None]] = None, render_only: Optional[str] = None):
-    self.name, self.compiler, self.runtime = name, compiler, runtime
+               runtime: Callable[[str, bytes], Any], synchronize: Optional[Callable[[], None]] = None, render_only: Optional[str] = None,
+               missing_dtypes: Optional[dict[str, str]] = None):
+    self.name, self.compiler, self.runtime, self.missing_dtypes = name, compiler, runtime, dict(missing_dtypes or {})
     self.allocator = allocator if isinstance(allocator, (CachingAllocator, _NoMemory)) else CachingAllocator(allocator, name)
     self._renderer, self._synchronize, self.render_only = renderer, synchronize, render_only
   @property
@@ -602,8 +605,4 @@ def dtype_unsupported(device: str, dt: Any) -> Optional[str]:
   except DeviceUnavailable: return None
   names = getattr(dev.renderer, "type_names", None)
   if names is not None and dt not in names: return f"device {device} has no {dt.name} type"
-  if device == "OPENCL" and getattr(dt, "name", "") == "double":
-    try: ext = importlib.import_module("tilecraft.runtime.opencl")._context()[1].extensions
-    except Exception: return None  # noqa: BLE001
-    if "cl_khr_fp64" not in ext: return "the OpenCL device has no double precision (cl_khr_fp64)"
-  return None
+  return dev.missing_dtypes.get(getattr(dt, "name", ""))

@@ -192,5 +192,6 @@ def cl_renderer() -> Any:
 
 def open_device() -> Compiled:
   """The OPENCL device (device.py's registry calls this); fails here, with the reason, when there is no OpenCL device."""
-  _context()
-  return Compiled("OPENCL", CLAllocator(), cl_renderer, CLCompiler(), CLProgram)
+  _, dev, _ = _context()
+  missing = {} if "cl_khr_fp64" in dev.extensions else {"double": f"the OpenCL device {dev.name} has no double precision (cl_khr_fp64)"}
+  return Compiled("OPENCL", CLAllocator(), cl_renderer, CLCompiler(), CLProgram, missing_dtypes=missing)

@@ -5,6 +5,7 @@
   devices    which devices work here and what their renderers support
   fuzz       differential opt fuzzing of the built-in kernel corpus
   tune       BEAM search over the bench suite's kernels (fills the search cache)
+  cache      export / import / merge search caches between machines
   calibrate  measure the machine's peak FLOPS and memory bandwidth again
   roofline   redraw a roofline plot from `bench --json` results
   replay     process replay: record rendered kernels, diff their source against another revision
@@ -20,6 +21,7 @@ COMMANDS: dict[str, str] = {
   "devices": "list the devices, whether they work here (and why not) and their renderer capabilities",
   "fuzz": "differential opt fuzzing of the built-in kernel corpus (exit 1 on a failure)",
   "tune": "BEAM-search the bench suite's kernels with a progress bar, filling the search cache",
+  "cache": "export, import or merge the search cache (BEAM results) to move it between machines",
   "calibrate": "measure the machine's peak FLOPS and memory bandwidth (cached for bench)",
   "roofline": "draw a roofline PNG from `tilecraft bench --json` results",
   "replay": "process replay: record the kernels a run renders; diff their regenerated source against a git revision",

@@ -1,5 +1,5 @@
 """The `tilecraft` command line: one module per subcommand (bench, show, devices, fuzz, tune,
-calibrate, roofline). This file holds what they share: progress lines on stderr, table
+calibrate, roofline, cache, ...). This file holds what they share: progress lines on stderr, table
 formatting, opt formatting and opening a device with a readable error."""
 from __future__ import annotations
 import argparse, os, re, sys, time

@@ -1,0 +1,217 @@
+"""Tuning many kernels: each distinct kernel's BEAM search is one task, run on a Ray cluster
+(`run_ray`) or, without Ray, in a local process pool (`run_local`); one mechanism, `tune_kernel`,
+runs a task wherever it lands.
+
+  TuneTask     one kernel to search: its pickled AST, device, beam width, budget and the settings
+               that decide its target (CPU_ARCH, CPU_COMPILER)
+  TuneResult   what came back: the chosen opts, the times, verification, the node, and the search
+               cache rows the search wrote there
+  tune_kernel(task, seed) -> TuneResult     run one task in this process
+  run_local(tasks, seed, on_result, workers=1) / run_ray(tasks, seed, on_result, address=None)
+  node_resources(devices), target_resource(device, settings)
+
+Where a task runs and what it may be compared with:
+- A task's whole search (building, timing, verifying, racing) runs on one node, inside that node's
+  own isolation workers (search/beam.py), so a crash or hang of a candidate costs only that
+  candidate, as on one machine. Times are only compared within one search, i.e. within one node.
+- A node offers one unit of a custom Ray resource per target it can execute, named from the host
+  facts `tilecraft devices` reports (`target_resource`): `tilecraft_cpu_<arch>` for each CPU_ARCH
+  this host runs, and `tilecraft_cpu_native_<kind>` for -march=native code of this kind of host.
+  A task asks for one unit of its target's resource, so it only goes to nodes that can run it, and
+  a node runs one search at a time (timing needs the machine to itself).
+- The search runs against a scratch copy (`seed`) of the driver's search cache results, so a kernel
+  the driver already has results for is a cache hit on the node and costs nothing; the rows the
+  search adds travel back in the TuneResult and the driver alone writes them into its cache
+  (`SearchDB.merge_rows`: idempotent per key, so a task Ray retried after a node died can't
+  duplicate a result). Each finished task is written as it arrives: an interrupted run keeps them.
+"""
+from __future__ import annotations
+import hashlib, json, math, os, pickle, platform, sys, tempfile, time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+TARGET_SETTINGS = ("CPU_ARCH", "CPU_COMPILER")  # the settings that decide which code a kernel becomes on a node
+
+@dataclass(frozen=True)
+class TuneTask:
+  """One kernel's BEAM search."""
+  label: str                 # where the kernel comes from (a bench case, a model)
+  name: str                  # the kernel's name
+  ast: bytes                 # its AST, pickled
+  device: str
+  beam: int
+  budget_s: Optional[float]  # None: the search's default budget
+  settings: tuple[tuple[str, str], ...] = ()  # TARGET_SETTINGS that are set, as (name, value)
+
+@dataclass
+class TuneResult:
+  """One task's outcome, as the driver receives it."""
+  label: str
+  name: str
+  node: str = ""
+  rows: list[tuple] = field(default_factory=list)  # search cache result rows the search wrote (db.RESULT_COLUMNS)
+  cache_hit: bool = False
+  chose: str = ""
+  opts: str = ""             # the chosen opts (search.actions.opts_key form)
+  hand_time: float = math.inf
+  final_time: float = math.inf
+  verified: Optional[bool] = None
+  complete: bool = True
+  wall_s: float = 0.0
+  error: Optional[str] = None
+
+def current_settings() -> tuple[tuple[str, str], ...]:
+  """This process's TARGET_SETTINGS that are set (env or Context), for a TuneTask."""
+  from tilecraft.helpers import getenv
+  return tuple((n, str(v)) for n in TARGET_SETTINGS if (v := getenv(n, "")))
+
+def _resource_name(*parts: str) -> str:
+  return "tilecraft_" + "_".join(p.lower().replace(" ", "-") for p in parts)
+
+def _kind_hash(compiler: Any) -> str:
+  """A short name for this kind of host + compiler (the compiler's cachekey names its version and the host CPU)."""
+  return hashlib.sha256(str(getattr(compiler, "cachekey", "") or type(compiler).__qualname__).encode()).hexdigest()[:10]
+
+def target_resource(device: str, settings: Sequence[tuple[str, str]] = ()) -> str:
+  """The Ray resource a node offers when it can run `device` kernels built with `settings`: for CPU,
+  tilecraft_cpu_<CPU_ARCH>, and for -march=native tilecraft_cpu_native_<this kind of host>; for
+  another device tilecraft_<device>_<its compiler's kind>."""
+  from tilecraft.device import Device
+  from tilecraft.helpers import Context
+  with Context(**dict(settings)):
+    comp = Device[device].compiler
+    if device == "CPU" and hasattr(comp, "target"):
+      arch = comp.target.arch
+      return _resource_name("cpu", arch) + (f"_{_kind_hash(comp)}" if arch == "native" else "")
+    return _resource_name(device, _kind_hash(comp))
+
+def node_resources(devices: Sequence[str] = ("CPU",)) -> dict[str, float]:
+  """The custom resources this host offers (one unit each, see the module docstring): every runnable
+  CPU_ARCH of `tilecraft devices` and native for CPU, and each other device that opens and runs here."""
+  from tilecraft.device import Device, DeviceUnavailable
+  from tilecraft.host import runnable_archs
+  out: dict[str, float] = {}
+  for dev in devices:
+    try: opened = Device[dev]
+    except DeviceUnavailable: continue
+    if opened.render_only is not None: continue
+    if dev == "CPU" and hasattr(opened.compiler, "target"):
+      for arch in runnable_archs(getattr(opened.compiler, "cc", None)):
+        out[target_resource("CPU", (("CPU_ARCH", arch),))] = 1.0
+    else: out[target_resource(dev)] = 1.0
+  return out
+
+# ---- one task, wherever it runs -------------------------------------------------------------------
+
+def tune_kernel(task: TuneTask, seed: bytes = b"") -> TuneResult:
+  """Run one task's BEAM search here, against a scratch search cache holding `seed` (a search cache
+  file's bytes: the driver's results); the rows it adds come back in the result. Never raises for a
+  failed search: the error is in the result."""
+  from tilecraft.codegen.kernel import Kernel
+  from tilecraft.device import Device
+  from tilecraft.engine import search
+  from tilecraft.engine.search.db import close_cache_dbs, machine_kind, read_results
+  from tilecraft.helpers import Context
+  t0 = time.perf_counter()
+  res = TuneResult(task.label, task.name, node=platform.node())
+  with tempfile.TemporaryDirectory(prefix="tilecraft-tune-") as d:
+    path = os.path.join(d, "search.db")
+    if seed:
+      with open(path, "wb") as f: f.write(seed)
+    try:
+      before = set(read_results(path)) if seed else set()
+      with Context(CACHEDB=path, CACHELEVEL=2, **dict(task.settings)):
+        ast = pickle.loads(task.ast)
+        k = search.beam_search(Kernel(ast, Device[task.device].renderer), None, task.beam, budget_s=task.budget_s, progress=False)
+        rep = search.last_report
+        kind = machine_kind(task.device)
+        close_cache_dbs()
+        res.rows = [r[:-1] + (kind,) for r in read_results(path) if r not in before]
+      from tilecraft.engine.search.actions import opts_key
+      res.opts = opts_key(k.applied_opts)
+      if rep is not None:
+        res.cache_hit, res.chose, res.verified, res.complete = rep.cache_hit, rep.chose, rep.verified, rep.complete
+        res.hand_time, res.final_time = rep.hand_time, rep.final_time
+    except Exception as e:  # noqa: BLE001 - one kernel's failure is reported, the others go on
+      res.error = f"{type(e).__name__}: {e}"
+    finally: close_cache_dbs()
+  res.wall_s = time.perf_counter() - t0
+  return res
+
+# ---- running many: a local process pool or Ray -------------------------------------------------------
+
+def run_local(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneResult], None], workers: int = 1) -> None:
+  """Run the tasks in `workers` local processes (default 1: one search at a time, since timing needs
+  the machine to itself), calling on_result in this process as each finishes."""
+  import concurrent.futures as cf, multiprocessing as mp
+  if not tasks: return
+  ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+  try:
+    futs = {ex.submit(tune_kernel, t, seed): t for t in tasks}
+    for f in cf.as_completed(futs):
+      try: r = f.result()
+      except Exception as e:  # noqa: BLE001 - the pool process died (e.g. killed): report it, go on
+        t = futs[f]
+        r = TuneResult(t.label, t.name, node=platform.node(), error=f"{type(e).__name__}: {e}")
+      on_result(r)
+  except BaseException:
+    ex.shutdown(wait=False, cancel_futures=True)
+    raise
+  ex.shutdown(wait=True)
+
+def import_ray() -> Any:
+  """The ray module, or an ImportError saying how to install it."""
+  try: import ray
+  except ImportError as e:
+    raise ImportError(f"tuning on Ray needs the ray package, which is not installed ({e}): pip install 'tilecraft[ray]'") from None
+  return ray
+
+def resources_hint(devices: Sequence[str] = ("CPU",)) -> str:
+  """The `ray start` option that makes this host offer its targets."""
+  return f"--resources '{json.dumps(node_resources(devices))}'"
+
+def run_ray(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneResult], None], address: Optional[str] = None,
+            max_retries: int = 3) -> None:
+  """Run the tasks on Ray, calling on_result in this process as each finishes. Joins the cluster at
+  `address`, or starts a local Ray instance offering this host's resources (the Ray instance this
+  process already has is used as it is). A task Ray loses with its node is retried elsewhere up to
+  `max_retries` times. Stops (cancelling what is left) on an exception, KeyboardInterrupt included."""
+  ray = import_ray()
+  started = False
+  if not ray.is_initialized():
+    if address: ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    else:
+      devices = sorted({t.device for t in tasks}) or ["CPU"]
+      ray.init(num_cpus=max(2, os.cpu_count() or 1), resources=node_resources(devices), include_dashboard=False,
+               log_to_driver=False, logging_level="WARNING")
+    started = True
+  refs: dict[Any, TuneTask] = {}
+  try:
+    need = {target_resource(t.device, t.settings) for t in tasks}
+    have = ray.cluster_resources()
+    if (missing := sorted(r for r in need if have.get(r, 0) < 1)):
+      raise RuntimeError(f"no node of the Ray cluster offers {', '.join(missing)}, so no node can run these kernels; start each node "
+                         f"with `ray start ... {resources_hint(sorted({t.device for t in tasks}))}` (on that node: "
+                         f"python -m tilecraft.engine.search.distributed prints its own)")
+    remote = ray.remote(tune_kernel)
+    seed_ref = ray.put(seed)
+    for t in tasks:
+      refs[remote.options(num_cpus=1, resources={target_resource(t.device, t.settings): 1}, max_retries=max_retries).remote(t, seed_ref)] = t
+    while refs:
+      ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
+      for ref in ready:
+        t = refs.pop(ref)
+        try: r = ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - the task failed for good (its retries spent): report it, go on
+          r = TuneResult(t.label, t.name, error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+        on_result(r)
+  except BaseException:
+    for ref in refs:
+      try: ray.cancel(ref, force=True)
+      except Exception: pass  # noqa: BLE001 - already finished or gone
+    raise
+  finally:
+    if started: ray.shutdown()
+
+if __name__ == "__main__":  # `python -m tilecraft.engine.search.distributed [DEVICE...]`: this host's resources, for `ray start --resources`
+  print(json.dumps(node_resources(sys.argv[1:] or ["CPU"])))

@@ -1,4 +1,5 @@
-"""`tilecraft tune`: BEAM search over every distinct kernel of the bench suite, with a progress bar
+"""`tilecraft tune`: BEAM search over every distinct kernel of the bench suite (or of an ONNX model,
+`--model FILE.onnx`), with a progress bar
 (tqdm, with an ETA). Each kernel's search is one task (tilecraft.engine.search.distributed): in a
 local process, or with `--ray [ADDRESS]` a Ray task on a node that can run the target. The results
 come back to this process, which alone writes them into the search cache (sqlite, `CACHEDB`) as
@@ -16,6 +17,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   """The options of `tilecraft tune`."""
   ap.add_argument("--device", default=None, help="device (default: Device.DEFAULT, i.e. $DEVICE or CPU)")
   ap.add_argument("--beam", type=int, default=2, metavar="N", help="beam width (default 2); use the same N with bench --beam / BEAM=N")
+  ap.add_argument("--model", metavar="FILE.onnx", help="tune an ONNX model's distinct kernels instead of the bench suite's (needs tilecraft[onnx])")
   ap.add_argument("--quick", action="store_true", help="the small-size suite (as bench --quick)")
   ap.add_argument("-k", "--only", action="append", metavar="NAME", help="only bench kernels whose name contains NAME (repeatable)")
   ap.add_argument("--budget", type=float, default=None, metavar="S", help="seconds per kernel; the best so far is kept when spent")
@@ -50,6 +52,35 @@ def _bench_tasks(args: argparse.Namespace, device: str) -> tuple[list[Any], int]
       tasks.append(TuneTask(case.key, Kernel(si.ast, ren).name, pickle.dumps(si.ast), device, args.beam, args.budget, settings))
   return tasks, len(cases)
 
+def _model_tasks(args: argparse.Namespace, device: str) -> tuple[list[Any], int]:
+  """The distinct kernels of an ONNX model as TuneTasks, and the model's node count. The model runs
+  once here on seeded random inputs with hand-coded opts (BEAM=0); its kernels are those of the
+  schedule that tilecraft.onnx captured for rerunning the graph."""
+  from tilecraft.cli.run import _random_input
+  from tilecraft.codegen.kernel import Kernel
+  from tilecraft.device import Device
+  from tilecraft.engine.search.distributed import TuneTask, current_settings
+  from tilecraft.helpers import Context
+  from tilecraft.ops import MetaOps
+  try: import tilecraft.onnx as tonnx
+  except ImportError as e: raise CLIError(f"--model needs the onnx package (pip install 'tilecraft[onnx]'): {e}") from None
+  if not os.path.isfile(args.model): raise CLIError(f"--model {args.model}: no such file")
+  try:
+    model = tonnx.load(args.model, device)
+    rng = np.random.default_rng(0)
+    vis = {vi.name: vi for vi in model.proto.graph.input}
+    with Context(BEAM=0): model.run({name: _random_input(vis[name], dt, rng) for name, dt in model.inputs})
+  except NotImplementedError as e: raise CLIError(str(e), 1) from None
+  captures = list(getattr(model, "_captures", {}).values())
+  if not captures: raise CLIError(f"{args.model}: its graph's structure depends on its input data, so it has no fixed list of kernels to tune", 1)
+  settings, label = current_settings(), os.path.basename(args.model)
+  tasks, seen = [], set()
+  for si in captures[-1].schedule:
+    if si.ast.op is not MetaOps.KERNEL or si.ast.key in seen: continue
+    seen.add(si.ast.key)
+    tasks.append(TuneTask(label, Kernel(si.ast, Device[device].renderer).name, pickle.dumps(si.ast), device, args.beam, args.budget, settings))
+  return tasks, len(model.proto.graph.node)
+
 def _seed() -> bytes:
   """The driver's search cache results as a cache file's bytes: each task searches against a copy (a kernel tuned before is a hit)."""
   from tilecraft.engine.search.db import cache_db_path, export_results
@@ -69,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
   if args.ray is not None:
     try: distributed.import_ray()
     except ImportError as e: raise CLIError(str(e)) from None
-  tasks, n_cases = _bench_tasks(args, device)
+  tasks, n_cases = _model_tasks(args, device) if args.model else _bench_tasks(args, device)
+  what = f"the {n_cases}-node model {args.model}" if args.model else f"{n_cases} bench cases"
   rows: list[list[str]] = []
   failed = 0
   t0 = time.perf_counter()
@@ -102,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
     prog.clear()
   wall = time.perf_counter() - t0
   where = f"Ray{' at ' + args.ray if args.ray else ' (local instance)'}" if args.ray is not None else "a local process"
-  print(f"tune on {device}: BEAM={args.beam} over {len(tasks)} distinct kernels of {n_cases} bench cases on {where} in {wall:.1f}s "
+  print(f"tune on {device}: BEAM={args.beam} over {len(tasks)} distinct kernels of {what} on {where} in {wall:.1f}s "
         f"({60 * len(tasks) / wall:.1f} kernels/min; search cache: {cache_db_path()})")
-  print(format_table(["bench", "kernel", "node", "hand-coded", "beam", "gain", "chosen", "opts"], rows, "lllrrrll"))
-  print(f"\nreplay with: tilecraft bench --beam {args.beam}{' --quick' if args.quick else ''}  (or BEAM={args.beam} in the environment)")
+  print(format_table(["model" if args.model else "bench", "kernel", "node", "hand-coded", "beam", "gain", "chosen", "opts"], rows, "lllrrrll"))
+  if args.model: print(f"\nreplay with: tilecraft run {args.model} --beam {args.beam}  (or BEAM={args.beam} in the environment)")
+  else: print(f"\nreplay with: tilecraft bench --beam {args.beam}{' --quick' if args.quick else ''}  (or BEAM={args.beam} in the environment)")
   return 1 if failed else 0

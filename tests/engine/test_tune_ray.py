@@ -90,3 +90,102 @@ def test_missing_ray_is_a_clear_error(monkeypatch):
     return real(name, *a, **kw)
   monkeypatch.setattr(builtins, "__import__", no_ray)
   with pytest.raises(ImportError, match=r"pip install 'tilecraft\[ray\]'"): distributed.import_ray()
+
+# ---- a two-node cluster on localhost (slow: two `ray start`s take ~30 s on 2 busy cores) ----------
+
+class LocalCluster:
+  """`ray start --head` plus `ray start --address` nodes on this host, in a temp dir of their own, each
+  offering this host's resources with one CPU. Stopped by killing exactly the processes it started (by
+  pid: every process whose command line names its temp dir, and their children), never `ray stop`,
+  which would stop every Ray on the machine."""
+  def __init__(self):
+    import socket, tempfile
+    self.dir = tempfile.mkdtemp(prefix="tcray", dir="/tmp")  # short: Ray's socket paths must stay under ~107 chars
+    with socket.socket() as s:
+      s.bind(("127.0.0.1", 0))
+      self.port = s.getsockname()[1]
+    self.address = f"127.0.0.1:{self.port}"
+    self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    self.resources = __import__("json").dumps(distributed.node_resources(["CPU"]))
+  def _start(self, *args: str) -> None:
+    import subprocess, sys
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    r = subprocess.run([ray_cli, "start", *args, "--num-cpus", "1", "--resources", self.resources, "--disable-usage-stats"],
+                       env=self.env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+  def start_head(self) -> None: self._start("--head", "--port", str(self.port), "--temp-dir", self.dir, "--include-dashboard", "false")
+  def add_node(self) -> None: self._start("--address", self.address)
+  def pids(self, name: str = "") -> list[int]:
+    """Processes of this cluster (whose command line names its temp dir, and `name` when given), oldest first."""
+    out = []
+    for p in os.listdir("/proc"):
+      if not p.isdigit(): continue
+      try:
+        with open(f"/proc/{p}/cmdline", "rb") as f: cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{p}/stat") as f: start = int(f.read().rsplit(")", 1)[1].split()[19])
+      except OSError: continue
+      if self.dir in cmd and name in cmd: out.append((start, int(p)))
+    return [p for _, p in sorted(out)]
+  def children(self, pid: int) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+      if not p.isdigit(): continue
+      try:
+        with open(f"/proc/{p}/stat") as f: ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+      except OSError: continue
+      if ppid == pid: out += [int(p)] + self.children(int(p))
+    return out
+  def kill(self, pid: int) -> None:
+    import signal
+    for p in [pid] + self.children(pid):
+      try: os.kill(p, signal.SIGKILL)
+      except ProcessLookupError: pass
+  def stop(self) -> None:
+    import shutil, time
+    for _ in range(3):  # what a dying raylet leaves behind can appear late
+      for pid in self.pids(): self.kill(pid)
+      time.sleep(0.5)
+    shutil.rmtree(self.dir, ignore_errors=True)
+
+@pytest.fixture
+def two_nodes():
+  if ray.is_initialized(): ray.shutdown()  # (the module's local instance, if a test before started it)
+  c = LocalCluster()
+  try:
+    c.start_head()
+    c.add_node()
+    yield c
+  finally:
+    if ray.is_initialized(): ray.shutdown()
+    c.stop()
+  assert not c.pids(), "processes of the test cluster are still running"
+
+@pytest.mark.slow
+def test_a_node_killed_mid_task_loses_nothing(two_nodes, tmp_path, monkeypatch):
+  """kill -9 of the second node's raylet while both nodes search: its task is retried on the head node,
+  and every kernel's result arrives once."""
+  import time
+  monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+  ray.init(address=two_nodes.address, log_to_driver=False, logging_level="WARNING")
+  deadline = time.time() + 60
+  while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline: time.sleep(0.5)
+  assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+  tasks = [distributed.TuneTask(f"case{i}", f"k{i}", pickle.dumps(ast), "CPU", 1, 2.0, ())
+           for i, ast in enumerate([ew_ast(256), rowsum_ast(16, 32), ew_ast(96), rowsum_ast(8, 64)])]
+  db = SearchDB(str(tmp_path / "driver.db"))
+  got: list[distributed.TuneResult] = []
+  killed: list[int] = []
+  def on_result(r: distributed.TuneResult) -> None:
+    db.merge_rows(r.rows)
+    got.append(r)
+    if not killed:
+      raylets = two_nodes.pids("raylet")
+      assert len(raylets) == 2
+      killed.append(raylets[-1])
+      two_nodes.kill(raylets[-1])
+  distributed.run_ray(tasks, b"", on_result)
+  assert killed and len([n for n in ray.nodes() if n["Alive"]]) == 1  # a node died during the run
+  assert sorted(r.label for r in got) == sorted(t.label for t in tasks), [(r.label, r.error) for r in got]  # each once
+  assert all(r.error is None for r in got), [r.error for r in got]
+  assert len(db.result_rows()) == len(tasks)
+  db.close()

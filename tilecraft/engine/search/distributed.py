@@ -103,6 +103,14 @@ def node_resources(devices: Sequence[str] = ("CPU",)) -> dict[str, float]:
 
 # ---- one task, wherever it runs -------------------------------------------------------------------
 
+def _node_name() -> str:
+  """This host's name, and on Ray the start of the node's id (several nodes may share a host)."""
+  ray = sys.modules.get("ray")
+  try:
+    if ray is not None and ray.is_initialized(): return f"{platform.node()}:{ray.get_runtime_context().get_node_id()[:6]}"
+  except Exception: pass  # noqa: BLE001 - a name for the report only
+  return platform.node()
+
 def tune_kernel(task: TuneTask, seed: bytes = b"") -> TuneResult:
   """Run one task's BEAM search here, against a scratch search cache holding `seed` (a search cache
   file's bytes: the driver's results); the rows it adds come back in the result. Never raises for a
@@ -113,7 +121,7 @@ def tune_kernel(task: TuneTask, seed: bytes = b"") -> TuneResult:
   from tilecraft.engine.search.db import close_cache_dbs, machine_kind, read_results
   from tilecraft.helpers import Context
   t0 = time.perf_counter()
-  res = TuneResult(task.label, task.name, node=platform.node())
+  res = TuneResult(task.label, task.name, node=_node_name())
   with tempfile.TemporaryDirectory(prefix="tilecraft-tune-") as d:
     path = os.path.join(d, "search.db")
     if seed:

@@ -202,7 +202,8 @@ def run_ray(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneRes
                          f"with `ray start ... {resources_hint(sorted({t.device for t in tasks}))}` (on that node: "
                          f"python -m tilecraft.engine.search.distributed prints its own)")
     remote = ray.remote(tune_kernel)
-    seed_ref = ray.put(seed)
+    # a small seed travels inline with each task (no object a dead node's task could lose track of); a big one once, by reference
+    seed_ref = seed if len(seed) < (1 << 20) else ray.put(seed)
     for t in tasks:
       refs[remote.options(num_cpus=1, resources={target_resource(t.device, t.settings): 1}, max_retries=max_retries).remote(t, seed_ref)] = t
     while refs:

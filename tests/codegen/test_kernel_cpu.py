@@ -23,8 +23,12 @@ def iso():
   # kernels run in a worker process: one that corrupts memory fails its test instead of killing pytest
   with IsolatedRunner() as r: yield r
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,device", _params("noopt"))
 def test_corpus_kernel_matches_numpy(name: str, device: str, iso: IsolatedRunner):
+  """Slow tier: in the default tier, tests/testing/test_fuzz.py::test_fuzz_corpus_entry checks exactly
+  this first (the unoptimized kernel of every corpus entry on CPU, OPENCL and LLVM, the same seeded
+  inputs, every var_vals, against numpy) before it fuzzes the entry."""
   e = ENTRIES[name]
   f = check_opts(e, [], entry_inputs(e), device, isolated=iso)
   assert f is None, str(f)

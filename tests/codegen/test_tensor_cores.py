@@ -137,12 +137,13 @@ def test_use2_cpu_every_axis(vendor, rng):
       k, got = run_tc(ast, inputs, ren, "CPU", 2, ax, tc_opt)
       np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, **_tol(ast), err_msg=f"axis {ax} {k.colored_shape()}")
 
-@pytest.mark.parametrize("vendor", ["CUDA", "AMD", "METAL"])
+@pytest.mark.parametrize("vendor", [pytest.param("CUDA", marks=pytest.mark.slow), pytest.param("AMD", marks=pytest.mark.slow), "METAL"])
 def test_use3_cpu_one_thread_holds_the_warp(vendor, rng):
   """use 3 on CPU (no threads): the lane axes are expanded lanes, so one thread holds the whole warp,
   stages every lane's fragments through a stack array (private to each OpenMP thread) and reads back
   what each lane's C registers need from where the vendor layout puts it. Metal on every case and
-  axis; CUDA and AMD (a 2048 / 4096 multiply-add step, slow to compile) on one parallel matmul."""
+  axis; CUDA and AMD (a 2048 / 4096 multiply-add step, 15-30 s of C compile: slow tier; their layouts'
+  use 3 runs by default through local memory on OPENCL and on the emulator) on one parallel matmul."""
   ren = fake(CRenderer, vendor)
   dt = VENDOR_DT[vendor]
   todo = [(matmul_case(rng, 32, 32, 32, dt), 0, [])]

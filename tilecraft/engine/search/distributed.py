@@ -187,7 +187,9 @@ def run_ray(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneRes
   ray = import_ray()
   started = False
   if not ray.is_initialized():
-    if address: ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    if address:
+      try: ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+      except (ConnectionError, ValueError, RuntimeError) as e: raise RuntimeError(f"can't join the Ray cluster at {address}: {e}") from None
     else:
       devices = sorted({t.device for t in tasks}) or ["CPU"]
       ray.init(num_cpus=max(2, os.cpu_count() or 1), resources=node_resources(devices), include_dashboard=False,

@@ -42,3 +42,19 @@ def test_a_models_distinct_kernels_become_tasks(tmp_path):
 def test_bench_kernels_are_planned_once_each():
   tasks, n = _bench_tasks(_args(only=["sum_64K", "elementwise"]), "CPU")
   assert n == 2 and len(tasks) == len({pickle.loads(t.ast).key for t in tasks}) >= 2
+
+@pytest.mark.slow
+def test_tune_on_a_local_ray_fills_the_search_cache(tmp_path):
+  """`tilecraft tune --ray` end to end: a local Ray instance, the results in the driver's search cache, Ray stopped after."""
+  import os, subprocess, sys
+  pytest.importorskip("ray", reason="ray is not installed (pip install 'tilecraft[ray]')")
+  from tilecraft.engine.search.db import read_results
+  db = str(tmp_path / "search.db")
+  env = {**os.environ, "CACHEDB": db, "NO_COLOR": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+  for k in ("DEBUG", "NOOPT", "BEAM", "DEVICE"): env.pop(k, None)
+  r = subprocess.run([sys.executable, "-m", "tilecraft", "tune", "--quick", "-k", "sum_64K", "--beam", "1", "--budget", "2", "--quiet", "--ray"],
+                     env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stdout + r.stderr
+  assert "on Ray (local instance)" in r.stdout and "sum_64K" in r.stdout
+  n = int(r.stdout.split(" distinct kernels")[0].rsplit(" ", 1)[1])
+  assert n >= 1 and len(read_results(db)) == n

@@ -220,6 +220,7 @@ class Compiler:
   flags: tuple[str, ...] = ()
   batch_wrap: Optional[str] = None
   batch_renames: bool = False
+  parallel_compile: bool = False  # compile() may run in several threads at once (it runs a separate process)
   error_line: str = r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal )?error"
   def __init__(self, cachekey: Optional[str] = None):
     self.cachekey = cachekey

@@ -22,6 +22,37 @@ def test_a_failing_kernel_leaves_the_earlier_ones_realized(rng: np.random.Genera
   e = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
 
+def test_a_schedules_new_kernels_compile_at_once_on_every_core(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+  """New CPU kernels of one schedule are optimized and rendered first and compiled in parallel threads,
+  each under the caller's settings (CPU_ARCH here); a kernel that fails to compile there fails where it runs."""
+  import threading
+  from tilecraft.device import CompileError, Device
+  from tilecraft.engine import realize
+  from tilecraft.host import cpu_arch
+  monkeypatch.setattr(realize, "_cores", lambda: 2)
+  comp = Device["CPU"].compiler
+  seen: list[tuple[str, str]] = []
+  real = type(comp).compile_cached
+  def spy(self: object, src: str) -> bytes:
+    seen.append((threading.current_thread().name, cpu_arch()))
+    return real(self, src)  # type: ignore[arg-type]
+  monkeypatch.setattr(type(comp), "compile_cached", spy)
+  x = rng.standard_normal((6, 9)).astype(np.float32)
+  with Context(CPU_ARCH="x86-64-v2"):
+    out = (Tensor(x) * 1.8125).softmax(-1) + (Tensor(x) * 1.8125).sum()  # a scale no other test uses: new kernels
+    sched = out.schedule()
+    assert len(sched) >= 2
+    run_schedule(sched)
+  assert len(seen) >= 2 and all(a == "x86-64-v2" for _, a in seen) and any(t != threading.main_thread().name for t, _ in seen)
+  e = np.exp(x * 1.8125 - (x * 1.8125).max(-1, keepdims=True))
+  np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True) + (x * 1.8125).sum(), rtol=1e-5, atol=1e-4)
+  # a compile error in the threads: the kernel is compiled again at its turn, and the error is raised there
+  def broken(self: object, src: str) -> bytes: raise CompileError("broken on purpose", src, "")
+  monkeypatch.setattr(type(comp), "compile_cached", broken)
+  monkeypatch.setattr(type(comp), "compile", lambda self, src: broken(self, src))
+  bad = (Tensor(x) * 1.9375).softmax(-1)
+  with pytest.raises(CompileError, match="broken on purpose"): bad.realize()
+
 def test_a_runner_compiled_at_its_turn(rng: np.random.Generator) -> None:
   """A kernel seen for the first time is compiled when its turn comes, after the items it reads ran."""
   x = rng.standard_normal((5, 7)).astype(np.float32)

@@ -1,7 +1,7 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
 once per (AST, device) and launched on its buffers."""
 from __future__ import annotations
-import atexit, operator, threading, warnings
+import atexit, concurrent.futures, contextvars, operator, os, threading, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
@@ -59,8 +59,14 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
   _, renderer, opts = settings
   key = (ast.key, device, renderer, opts)
   if (r := _runners.get(key)) is None:
-    k = optimize(Kernel(ast, renderer), bufs)
-    r = _runners[key] = CompiledRunner(k.to_program())
+    if (ahead := _built_ahead.pop(key, None)) is not None:
+      k, prg, lib = ahead
+      try: r = CompiledRunner(prg, precompiled=lib)
+      except Exception: r = CompiledRunner(prg)  # noqa: BLE001 -- (a binary that doesn't load: built again, the usual way)
+    else:
+      k = optimize(Kernel(ast, renderer), bufs)
+      r = CompiledRunner(k.to_program())
+    _runners[key] = r
     if DEBUG >= 3:  # as the reference: the name, with RAWAST=1 the AST as scheduled, the optimized AST, the opts
       print(k.name)
       if getenv("RAWAST", 0): print(ast)
@@ -72,6 +78,44 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
   if len(_runners_by_ast) >= 4096: _runners_by_ast.clear()
   _runners_by_ast[(ast, *settings)] = r
   return r
+
+# ---- compiling a schedule's new kernels at once ---------------------------------------------------
+# A model's first call meets tens of new kernels. Where the device's compiler is a separate process
+# (`Compiler.parallel_compile`: the CPU's C compiler), run_schedule optimizes and renders them first
+# and compiles them on every core at once (each binary disk-cached as usual); get_runner then loads
+# what was built here. Not under BEAM: the search times each kernel on the buffers the kernels before
+# it filled, so it runs when its turn comes.
+_built_ahead: dict[tuple, tuple[Kernel, Any, bytes]] = {}  # runner key -> (kernel, program, binary)
+
+def _cores() -> int:
+  try: return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError): return os.cpu_count() or 1
+
+def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[str, tuple]) -> int:
+  """Build the runners of the (ast, device, bufs) `items` that aren't loaded yet, compiling in
+  parallel (see above); returns how many binaries it made. A kernel that fails to compile here is
+  left to get_runner, which compiles it again and raises the error where the kernel runs."""
+  if int(BEAM) >= 1 or _cores() < 2: return 0
+  todo: dict[tuple, tuple[LazyOp, list[Buffer], tuple]] = {}
+  for ast, device, bufs in items:
+    s = settings[device]
+    key = (ast.key, device, s[1], s[2])
+    if key in _runners or key in _built_ahead or key in todo or not Device[device].compiler.parallel_compile: continue
+    todo[key] = (ast, bufs, s)
+  if len(todo) < 2: return 0
+  made = {key: optimize(Kernel(ast, s[1]), bufs) for key, (ast, bufs, s) in todo.items()}
+  progs = {key: k.to_program() for key, k in made.items()}
+  def build(key: tuple) -> Optional[bytes]:
+    try: return Device[key[1]].compiler.compile_cached(progs[key].src)
+    except Exception: return None  # noqa: BLE001 -- (reported by get_runner)
+  with concurrent.futures.ThreadPoolExecutor(min(len(todo), _cores())) as pool:
+    futures = {key: pool.submit(contextvars.copy_context().run, build, key) for key in todo}  # (settings are per thread: each compile sees the caller's)
+  n = 0
+  for key, f in futures.items():
+    if (lib := f.result()) is not None:
+      _built_ahead[key] = (made[key], progs[key], lib)
+      n += 1
+  return n
 
 # ---- replayed graphs: a template bound to its runners ---------------------------------------------
 # A user's loop realizes the same composite (a frontend recipe's graph) on every call. Once its
@@ -203,6 +247,8 @@ def run_schedule(schedule: list) -> None:
       if (s := settings.get(device)) is None: s = settings[device] = _settings(device)
       if (runner := _runners_by_ast.get((si.ast, *s))) is not None: args = runner.launch_args(list(si.bufs), si.var_vals)
     plan.append((si, runner, args))
+  if sum(runner is None and si.ast.op is not MetaOps.COPY for si, runner, _ in plan) >= 2:
+    compile_ahead([(si.ast, si.bufs[0].device, list(si.bufs)) for si, runner, _ in plan if runner is None and si.ast.op is not MetaOps.COPY], settings)
   done = 0
   try:
     for si, runner, args in plan:

@@ -80,6 +80,7 @@ class CPUCompiler(Compiler):
   """C source -> shared object bytes, via `cc ... -x c - -o out.so` (source on stdin). The -march is
   `CPU_ARCH` at compile time (part of `flags`, so of the binary cache key)."""
   batch_renames = True
+  parallel_compile = True
   base_flags: tuple[str, ...] = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fwrapv")
   def __init__(self, cc: Optional[str] = None):
     self.cc = cc or find_c_compiler()

@@ -113,25 +113,12 @@ def clang_path_dir() -> str | None:
   os.symlink(found[-1], os.path.join(d, "clang"))
   return d
 
-class Peer:
-  def __init__(self, py: str, quick: bool, path_dir: str | None):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DEBUG", "BEAM", "NOOPT", "DEVICE")}
-    env["CLANG"] = "1"
-    if path_dir: env["PATH"] = path_dir + os.pathsep + env.get("PATH", "")
-    self.p = subprocess.Popen([py, os.path.abspath(__file__), "--worker"] + (["--quick"] if quick else []), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir())
-    self.hello = self._read()
-  def _read(self) -> dict:
-    line = self.p.stdout.readline()  # type: ignore[union-attr]
-    if not line: sys.exit(f"the tinygrad worker died (exit code {self.p.wait()}); its stderr is above")
-    return json.loads(line)
-  def ask(self, **req: Any) -> dict:
-    self.p.stdin.write(json.dumps(req) + "\n")  # type: ignore[union-attr]
-    self.p.stdin.flush()  # type: ignore[union-attr]
-    return self._read()
-  def close(self) -> None:
-    self.p.stdin.close()  # type: ignore[union-attr]
-    self.p.wait(timeout=30)
+def Peer(py: str, quick: bool, path_dir: str | None) -> "PeerWorker":
+  """The tinygrad worker, over a pipe (its CLANG backend, with `path_dir`'s clang first on PATH)."""
+  from common import PeerWorker  # (here: the worker side runs in the peer's venv, without tilecraft)
+  env = {"CLANG": "1"}
+  if path_dir: env["PATH"] = path_dir + os.pathsep + os.environ.get("PATH", "")
+  return PeerWorker(py, __file__, "tinygrad", ("--quick",) if quick else (), env)
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

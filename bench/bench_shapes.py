@@ -197,25 +197,10 @@ def ensure_venv(venv: str) -> str:
   if r.returncode != 0: sys.exit(f"could not install jax into {venv}:\n{r.stderr.strip()}")
   return py
 
-class Peer:
-  """The jax worker, over a pipe."""
-  def __init__(self, py: str):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DEBUG", "BEAM", "NOOPT", "DEVICE")}
-    env["JAX_PLATFORMS"] = "cpu"
-    self.p = subprocess.Popen([py, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              env=env, cwd=tempfile.gettempdir())
-    self.hello = self._read()
-  def _read(self) -> dict:
-    line = self.p.stdout.readline()  # type: ignore[union-attr]
-    if not line: sys.exit(f"the jax worker died (exit code {self.p.wait()}); its stderr is above")
-    return json.loads(line)
-  def ask(self, **req: Any) -> dict:
-    self.p.stdin.write(json.dumps(req) + "\n")  # type: ignore[union-attr]
-    self.p.stdin.flush()  # type: ignore[union-attr]
-    return self._read()
-  def close(self) -> None:
-    self.p.stdin.close()  # type: ignore[union-attr]
-    self.p.wait(timeout=30)
+def Peer(py: str) -> "PeerWorker":
+  """The jax worker, over a pipe (XLA on the CPU)."""
+  from common import PeerWorker  # (here: the worker side runs in the peer's venv, without tilecraft)
+  return PeerWorker(py, __file__, "jax", env={"JAX_PLATFORMS": "cpu"})
 
 # ---- the tilecraft side ----------------------------------------------------------------------------
 

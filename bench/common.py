@@ -1,7 +1,7 @@
 """Shared pieces of the benchmarks: AST builders for the kernels they time, and a timer."""
 from __future__ import annotations
-import time
-from typing import Callable
+import json, os, subprocess, sys, tempfile, time
+from typing import Any, Callable, Optional
 import numpy as np
 from tilecraft.dtype import dtypes
 from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps, ReduceOps
@@ -44,3 +44,26 @@ def numpy_conv3x3(img: np.ndarray, w: np.ndarray) -> np.ndarray:
   p = np.pad(img, ((0, 0), (1, 1), (1, 1)))
   cols = np.stack([p[:, ky:ky + H, kx:kx + W] for ky in range(3) for kx in range(3)], axis=1)  # cin, 9, H, W
   return np.einsum("ckhw,ock->ohw", cols.reshape(cin, 9, H, W), w.reshape(w.shape[0], cin, 9))
+
+class PeerWorker:
+  """A peer's benchmark worker (`script --worker`, run by the peer's own python) over a pipe: one JSON
+  request per line in, one JSON answer per line out; its first line is a hello. The environment
+  drops tilecraft's settings and PYTHONPATH (the peer imports only what its venv has); `env` adds to it."""
+  def __init__(self, py: str, script: str, name: str, args: tuple[str, ...] = (), env: Optional[dict[str, str]] = None):
+    full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DEBUG", "BEAM", "NOOPT", "DEVICE")}
+    full.update(env or {})
+    self.name = name
+    self.p = subprocess.Popen([py, os.path.abspath(script), "--worker", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=full, cwd=tempfile.gettempdir())
+    self.hello = self._read()
+  def _read(self) -> dict:
+    line = self.p.stdout.readline()  # type: ignore[union-attr]
+    if not line: sys.exit(f"the {self.name} worker died (exit code {self.p.wait()}); its stderr is above")
+    return json.loads(line)
+  def ask(self, **req: Any) -> dict:
+    self.p.stdin.write(json.dumps(req) + "\n")  # type: ignore[union-attr]
+    self.p.stdin.flush()  # type: ignore[union-attr]
+    return self._read()
+  def close(self) -> None:
+    self.p.stdin.close()  # type: ignore[union-attr]
+    self.p.wait(timeout=30)

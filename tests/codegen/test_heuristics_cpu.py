@@ -135,6 +135,20 @@ def test_conv_third_reuse_upcast_and_full_kx_unroll(arch, rng):
     check(k, [img, w], bench.numpy_conv3x3(img, w), rtol=1e-4)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_odd_conv_rows_take_the_tile_with_one_padded_vector(arch, rng):
+  """55-wide conv rows (SqueezeNet's 3x3 at 55^2) are neither a multiple of the vector nor of half of it:
+  the matmul tile with one vector of columns padded to the width (55 -> 56 on AVX2, 64 on AVX-512 is over
+  the 1/8 bound there and keeps the general rules), rows of output channels sharing each vector load."""
+  ast = bench.conv3x3_ast(4, 16, 55, 55)  # axes: cout, y, x, cin, ky, kx
+  img, w = rng.random((4, 55, 55), dtype=np.float32), rng.random((16, 4, 3, 3), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    k = hand(ast)
+    vw = ARCHS[arch]
+    if vw == 8: assert opts(k)[:2] == [(D, 2, 8), (U, 2, 8)] and any(o[0] is U and o[1] == 0 for o in opts(k)), opts(k)
+    else: assert (D, 2, 16) not in opts(k), opts(k)
+    check(k, [img, w], bench.numpy_conv3x3(img, w), rtol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_conv_rows_padded_to_full_vectors(arch, rng):
   """56-wide conv rows: AVX-512 pads them to 64 (PADTO 16) and runs 16-lane vectors, 8 channels x
   4 rows (32 accumulators, the register limit), kx unrolled; AVX2 keeps 8 lanes unpadded. Both vs numpy."""

@@ -94,14 +94,8 @@ def worker(quick: bool) -> None:
 
 def ensure_venv(venv: str) -> str:
   """The venv's python, with tinygrad 0.9.2 installed (created on first use)."""
-  py = os.path.join(venv, "bin", "python")
-  check = [py, "-c", "import tinygrad, numpy, importlib.metadata as m; assert m.version('tinygrad') == '0.9.2'"]
-  if os.path.exists(py) and subprocess.run(check, capture_output=True).returncode == 0: return py
-  print(f"creating {venv} with {TINYGRAD} (for this benchmark only) ...", file=sys.stderr)
-  subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-  r = subprocess.run([py, "-m", "pip", "install", "-q", TINYGRAD, "numpy"], capture_output=True, text=True)
-  if r.returncode != 0: sys.exit(f"could not install {TINYGRAD} into {venv}:\n{r.stderr.strip()}")
-  return py
+  from common import ensure_peer_venv
+  return ensure_peer_venv(venv, [TINYGRAD, "numpy"], "import tinygrad, numpy, importlib.metadata as m; assert m.version('tinygrad') == '0.9.2'")
 
 def clang_path_dir() -> str | None:
   """None when `clang` is on PATH, else a temp dir holding a `clang` link to the newest clang-N."""

@@ -188,14 +188,8 @@ def worker() -> None:
 
 def ensure_venv(venv: str) -> str:
   """The venv's python, with jax installed (created on first use)."""
-  py = os.path.join(venv, "bin", "python")
-  check = [py, "-c", "import jax, numpy"]
-  if os.path.exists(py) and subprocess.run(check, capture_output=True).returncode == 0: return py
-  print(f"creating {venv} with {' '.join(JAX_REQS)} (for this benchmark only) ...", file=sys.stderr)
-  subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-  r = subprocess.run([py, "-m", "pip", "install", "-q", *JAX_REQS], capture_output=True, text=True)
-  if r.returncode != 0: sys.exit(f"could not install jax into {venv}:\n{r.stderr.strip()}")
-  return py
+  from common import ensure_peer_venv
+  return ensure_peer_venv(venv, list(JAX_REQS), "import jax, numpy")
 
 def Peer(py: str) -> "PeerWorker":
   """The jax worker, over a pipe (XLA on the CPU)."""

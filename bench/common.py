@@ -67,3 +67,14 @@ class PeerWorker:
   def close(self) -> None:
     self.p.stdin.close()  # type: ignore[union-attr]
     self.p.wait(timeout=30)
+
+def ensure_peer_venv(venv: str, reqs: list[str], check: str) -> str:
+  """The python of the peer's venv, where `python -c check` succeeds; the venv is created with `reqs`
+  installed on first use (peers are never tilecraft's dependencies: each lives in its own venv)."""
+  py = os.path.join(venv, "bin", "python")
+  if os.path.exists(py) and subprocess.run([py, "-c", check], capture_output=True).returncode == 0: return py
+  print(f"creating {venv} with {' '.join(reqs)} (for this benchmark only) ...", file=sys.stderr)
+  subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+  r = subprocess.run([py, "-m", "pip", "install", "-q", *reqs], capture_output=True, text=True)
+  if r.returncode != 0: sys.exit(f"could not install {' '.join(reqs)} into {venv}:\n{r.stderr.strip()}")
+  return py

@@ -293,13 +293,9 @@ def _conflicting_reduces(x: Tensor) -> tuple[Tensor, list[Any]]:
   total = inner.max()
   return rows + cols + total, [rows.lazydata.base, cols.lazydata.base, inner.lazydata.base, total.lazydata.base]
 
-def test_conflicting_reduces_are_settled_in_one_pass(rng: np.random.Generator, monkeypatch: Any) -> None:
-  """Each kernel is built once: the reduces that need kernels of their own are found by one walk over
-  the graph before building (a build that meets one is a scheduler bug, not a restart)."""
+def _count_builds(monkeypatch: Any) -> list[Any]:
+  """The value each kernel build starts from, in order (the schedule's template cache emptied first)."""
   from tilecraft.engine import schedule
-  (x, xn) = T(rng, 6, 7)
-  x.realize()
-  out, reduces = _conflicting_reduces(x)
   built: list[Any] = []
   class Counting(schedule._KernelBuilder):
     def __init__(self, o: Any, *args: Any, **kwargs: Any) -> None:
@@ -307,6 +303,16 @@ def test_conflicting_reduces_are_settled_in_one_pass(rng: np.random.Generator, m
       super().__init__(o, *args, **kwargs)
   monkeypatch.setattr(schedule, "_KernelBuilder", Counting)
   schedule._templates.clear()
+  return built
+
+def test_conflicting_reduces_are_settled_in_one_pass(rng: np.random.Generator, monkeypatch: Any) -> None:
+  """Each kernel is built once: the reduces that need kernels of their own are found by one walk over
+  the graph before building (a build that meets one is a scheduler bug, not a restart)."""
+  from tilecraft.engine import schedule
+  (x, xn) = T(rng, 6, 7)
+  x.realize()
+  out, reduces = _conflicting_reduces(x)
+  built = _count_builds(monkeypatch)
   items = out.schedule()
   assert len(items) == 5 and len(built) == 5 and {id(b) for b in built} == {id(si.outputs[0]) for si in items}
   assert {id(r) for r in reduces} <= {id(si.outputs[0]) for si in items}
@@ -337,13 +343,7 @@ def test_a_fusion_that_fails_rebuilds_only_its_kernel(rng: np.random.Generator, 
   x.realize()
   m = x.max(1, keepdim=True)
   s = (x - m).exp().sum(1) + m[::-1].reshape(6)
-  built: list[Any] = []
-  class Counting(schedule._KernelBuilder):
-    def __init__(self, o: Any, *args: Any, **kwargs: Any) -> None:
-      built.append(o)
-      super().__init__(o, *args, **kwargs)
-  monkeypatch.setattr(schedule, "_KernelBuilder", Counting)
-  schedule._templates.clear()
+  built = _count_builds(monkeypatch)
   items = s.schedule()
   assert len(items) == 2 and [len(si.outputs) for si in items] == [1, 1]
   assert sum(b is m.lazydata.base for b in built) == 1 and sum(b is s.lazydata.base for b in built) == 2

@@ -10,8 +10,9 @@ from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
 from tilecraft.dtype import dtypes
 from tilecraft.engine import search
-from tilecraft.engine.search import actions, beam, db
+from tilecraft.engine.search import beam, db
 from tilecraft.helpers import Context
+from search_fakes import FakePool
 from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps
 from tilecraft.shape.shapetracker import ShapeTracker
 
@@ -20,33 +21,9 @@ def ew_ast(n: int) -> LazyOp:
   ld = lambda i: LazyOp(BufferOps.LOAD, (), MemBuffer(i, dtypes.float32, st))
   return LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (LazyOp(BinaryOps.ADD, (ld(1), ld(2))),), MemBuffer(0, dtypes.float32, st)),))
 
-class _Worker:
-  prepared = None
-  def alive(self) -> bool: return True
-
-class FakePool:
-  """isolation.Pool's interface with instant jobs: every candidate takes `t` seconds (so the hand-coded floor wins)."""
-  def __init__(self, t: float = 1e-3):
-    self.t, self.workers, self.jobs = t, [_Worker()], []
-  def run(self, jobs, n, on_result=None, stop=None):
-    out = []
-    for i, j in enumerate(jobs):
-      self.jobs.append(j)
-      res = getattr(self, "_" + j.kind)(*j.args)
-      if on_result: on_result(i, res)
-      out.append(res)
-    return out
-  def _build(self, ast_id, ren_id, ast_key, device, opts, name, vv, max_uops, do_compile, front=0):
-    key = actions.opts_key([actions.opt_unwire(o) for o in opts])
-    return ("ok", {"src": key, "lib": key.encode(), "gs": None, "ls": None, "vals": [], "uops": 1, "ops": 0, "render_s": 0, "compile_s": 0})
-  def _prepare(self, device, specs): return ("ok", None)
-  def _time(self, device, prog, specs, runs, early, directive, hang_s, ref=None): return ("ok", ([self.t] * runs, [self.t] * runs if ref else []))
-  def _verify(self, device, ref, cands, specs, n_out, outs_read, seed, guard, front=0): return ("ok", [(True, 0.0, "") for _ in cands])
-  def _race(self, device, progs, specs, runs): return ("ok", [self.t] * len(progs))
-
 @pytest.fixture
 def pool(monkeypatch):
-  p = FakePool()
+  p = FakePool(lambda opts: 1e-3)  # every candidate equally fast: the hand-coded floor wins
   monkeypatch.setattr(beam, "get_pool", lambda handler: p)
   return p
 

@@ -1,6 +1,7 @@
 """The onnx package's nine light models (seeded random weights, tilecraft.onnx.light) against
 onnxruntime: the logits (the final Softmax's input) and the probabilities match within rtol 1e-3, on the
-default CPU device and on LLVM (every model), and on OPENCL (SqueezeNet, ShuffleNet). Each is run twice
+default CPU device and on LLVM (every model), and on OPENCL and on PYTHON under EMULATE=CUDA (the GPU
+emulator with the CUDA renderer's limits and vector types: SqueezeNet, ShuffleNet). Each is run twice
 on two inputs: the second call reruns the graph built by the first. Slow tier: each model compiles tens
 of kernels. (A device that can't be opened skips, or fails in CI: tests/conftest.py.)"""
 from __future__ import annotations
@@ -9,16 +10,16 @@ import pytest
 
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
+from tilecraft import Context, Device  # noqa: E402
 from tilecraft.onnx import load  # noqa: E402
 from tilecraft.onnx.light import light_input, light_model, light_model_names  # noqa: E402
 
 NAMES = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19", "zfnet512"]
 CASES = [(n, None) for n in NAMES] + [(n, "LLVM") for n in NAMES] + [(n, "OPENCL") for n in ("shufflenet", "squeezenet")]
+EMULATED = ["shufflenet", "squeezenet"]  # on PYTHON under EMULATE=CUDA: ~5-10 s an inference on 2 cores
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("name,device", CASES, ids=[f"{n}-{d or 'CPU'}" for n, d in CASES])
-def test_light_model_matches_onnxruntime(name: str, device: str | None) -> None:
+def check_matches_onnxruntime(name: str, device: str | None) -> None:
+  """Model `name` on `device` gives onnxruntime's outputs for two inputs (the second reruns the built graph)."""
   assert name in light_model_names()
   m = light_model(name, seed=0)
   sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -30,3 +31,18 @@ def test_light_model_matches_onnxruntime(name: str, device: str | None) -> None:
     for o, r in zip(m.graph.output, ref):
       assert np.isfinite(r).all() and np.abs(r).max() > 0
       np.testing.assert_allclose(out[o.name], r, rtol=1e-3, atol=1e-5 * float(np.abs(r).max()), err_msg=f"{name} on {device or 'CPU'}, input seed {seed}: {o.name}")
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("name,device", CASES, ids=[f"{n}-{d or 'CPU'}" for n, d in CASES])
+def test_light_model_matches_onnxruntime(name: str, device: str | None) -> None:
+  check_matches_onnxruntime(name, device)
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", EMULATED)
+def test_light_model_on_emulated_cuda_matches_onnxruntime(name: str) -> None:
+  """Every kernel runs in the PYTHON emulator (bounds, race and barrier checks on) as rendered for CUDA's limits."""
+  with Context(EMULATE="CUDA"):
+    assert Device["PYTHON"].renderer.target == "CUDA"
+    check_matches_onnxruntime(name, "PYTHON")

@@ -296,13 +296,12 @@ MAX_SERIAL = 8192  # loop iterations per thread in the unoptimized kernel the em
 
 def _serial_iterations(p: Program) -> int:
   """Loop iterations one thread runs (nested loops multiply; symbolic trip counts at their maximum)."""
-  from tilecraft.codegen.linearize import range_size
+  from tilecraft.codegen.uop_bounds import bound
   total, stack, mult = 0, [], 1
   for u in p.uops:
     if u.op is UOps.RANGE:
-      n = range_size(u)
       stack.append(mult)
-      mult *= n if isinstance(n, int) else n.vmax
+      mult *= max(0, bound(u.src[1]).vmax - bound(u.src[0]).vmin)
       total += mult
     elif u.op is UOps.ENDRANGE: mult = stack.pop()
   return total

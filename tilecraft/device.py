@@ -221,6 +221,7 @@ class Compiler:
   batch_wrap: Optional[str] = None
   batch_renames: bool = False
   parallel_compile: bool = False  # compile() may run in several threads at once (it runs a separate process)
+  batch_builds: bool = False  # a compile_batch run costs about what compiling one kernel does (PoCL: the build, not the kernels, is the cost)
   error_line: str = r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal )?error"
   def __init__(self, cachekey: Optional[str] = None):
     self.cachekey = cachekey
@@ -545,10 +546,12 @@ def _report_allocators() -> None:
 
 class CompiledRunner:
   """Compiles (disk-cached) a Program for its device and launches it on Buffers (API)."""
-  def __init__(self, program: Program, precompiled: Optional[bytes] = None):
+  def __init__(self, program: Program, precompiled: Optional[bytes] = None, symbol: Optional[str] = None):
+    """`precompiled`: the binary, already built (skips the compiler); `symbol`: the kernel's name in it
+    where that isn't the program's (a batch's binary: Compiler.batch_name)."""
     self.p, self.device = program, Device[program.device]
     self.dname = self.device.name
-    if precompiled is not None: self.lib, self.clprg = precompiled, self.device.runtime(program.name, precompiled)
+    if precompiled is not None: self.lib, self.clprg = precompiled, self.device.runtime(symbol or program.name, precompiled)
     else: self.lib, self.clprg = self.device.compiler.compile_and_load(program.src, lambda lib: self.device.runtime(program.name, lib))
     # without Variables the launch dims never change: evaluated once, not per call
     self._dims = None if program.vars else program.launch_dims({})

@@ -53,6 +53,39 @@ def test_a_schedules_new_kernels_compile_at_once_on_every_core(rng: np.random.Ge
   bad = (Tensor(x) * 1.9375).softmax(-1)
   with pytest.raises(CompileError, match="broken on purpose"): bad.realize()
 
+def test_a_schedules_new_opencl_kernels_build_as_one_program(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+  """On PoCL (Compiler.batch_builds) a schedule's new kernels are built as one program: one build, each
+  runner launching its own kernel of it under the program's name; a batch that fails to build leaves each
+  kernel to its turn, where the failing one's error is raised with its own source."""
+  from tilecraft.device import CompileError, Device, DeviceUnavailable
+  try: comp = Device["OPENCL"].compiler
+  except DeviceUnavailable as e: pytest.skip(f"no OpenCL here: {e}")
+  if not comp.batch_builds: pytest.skip("this OpenCL driver builds kernels one by one")
+  builds: list[int] = []
+  cached, real = type(comp).compile_cached, type(comp).compile
+  def spy(self: object, src: str) -> bytes:
+    builds.append(src.count("__kernel"))
+    return cached(self, src)  # type: ignore[arg-type]
+  monkeypatch.setattr(type(comp), "compile_cached", spy)  # (a build, or its binary from the disk cache)
+  x = rng.standard_normal((6, 9)).astype(np.float32)
+  outs = [(Tensor(x, device="OPENCL") * (2.0625 + i)).softmax(-1) for i in range(3)]  # scales no other test uses: new kernels
+  outs[0].realize(*outs[1:])
+  assert builds and builds[0] >= 4 and len(builds) == 1, builds  # (at least two kernels per softmax, one build)
+  for i, o in enumerate(outs):
+    e = np.exp(x * (2.0625 + i) - (x * (2.0625 + i)).max(-1, keepdims=True))
+    np.testing.assert_allclose(o.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+  names = {r.p.name for r in get_runner.__globals__["_runners"].values() if r.dname == "OPENCL"}
+  assert not any("__b" in n for n in names), "runners keep the kernels' own names"
+  def broken(self: object, src: str) -> bytes:
+    if "__kernel" in src and src.count("__kernel") > 1: raise CompileError("batch broken on purpose", src, "")
+    if "2.5625" in src or "2.562" in src: raise CompileError("this kernel broken on purpose", src, "")
+    return real(self, src)  # type: ignore[arg-type]
+  monkeypatch.setattr(type(comp), "compile_cached", cached)
+  monkeypatch.setattr(type(comp), "compile", broken)
+  bad = [(Tensor(x, device="OPENCL") * s).exp2() for s in (2.4375, 2.5625)]
+  with pytest.raises(CompileError, match="this kernel broken on purpose"): bad[0].realize(bad[1])
+  np.testing.assert_allclose(bad[0].numpy(), np.exp2(x * 2.4375), rtol=1e-5)
+
 def test_a_runner_compiled_at_its_turn(rng: np.random.Generator) -> None:
   """A kernel seen for the first time is compiled when its turn comes, after the items it reads ran."""
   x = rng.standard_normal((5, 7)).astype(np.float32)

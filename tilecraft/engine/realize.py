@@ -60,8 +60,8 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
   key = (ast.key, device, renderer, opts)
   if (r := _runners.get(key)) is None:
     if (ahead := _built_ahead.pop(key, None)) is not None:
-      k, prg, lib = ahead
-      try: r = CompiledRunner(prg, precompiled=lib)
+      k, prg, lib, symbol = ahead
+      try: r = CompiledRunner(prg, precompiled=lib, symbol=symbol)
       except Exception: r = CompiledRunner(prg)  # noqa: BLE001 -- (a binary that doesn't load: built again, the usual way)
     else:
       k = optimize(Kernel(ast, renderer), bufs)
@@ -80,40 +80,55 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
   return r
 
 # ---- compiling a schedule's new kernels at once ---------------------------------------------------
-# A model's first call meets tens of new kernels. Where the device's compiler is a separate process
-# (`Compiler.parallel_compile`: the CPU's C compiler), run_schedule optimizes and renders them first
-# and compiles them on every core at once (each binary disk-cached as usual); get_runner then loads
-# what was built here. Not under BEAM: the search times each kernel on the buffers the kernels before
-# it filled, so it runs when its turn comes.
-_built_ahead: dict[tuple, tuple[Kernel, Any, bytes]] = {}  # runner key -> (kernel, program, binary)
+# A model's first call meets tens of new kernels. run_schedule optimizes and renders them first and
+# builds them together, each binary disk-cached as usual; get_runner then loads what was built here.
+# Where the device's compiler is a separate process (`Compiler.parallel_compile`: the CPU's C
+# compiler) they compile on every core at once; where one build of many kernels costs about what one
+# kernel's does (`Compiler.batch_builds`: PoCL) they are built as batches of up to AHEAD_BATCH kernels
+# (Compiler.compile_batch), the binary cached under the batch's source. Not under BEAM: the search
+# times each kernel on the buffers the kernels before it filled, so it runs when its turn comes.
+AHEAD_BATCH = 16
+_built_ahead: dict[tuple, tuple[Kernel, Any, bytes, Optional[str]]] = {}  # runner key -> (kernel, program, binary, symbol in it)
 
 def _cores() -> int:
   try: return len(os.sched_getaffinity(0))
   except (AttributeError, OSError): return os.cpu_count() or 1
 
 def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[str, tuple]) -> int:
-  """Build the runners of the (ast, device, bufs) `items` that aren't loaded yet, compiling in
-  parallel (see above); returns how many binaries it made. A kernel that fails to compile here is
-  left to get_runner, which compiles it again and raises the error where the kernel runs."""
-  if int(BEAM) >= 1 or _cores() < 2: return 0
+  """Build the runners of the (ast, device, bufs) `items` that aren't loaded yet, in parallel or in
+  batches (see above); returns how many binaries it made. A kernel that fails to compile here (or
+  whose batch does) is left to get_runner, which compiles it alone and raises the error where the kernel runs."""
+  if int(BEAM) >= 1: return 0
   todo: dict[tuple, tuple[LazyOp, list[Buffer], tuple]] = {}
   for ast, device, bufs in items:
-    s = settings[device]
+    s, comp = settings[device], Device[device].compiler
     key = (ast.key, device, s[1], s[2])
-    if key in _runners or key in _built_ahead or key in todo or not Device[device].compiler.parallel_compile: continue
-    todo[key] = (ast, bufs, s)
+    if key in _runners or key in _built_ahead or key in todo: continue
+    if comp.batch_builds or (comp.parallel_compile and _cores() >= 2): todo[key] = (ast, bufs, s)
   if len(todo) < 2: return 0
   made = {key: optimize(Kernel(ast, s[1]), bufs) for key, (ast, bufs, s) in todo.items()}
   progs = {key: k.to_program() for key, k in made.items()}
+  batched = [key for key in todo if Device[key[1]].compiler.batch_builds]
+  parallel = [key for key in todo if not Device[key[1]].compiler.batch_builds]
+  n = 0
+  for device in dict.fromkeys(key[1] for key in batched):
+    keys = [key for key in batched if key[1] == device]
+    comp = Device[device].compiler
+    for c in range(0, len(keys), AHEAD_BATCH):
+      if len(part := keys[c:c + AHEAD_BATCH]) < 2: continue  # (nothing to share: get_runner builds it)
+      try: lib = comp.compile_batch([progs[key].src for key in part])
+      except Exception: continue  # noqa: BLE001 -- (reported by get_runner, kernel by kernel)
+      for i, key in enumerate(part): _built_ahead[key] = (made[key], progs[key], lib, comp.batch_name(i, progs[key].name))
+      n += len(part)
+  if len(parallel) < 2: return n
   def build(key: tuple) -> Optional[bytes]:
     try: return Device[key[1]].compiler.compile_cached(progs[key].src)
     except Exception: return None  # noqa: BLE001 -- (reported by get_runner)
-  with concurrent.futures.ThreadPoolExecutor(min(len(todo), _cores())) as pool:
-    futures = {key: pool.submit(contextvars.copy_context().run, build, key) for key in todo}  # (settings are per thread: each compile sees the caller's)
-  n = 0
+  with concurrent.futures.ThreadPoolExecutor(min(len(parallel), _cores())) as pool:
+    futures = {key: pool.submit(contextvars.copy_context().run, build, key) for key in parallel}  # (settings are per thread: each compile sees the caller's)
   for key, f in futures.items():
     if (lib := f.result()) is not None:
-      _built_ahead[key] = (made[key], progs[key], lib)
+      _built_ahead[key] = (made[key], progs[key], lib, None)
       n += 1
   return n
 

@@ -99,6 +99,7 @@ class CLCompiler(Compiler):
   def __init__(self) -> None:
     _, dev, _ = _context()
     super().__init__(f"opencl|{dev.platform.name}|{dev.name}|{dev.driver_version}")
+    self.batch_builds = _serializes_slowly(dev)  # PoCL: a build of 16 kernels takes about as long as one
   def compile(self, src: str) -> bytes:
     """The program's binary; on PoCL, the source itself behind SOURCE_MARK (see _serializes_slowly)."""
     global _last_built

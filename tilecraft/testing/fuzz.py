@@ -20,7 +20,7 @@ guard zones (NaN / extreme values) so out-of-bounds reads show up as mismatches,
 """
 from __future__ import annotations
 import collections, hashlib, re, time, traceback, zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
@@ -229,7 +229,7 @@ def prebuild(items: Sequence[tuple[LazyOp, Sequence[Opt]]], device: str = "CPU",
     if len(part) == 1: continue  # (nothing to share)
     try:
       lib = comp.compile_batch([p.src for _, p in part])
-      runners = [CompiledRunner(replace(p, name=comp.batch_name(i, p.name)), precompiled=lib) for i, (_, p) in enumerate(part)]
+      runners = [CompiledRunner(p, precompiled=lib, symbol=comp.batch_name(i, p.name)) for i, (_, p) in enumerate(part)]
     except Exception as e:  # noqa: BLE001 -- one kernel's error fails its batch: each is then compiled alone
       if DEBUG >= 2: print(f"fuzz: a batch of {len(part)} kernels failed to build ({type(e).__name__}); compiling them one by one")
       continue

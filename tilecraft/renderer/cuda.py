@@ -12,7 +12,8 @@ import numpy as np
 from tilecraft.codegen.uops import UOp
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps, UnaryOps
-from tilecraft.renderer.cstyle import C_TYPE_NAMES, GPUCStyleLanguage
+from tilecraft.renderer.cstyle import C_TYPE_NAMES
+from tilecraft.renderer.gpu_cstyle import GPUCStyleLanguage
 from tilecraft.renderer.tensor_cores import CUDA_TENSOR_CORES
 
 _H = dtypes.float16

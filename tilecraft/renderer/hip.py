@@ -7,7 +7,8 @@ from typing import Any
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import BinaryOps, UnaryOps
-from tilecraft.renderer.cstyle import C_TYPE_NAMES, GPUCStyleLanguage
+from tilecraft.renderer.cstyle import C_TYPE_NAMES
+from tilecraft.renderer.gpu_cstyle import GPUCStyleLanguage
 from tilecraft.renderer.tensor_cores import AMD_TENSOR_CORES
 
 _OCML = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}

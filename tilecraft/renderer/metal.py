@@ -5,7 +5,8 @@ from typing import Any
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, PtrDType, dtypes
 from tilecraft.ops import UnaryOps
-from tilecraft.renderer.cstyle import CL_TYPE_NAMES, GPUCStyleLanguage
+from tilecraft.renderer.cstyle import CL_TYPE_NAMES
+from tilecraft.renderer.gpu_cstyle import GPUCStyleLanguage
 from tilecraft.renderer.tensor_cores import METAL_TENSOR_CORES
 
 class MetalRenderer(GPUCStyleLanguage):

@@ -15,7 +15,7 @@ import numpy as np
 from tilecraft.device import Allocator, CompileError, Compiled, Compiler, run_compiler
 from tilecraft.helpers import DEBUG, cache_dir
 from tilecraft.host import CPUTarget, _compiler_identity, check_runnable, cpu_arch, cpu_target, find_c_compiler
-from tilecraft.renderer.cstyle import CRenderer
+from tilecraft.renderer.c import CRenderer
 
 # Threads that spin between kernels starve everything else when the cores are shared (tests run
 # in parallel, other programs); sleeping costs a few microseconds per parallel region instead.

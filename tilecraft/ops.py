@@ -74,9 +74,16 @@ class ConstBuffer:
 
 @dataclass(frozen=True)
 class KernelInfo:
-  local_dims: int = 0
-  upcasted: int = 0
-  dont_use_locals: bool = False
+  """What an optimized kernel AST (Kernel.get_optimized_ast) says about its layout beyond its leaves'
+  views, which give its full and output shape (so where the reduce axes start). Its axes run
+  global | local | group | reduce | unrolled | upcast; lowering reads nothing else of the Kernel."""
+  local_dims: int = 0             # thread (workgroup) axes before the first reduce axis
+  upcasted: int = 0               # the last `upcasted` axes are lanes (upcast or unrolled)
+  dont_use_locals: bool = False   # NOLOCALS: one flat global id, the runtime picks the workgroup
+  group_for_reduces: int = 0      # grouped-reduce (and UPCASTMID) axes right after the first reduce axis
+  reduce_block: bool = False      # BLOCK: the first reduce axis counts blocks of the reduce (a CPU loop around the inner output loops)
+  tc_use: int = 0                 # use_tensor_cores of the TC opt (0: no tensor core)
+  packed: tuple[int, ...] = ()    # PACK: input buffers (argument numbers) read through a packed stack array
 
 _SAME_DTYPE_AS = {TernaryOps.WHERE: 1}  # dtype comes from this source (default: the first)
 

@@ -406,5 +406,5 @@ def test_locals_after_tc_fit_the_launch_limits(rng):
   ren = CUDARenderer()
   k = Kernel(_mm(rng, 256, 64, 64), opts=ren)
   k.apply_tensor_cores(1, extra_opts=[Opt(OptOps.LOCAL, 0, 16)])
-  _, local = launch_dims(k)
+  _, local = launch_dims(k.get_optimized_ast(), ren)
   assert all(d <= m for d, m in zip(local, ren.local_max)) and int(np.prod(local)) == 512

@@ -15,16 +15,16 @@ from dataclasses import replace
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, check  # noqa: F401 - Opt, OptOps, KernelOptError: public here (API)
-from tilecraft.codegen.pack import apply_pack, check_pack
+from tilecraft.codegen.pack import pack_refusal
 from tilecraft.codegen.heuristic import hand_coded_optimizations, required_optimizations
 from tilecraft.codegen.linearize import estimate_flops, linearize_uops
-from tilecraft.codegen.lowerer import launch_dims, lower_kernel
-from tilecraft.codegen.tensor_cores import apply_tc, tc_axes, tc_reduce
+from tilecraft.codegen.lower_state import const_sum_reduce, launch_dims
+from tilecraft.codegen.lowerer import lower_kernel
+from tilecraft.codegen.tensor_cores import TCState, apply_tc, tc_axes, tc_reduce
 from tilecraft.device import Device
 from tilecraft.helpers import DEBUG, TC, TC_OPT, dedup, getenv, prod, round_up
-from tilecraft.ops import (INDEX, UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, UnaryOps,
-                           verify_ast)
-from tilecraft.renderer import Program, Renderer
+from tilecraft.ops import UNSAFE_PAD_OPS, BufferOps, ConstBuffer, KernelInfo, LazyOp, MemBuffer, MetaOps, ReduceOps, verify_ast
+from tilecraft.renderer import Program, Renderer, TensorCore
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sint
 
@@ -51,8 +51,8 @@ class Kernel:
     # inside the outermost output loop and each block adds to what the previous ones stored
     self.reduce_block = False
     self.packed: tuple[int, ...] = ()  # input buffers (argument numbers) read through a packed stack array (PACK)
-    self.tensor_core: Any = None
-    self.tensor_core_opts: Any = None
+    self.tensor_core: Optional[TensorCore] = None
+    self.tensor_core_opts: Optional[TCState] = None
     self.use_tensor_cores: int = 0
     self._tc_use: Optional[int] = None  # use_tensor_cores for a TC opt applied now (None: the TC setting)
     self.applied_opts: list[Opt] = []
@@ -63,6 +63,15 @@ class Kernel:
     self.reshape_and_permute(None, [i for i in range(self.shape_len) if i not in reduce_axes] + reduce_axes)
     self.simplify_ones()
     self.simplify_merge_adjacent()
+
+  def identity(self) -> tuple:
+    """The kernel's identity for its AST and renderer: everything an opt may change that code
+    generation depends on (the views, the region counts, BLOCK, PACK, the tensor core and its use),
+    and nothing else (not the opts that led there). Two kernels of one AST with equal identities
+    render the same source; the search dedups candidates by it, the opt sampler checks copy()
+    independence and refusal atomicity with it."""
+    return (tuple(self.sts), tuple(self.bufs), self.local_dims, self.upcasted, self.group_for_reduces, self.dont_use_locals, self.reduce_block,
+            self.packed, self.tensor_core, self.use_tensor_cores)
 
   def copy(self) -> "Kernel":
     """An independent copy: opts applied to it never touch this kernel."""
@@ -192,7 +201,7 @@ class Kernel:
     saved = self.__dict__.copy()
     try:
       self._apply_opt(opt)
-      if self.packed: check_pack(self)  # later opts move the axes a pack relies on
+      if self.packed: self._check_pack()  # later opts move the axes a pack relies on
     except BaseException:
       self.__dict__.clear(); self.__dict__.update(saved)
       raise
@@ -215,7 +224,7 @@ class Kernel:
       self.dont_use_locals = True
       return
     if opt.op is OptOps.PACK:
-      apply_pack(self, opt.axis, opt.amt)
+      self._pack(opt.axis, opt.amt)
       return
     check(opt.axis is not None and isinstance(opt.axis, int) and not isinstance(opt.axis, bool) and opt.axis >= 0,
           f"{opt.op.name}: axis must be a non-negative int, got {opt.axis!r}")
@@ -308,6 +317,30 @@ class Kernel:
     self.shift_to(axis, size // amt, top=True, insert_before=self.first_reduce)
     self.reduce_block = True
 
+  def _pack(self, idx: Any, amt: Any) -> None:
+    """Opt(PACK, idx, 0): read input buffer `idx` (its kernel argument number) through a packed
+    stack array (codegen/pack.py)."""
+    check(not self.opts.has_local and self.opts.stack_arrays, "PACK: needs a target without workgroups that has stack arrays (CPU)")
+    check(isinstance(idx, int) and not isinstance(idx, bool), f"PACK: axis must be an input buffer's argument number, got {idx!r}")
+    check(amt in (0, None), f"PACK: amount must be 0, got {amt!r}")
+    self._pack_buffer(idx)
+    check(idx not in self.packed, f"PACK: buffer {idx} is already packed")
+    self.packed = self.packed + (idx,)
+    self._check_pack()
+
+  def _pack_buffer(self, idx: int) -> tuple[MemBuffer, ShapeTracker]:
+    """The input MemBuffer with kernel argument `idx` (the first one read) and its ShapeTracker."""
+    for b, st in zip(self.bufs, self.sts):
+      if isinstance(b, MemBuffer) and b.idx == idx and idx >= len(self.outbufs): return b, st
+    raise KernelOptError(f"PACK: kernel has no input buffer {idx}")
+
+  def _check_pack(self) -> None:
+    """Every packed buffer still fits PACK's rules."""
+    for idx in self.packed:
+      why = pack_refusal(*self._pack_buffer(idx), self.full_shape, self.first_reduce, self.reduce_block,
+                         self.tensor_core is not None or self.group_for_reduces != 0)
+      check(why is None, why or "")
+
   def _check_workgroup(self) -> None:
     """After any opt: later opts grow what earlier ones fit in (LOCAL, UPCAST and PADTO grow a grouped
     reduce's staging buffer; PADTO of a local or group axis adds threads)."""
@@ -385,10 +418,7 @@ class Kernel:
   def const_sum_reduce(self) -> bool:
     """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in
     closed form unless its axes are unrolled, so heuristics leave those axes alone."""
-    if len(self.reduceops) != 1 or self.reduceops[0].op is not ReduceOps.SUM: return False
-    src = self.reduceops[0].src[0]
-    while src.op is UnaryOps.CAST: src = src.src[0]
-    return src.op is BufferOps.CONST and src.arg.val is not INDEX
+    return const_sum_reduce(self.reduceops)
 
   def apply_tensor_cores(self, use_tensor_cores: int = 1, extra_opts: Optional[list[Opt]] = None, axis: int = 0, tc_opt: Optional[int] = None,
                          reason: str = "") -> bool:
@@ -407,7 +437,7 @@ class Kernel:
       raise ValueError(f"apply_tensor_cores: axis must be an int >= 0 (an (N, M, K) choice), got {axis!r}")
     if extra_opts is not None and not (isinstance(extra_opts, (list, tuple)) and all(isinstance(o, Opt) for o in extra_opts)):
       raise ValueError(f"apply_tensor_cores: extra_opts must be a list of Opts, got {extra_opts!r}")
-    if not use_tensor_cores or not getattr(self.opts, "tensor_cores", None): return False
+    if not use_tensor_cores or not self.opts.tensor_cores: return False
     saved = self.__dict__.copy()
     saved_opts, saved_reasons = list(self.applied_opts), list(self.applied_opts_reasons)
     try:
@@ -451,7 +481,9 @@ class Kernel:
         else: memo[op] = LazyOp(op.op, tuple([memo[s] for s in op.src]), op.arg)
       return memo[root]
     stores = tuple(fix(s) for s in self.ast.src)
-    return LazyOp(MetaOps.KERNEL, stores, KernelInfo(self.local_dims, self.upcasted, self.dont_use_locals))
+    info = KernelInfo(self.local_dims, self.upcasted, self.dont_use_locals, self.group_for_reduces, self.reduce_block,
+                      self.use_tensor_cores if self.tensor_core is not None else 0, self.packed)
+    return LazyOp(MetaOps.KERNEL, stores, info)
 
   def _fix_reduce(self, op: LazyOp, src: LazyOp) -> LazyOp:
     axes = tuple(self.reduce_axes())
@@ -466,7 +498,8 @@ class Kernel:
     return LazyOp(op.op, (load,), tuple(group))
 
   def linearize(self) -> "Kernel":
-    self.uops = linearize_uops(lower_kernel(self))
+    """Lower the optimized AST for this kernel's renderer (lowering reads nothing else) and order its UOps."""
+    self.uops = linearize_uops(lower_kernel(self.get_optimized_ast(), self.opts))
     return self
 
   def to_program(self, name_override: Optional[str] = None) -> Program:
@@ -482,7 +515,7 @@ class Kernel:
     if getenv("GRAPHUOPS", 0):  # a picture of the UOp graph (codegen/graph_uops.py, imported only then)
       from tilecraft.codegen.graph_uops import maybe_graph
       maybe_graph(self.uops, name)
-    gs, ls = launch_dims(self)
+    gs, ls = launch_dims(self.get_optimized_ast(), self.opts)
     vars_ = sorted(self.ast.vars() | {v for b in self.bufs if isinstance(b, ConstBuffer) and isinstance(b.val, Variable) for v in [b.val]},
                    key=lambda v: v.expr)
     mem = sum(b.dtype.itemsize * b.st.real_size() for b in dedup_by_idx(self.membufs) if b.idx >= 0)

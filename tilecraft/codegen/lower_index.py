@@ -1,13 +1,16 @@
-"""Index expressions as UOps (a mixin of the Lowerer): the one symbolic system's nodes become
-integer UOps in int32, or in int64 when the value or any partial result could pass 2^31, and integer
-// and % get numpy's floor semantics instead of C's truncation."""
+"""Index expressions as UOps: the one symbolic system's nodes become integer UOps in int32, or in
+int64 when the value or any partial result could pass 2^31, and integer // and % get numpy's floor
+semantics instead of C's truncation.
+
+`IndexUOps` holds what the conversion needs and nothing else: the UOp each symbolic variable stands
+for (loop counters, thread ids, kernel variables; the lowering adds them as it creates them) and a
+memo of converted expressions."""
 from __future__ import annotations
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BinaryOps, TernaryOps
 from tilecraft.shape.symbolic import And, Div, Lt, Mod, Node, Prod, Sum, Variable, sint
-if TYPE_CHECKING: from tilecraft.codegen.lowerer import Lowerer
 
 INT32_MAX = 2**31 - 1
 
@@ -17,16 +20,22 @@ def _maxabs(x: sint) -> int: return abs(x) if isinstance(x, int) else max(abs(x.
 def _subst(x: sint, v: Optional[Variable], i: int) -> sint:
   return x.substitute({v: i}) if isinstance(x, Node) and v is not None else x
 
-class IndexLowering:
-  __slots__ = ()
-  def sym_to_uop(self: Lowerer, x: sint, dtype: DType) -> UOp:
+class IndexUOps:
+  """Symbolic index expressions -> UOps, for one kernel. `varmap`: variable -> the UOp it stands for
+  (a variable not in it is a kernel argument: DEFINE_VAR, added on first use)."""
+  def __init__(self) -> None:
+    self.varmap: dict[Variable, UOp] = {}
+    self.memo: dict[Any, Any] = {}
+
+  def sym_to_uop(self, x: sint, dtype: DType) -> UOp:
     """An index expression as UOps: in `dtype` (int32) unless it or a partial result can exceed int32,
     then all in int64. Plain ints are checked too (a constant index or loop bound past 2^31)."""
-    if dtype != dtypes.int64 and self._needs_int64(x): dtype = dtypes.int64
+    if dtype != dtypes.int64 and self.needs_int64(x): dtype = dtypes.int64
     if isinstance(x, int): return UOp.const(dtype, x)
-    return self._sym(x, dtype)
+    return self.sym(x, dtype)
 
-  def _sym(self: Lowerer, x: sint, dtype: DType) -> UOp:
+  def sym(self, x: sint, dtype: DType) -> UOp:
+    """x as UOps in exactly `dtype` (the caller has checked that it fits)."""
     if isinstance(x, int): return UOp.const(dtype, x)
     key = (x, dtype)
     if (r := self.memo.get(key)) is not None: return r
@@ -36,11 +45,11 @@ class IndexLowering:
         u = self.varmap.setdefault(x, UOp(UOps.DEFINE_VAR, dtypes.int64, (), x))
       u = u.cast(dtype)
     elif isinstance(x, Sum):
-      terms = [self._sym(t, dtype) if c == 1 else UOp.alu(BinaryOps.MUL, self._sym(t, dtype), UOp.const(dtype, c)) for t, c in x.terms]
+      terms = [self.sym(t, dtype) if c == 1 else UOp.alu(BinaryOps.MUL, self.sym(t, dtype), UOp.const(dtype, c)) for t, c in x.terms]
       u = terms[0]
       for t in terms[1:]: u = UOp.alu(BinaryOps.ADD, u, t)
       if x.const: u = UOp.alu(BinaryOps.ADD, u, UOp.const(dtype, x.const))
-    elif isinstance(x, Prod): u = UOp.alu(BinaryOps.MUL, self._sym(x.a, dtype), self._sym(x.b, dtype))
+    elif isinstance(x, Prod): u = UOp.alu(BinaryOps.MUL, self.sym(x.a, dtype), self.sym(x.b, dtype))
     elif isinstance(x, (Div, Mod)):
       a, b = x.a, x.b
       amin = a if isinstance(a, int) else a.vmin
@@ -49,11 +58,11 @@ class IndexLowering:
       if amin < 0:
         if not isinstance(b, int): raise NotImplementedError(f"floor division of possibly negative {x} by a symbolic divisor")
         shift = -(amin // b)
-      au = self._sym(a + shift * b if shift else a, dtype)
+      au = self.sym(a + shift * b if shift else a, dtype)
       op = BinaryOps.IDIV if isinstance(x, Div) else BinaryOps.MOD
-      u = UOp.alu(op, au, self._sym(b, dtype))
+      u = UOp.alu(op, au, self.sym(b, dtype))
       if shift and isinstance(x, Div): u = UOp.alu(BinaryOps.ADD, u, UOp.const(dtype, -shift))
-    elif isinstance(x, Lt): u = UOp.alu(BinaryOps.CMPLT, self._sym(x.a, dtype), UOp.const(dtype, x.b))
+    elif isinstance(x, Lt): u = UOp.alu(BinaryOps.CMPLT, self.sym(x.a, dtype), UOp.const(dtype, x.b))
     elif isinstance(x, And):
       parts = [self.sym_bool(n) for n in x.nodes]
       u = parts[0]
@@ -63,22 +72,22 @@ class IndexLowering:
     self.memo[key] = u
     return u
 
-  def sym_bool(self: Lowerer, x: sint) -> UOp:
+  def sym_bool(self, x: sint) -> UOp:
     """A 0/1 expression as a bool UOp."""
     if isinstance(x, int): return UOp.const(dtypes.bool, bool(x))
-    if isinstance(x, (Lt, And)): return self.sym_to_uop(x, dtypes.int32) if isinstance(x, And) else self._lt(x)
+    if isinstance(x, (Lt, And)): return self.sym_to_uop(x, dtypes.int32) if isinstance(x, And) else self.lt(x)
     # 1 - (a < b)  ==  not (a < b)
     if isinstance(x, Sum) and x.const == 1 and len(x.terms) == 1 and x.terms[0][1] == -1 and isinstance(x.terms[0][0], Lt):
-      return UOp.alu(BinaryOps.CMPNE, self._lt(x.terms[0][0]), UOp.const(dtypes.bool, True))
+      return UOp.alu(BinaryOps.CMPNE, self.lt(x.terms[0][0]), UOp.const(dtypes.bool, True))
     u = self.sym_to_uop(x, dtypes.int32)
     return UOp.alu(BinaryOps.CMPNE, u, UOp.const(u.dtype, 0))
-  def _needs_int64(self: Lowerer, x: sint) -> bool:
+  def needs_int64(self, x: sint) -> bool:
     if isinstance(x, int): return not -INT32_MAX <= x <= INT32_MAX
     if (r := self.memo.get(("i64", x))) is None: r = self.memo[("i64", x)] = _needs_int64(x)
     return r
-  def _lt(self: Lowerer, x: Lt) -> UOp:
-    dt = dtypes.int64 if self._needs_int64(x) else dtypes.int32
-    return UOp.alu(BinaryOps.CMPLT, self._sym(x.a, dt), UOp.const(dt, x.b))
+  def lt(self, x: Lt) -> UOp:
+    dt = dtypes.int64 if self.needs_int64(x) else dtypes.int32
+    return UOp.alu(BinaryOps.CMPLT, self.sym(x.a, dt), UOp.const(dt, x.b))
 
 def _floor_divmod(op: Any, a: UOp, b: UOp) -> UOp:
     """numpy semantics for integer // and %: floor rounding, and 0 when dividing by 0 (C would trap)."""

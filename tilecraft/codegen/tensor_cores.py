@@ -104,7 +104,7 @@ def _match(k: Any, tc_opt: int) -> tuple[Any, LazyOp, tuple[LazyOp, LazyOp]]:
   operands widened from a core's dtype_in (the frontend's half matmul: float32 products of half
   values, at tc_opt 0), so such a matmul runs on the half core, not on a float one (Metal) after
   converting; after them, its own for plain LOADs of a dtype no core accumulates in (half on CUDA)."""
-  tcs = list(getattr(k.opts, "tensor_cores", None) or [])
+  tcs = list(k.opts.tensor_cores)
   _check(bool(tcs), f"TC: {type(k.opts).__name__} has no tensor cores")
   _check(len(k.reduceops) == 1 and k.reduceops[0].op is ReduceOps.SUM, "TC: needs exactly one SUM reduce")
   r = k.reduceops[0]
@@ -158,7 +158,7 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   _check(use != 1 or k.opts.has_local, "TC: use 1 needs a target with workgroups (locals): the lanes are threads")
   # use 3 stages fragments through local memory; without workgroups one thread holds the whole warp
   # and stages through a stack array (see codegen/lower_wmma.py)
-  _check(use != 3 or (k.opts.has_shared if k.opts.has_local else getattr(k.opts, "stack_arrays", False)),
+  _check(use != 3 or (k.opts.has_shared if k.opts.has_local else k.opts.stack_arrays),
          f"TC: use 3 needs local memory (or, without workgroups, thread-private arrays): {type(k.opts).__name__} has neither")
   n_ax, m_ax, k_ax = choices[axis]
   _check(n_ax != m_ax, f"TC: choice {axis} takes axis {n_ax} as both N and M (both operands are broadcast along it)")

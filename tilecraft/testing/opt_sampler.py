@@ -26,8 +26,7 @@ AMOUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64)
 
 def _kernel_state(k: Kernel) -> tuple:
   """What an opt may change; used to check copy() independence and refusal atomicity."""
-  return (tuple(k.sts), tuple(k.bufs), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, getattr(k, "reduce_block", False), getattr(k, "packed", ()),
-          tuple(k.applied_opts))  # applied_opts last: enumerate_opts keys states on the rest
+  return k.identity() + (tuple(k.applied_opts),)  # applied_opts last: enumerate_opts keys states on the rest
 
 class OptSequence(list):
   """A list of valid Opts found by random_opts, with the number of refused candidates and, when a
@@ -98,7 +97,7 @@ def random_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 4, max
   seq = OptSequence()
   target = int(rng.integers(1, max_opts + 1))
   k = kernel
-  if not kernel.applied_opts and getattr(kernel.opts, "tensor_cores", None) and rng.random() < tc:
+  if not kernel.applied_opts and kernel.opts.tensor_cores and rng.random() < tc:
     # tensor cores (only as the first opt): a random (N, M, reduce) choice and tc_opt
     from tilecraft.codegen.tensor_cores import tc_choices
     try: n = len(tc_choices(k, 2)[3])
@@ -191,7 +190,7 @@ def grow_opts(kernel: Kernel, rng: np.random.Generator, max_opts: int = 6, max_l
   candidate that raises anything but KernelOptError ends the sequence with `.error`."""
   seq = OptSequence()
   k = kernel
-  if getattr(kernel.opts, "tensor_cores", None) and not kernel.applied_opts and rng.random() < tc:
+  if kernel.opts.tensor_cores and not kernel.applied_opts and rng.random() < tc:
     opt = Opt(OptOps.TC, int(rng.integers(0, 2)), int(rng.integers(0, 3)))
     kc, err = try_opt(k, opt, use=tc_use)
     if err is not None: seq.error = (opt, err)

@@ -29,7 +29,7 @@ def tc_actions(kernel: Kernel) -> list[Opt]:
   """The TC actions for a kernel with no opts yet, on a target with tensor cores: every (N, M, reduce)
   candidate (a conv has up to 9, more with more axes) with every tc_opt. Empty where TC can't apply
   at all, so a kernel without the MUL->SUM pattern costs one check, not a refused try per action."""
-  if kernel.applied_opts or not getattr(kernel.opts, "tensor_cores", None): return []
+  if kernel.applied_opts or not kernel.opts.tensor_cores: return []
   from tilecraft.codegen.tensor_cores import tc_choices
   try: n = len(tc_choices(kernel, max(TC_OPTS))[3])
   except KernelOptError: return []
@@ -38,7 +38,7 @@ _LOCAL_OPS = (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.NOLOCALS)
 
 def signature(k: Kernel) -> tuple:
   """Everything code generation depends on: two kernels with equal signatures render the same source."""
-  return (tuple(k.sts), k.local_dims, k.upcasted, k.group_for_reduces, k.dont_use_locals, k.tensor_core is not None, k.packed)
+  return k.identity()
 
 def _int_prod(xs: Sequence[Any]) -> Optional[int]:
   p = prod(xs)

@@ -69,6 +69,16 @@ def test_emulate_picks_the_target_per_lookup():
   assert Device["PYTHON"].renderer is base
   with Context(EMULATE="VAX"), pytest.raises(ValueError, match="EMULATE='VAX'.*CUDA, METAL, AMD"): Device["PYTHON"].renderer
 
+def test_emulated_capabilities_are_declared_renderer_fields():
+  """The capabilities the PYTHON renderer takes from its target are fields Renderer declares (a name
+  that isn't one would be a capability nothing reads), and each is the target's own value."""
+  from tilecraft.renderer import Renderer
+  from tilecraft.runtime.python import _CAPS, EMULATED_TARGETS
+  assert not (undeclared := [a for a in _CAPS if a not in vars(Renderer)]), f"not Renderer fields: {undeclared}"
+  for target in ("",) + EMULATED_TARGETS:
+    r = PythonRenderer(target)
+    assert all(getattr(r, a) == getattr(r.base, a) for a in _CAPS), target
+
 def test_listing_round_trips():
   """The source is the listing; parsing it gives back every instruction's op, dtype, sources and arg."""
   e = ENTRIES["sum_axis1_5x7x9"]

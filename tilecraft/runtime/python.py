@@ -36,8 +36,9 @@ from tilecraft.shape.symbolic import Variable
 
 # ---- targets -----------------------------------------------------------------------------------------
 
+# the capabilities (declared fields of Renderer) the PYTHON renderer takes from the target it emulates
 _CAPS = ("has_local", "has_shared", "global_max", "local_max", "shared_max", "max_threads", "supports_float4", "vector_dtypes",
-         "vector_alu", "tensor_cores", "has_transcendentals", "extra_rewrites", "supports_images", "image_max")
+         "vector_alu", "tensor_cores", "supports_images", "image_max")
 EMULATED_TARGETS = ("CUDA", "METAL", "AMD")
 
 class _GenericGPU(Renderer):
@@ -71,8 +72,7 @@ class PythonRenderer(Renderer):
   def __init__(self, target: str = ""):
     self.target = target
     self.base = target_renderer(target)
-    for a in _CAPS:
-      if hasattr(self.base, a): setattr(self, a, getattr(self.base, a))
+    for a in _CAPS: setattr(self, a, getattr(self.base, a))
   def render(self, name: str, uops: list) -> str:
     src, ins = _render(name, uops, self.target)
     try: _remember(src, Executable(name, ins))  # so compiling and loading it need no parse

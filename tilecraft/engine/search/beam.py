@@ -102,7 +102,7 @@ def _identity(obj: Any, attrs: Sequence[str]) -> str:
 
 def _renderer_identity(ren: Any) -> str:
   return _identity(ren, ("device", "supports_float4", "has_local", "has_shared", "global_max", "local_max", "shared_max", "tensor_cores",
-                         "has_transcendentals", "vector_width"))
+                         "vector_width"))
 
 _codegen_id: Optional[str] = None
 

@@ -1,10 +1,19 @@
-"""Tuning many kernels (tilecraft.engine.search.distributed) on a real local Ray instance
-(`ray.init(num_cpus=2)`, started once for the file and always shut down): tasks go only to nodes
-offering the target's resource, results come back to the driver, which writes them into its search
-cache, an interrupted run keeps what finished and a rerun searches only the rest. Tiny kernels, one
-beam, a one-second budget. Skipped, saying why, where ray is not installed (pip install 'tilecraft[ray]')."""
+"""Tuning many kernels (tilecraft.engine.search.distributed) on a real Ray cluster: two nodes on
+localhost (`ray start --head` plus `ray start --address`, one CPU each, in a temp dir of their own),
+started once for the file and always stopped. Tasks go only to nodes offering the target's
+resource, results come back to the driver, which writes them into its search cache; an interrupted
+run keeps what finished and a rerun searches only the rest; a Ray worker killed mid-search (kill -9)
+and a node whose raylet is killed mid-search are retried, every result arriving exactly once; a
+wrong address fails within seconds, naming it.
+
+Kept short for CI's 2 cores: two tiny kernels, beam width 1 and a half-second budget (the search
+still builds, times, verifies and races), one isolation worker per search (BEAM_WORKERS=1 on the
+nodes), faster node-death detection on the head (--system-config), kills as soon as the search's
+isolation worker is up instead of after a fixed sleep. Skipped, saying why, where ray is not
+installed (pip install 'tilecraft[ray]'). Under `pytest -n N --dist loadgroup` the file stays on one
+worker (xdist_group), so the cluster starts once."""
 from __future__ import annotations
-import os, pickle
+import json, os, pickle, signal, socket, subprocess, sys, tempfile, threading, time
 import pytest
 from tilecraft.dtype import dtypes
 from tilecraft.engine.search import distributed
@@ -14,6 +23,7 @@ from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps, Redu
 from tilecraft.shape.shapetracker import ShapeTracker
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'tilecraft[ray]')")
+pytestmark = pytest.mark.xdist_group("ray_cluster")
 
 def _load(i: int, st: ShapeTracker) -> LazyOp: return LazyOp(BufferOps.LOAD, (), MemBuffer(i, dtypes.float32, st))
 def _kernel(value: LazyOp, out_shape: tuple) -> LazyOp:
@@ -24,14 +34,116 @@ def ew_ast(n: int) -> LazyOp:
 def rowsum_ast(r: int, c: int) -> LazyOp: return _kernel(LazyOp(ReduceOps.SUM, (_load(1, ShapeTracker.from_shape((r, c))),), (1,)), (r, 1))
 
 def _tasks(settings: tuple = ()) -> list[distributed.TuneTask]:
-  return [distributed.TuneTask(f"case{i}", f"k{i}", pickle.dumps(ast), "CPU", 1, 1.0, settings)
+  return [distributed.TuneTask(f"case{i}", f"k{i}", pickle.dumps(ast), "CPU", 1, 0.5, settings)
           for i, ast in enumerate([ew_ast(256), rowsum_ast(16, 32)])]
 
+# ---- processes, read from /proc ----------------------------------------------------------------------
+
+def _procs() -> dict[int, tuple[int, int]]:
+  """pid -> (parent pid, start time) of every process now."""
+  out = {}
+  for p in os.listdir("/proc"):
+    if not p.isdigit(): continue
+    try:
+      with open(f"/proc/{p}/stat") as f: fields = f.read().rsplit(")", 1)[1].split()
+    except OSError: continue
+    out[int(p)] = (int(fields[1]), int(fields[19]))
+  return out
+
+def _cmdline(pid: int) -> str:
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f: return f.read().replace(b"\0", b" ").decode(errors="replace")
+  except OSError: return ""
+
+def _descendants(pid: int, procs: dict[int, tuple[int, int]]) -> list[int]:
+  kids: dict[int, list[int]] = {}
+  for p, (pp, _) in procs.items(): kids.setdefault(pp, []).append(p)
+  out, todo = [], list(kids.get(pid, ()))
+  while todo:
+    p = todo.pop()
+    out.append(p)
+    todo += kids.get(p, ())
+  return out
+
+def _kill(pids: list[int]) -> None:
+  for p in pids:
+    try: os.kill(p, signal.SIGKILL)
+    except ProcessLookupError: pass
+
+class LocalCluster:
+  """`ray start --head` plus one `ray start --address` node on this host, in a temp dir of their own,
+  each offering this host's resources with one CPU. Stopped by killing exactly the processes it
+  started (by pid: every process whose command line names its temp dir, and their descendants),
+  never `ray stop`, which stops every Ray of this user on the machine, other jobs' included."""
+  # the head declares a node dead after ~2 s without an answer (default: 3 s x 5 checks); raylets answer
+  # health checks from their own thread, so even a loaded 2-core machine doesn't trip it
+  SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 500, "health_check_timeout_ms": 1000,
+                   "health_check_failure_threshold": 3}
+  def __init__(self) -> None:
+    self.dir = tempfile.mkdtemp(prefix="tcray", dir="/tmp")  # short: Ray's socket paths must stay under ~107 chars
+    with socket.socket() as s:
+      s.bind(("127.0.0.1", 0))
+      self.port = s.getsockname()[1]
+    self.address = f"127.0.0.1:{self.port}"
+    self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "BEAM_WORKERS": "1"}
+    self.resources = json.dumps(distributed.node_resources(["CPU"]))
+  def _start(self, *args: str) -> None:
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    r = subprocess.run([ray_cli, "start", *args, "--num-cpus", "1", "--resources", self.resources, "--disable-usage-stats",
+                        "--include-log-monitor", "false"], env=self.env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+  def start(self) -> None:
+    self._start("--head", "--port", str(self.port), "--temp-dir", self.dir, "--include-dashboard", "false", "--no-monitor",
+                "--system-config", json.dumps(self.SYSTEM_CONFIG))
+    self._start("--address", self.address)
+  def pids(self, name: str = "") -> list[int]:
+    """Processes of this cluster whose command line names its temp dir (and `name` when given), oldest
+    first; with no name, their descendants too (workers, agents)."""
+    procs = _procs()
+    own = sorted((procs[p][1], p) for p in procs if self.dir in (cmd := _cmdline(p)) and name in cmd)
+    out = [p for _, p in own]
+    if not name: out += [d for p in list(out) for d in _descendants(p, procs) if d not in out]
+    return out
+  def kill(self, pid: int) -> None:
+    """kill -9 of a process and its descendants (a raylet takes its workers and agents along)."""
+    _kill([pid] + _descendants(pid, _procs()))
+  def searching_workers(self, raylet: int = 0) -> list[int]:
+    """Ray workers of this cluster (of one raylet's node when given) in the middle of a search: running
+    tune_kernel (a busy worker's process title is ray::tune_kernel) with the search's isolation worker up."""
+    procs = _procs()
+    out = []
+    for r in [raylet] if raylet else self.pids("raylet"):
+      for p in _descendants(r, procs):
+        if _cmdline(p).startswith("ray::tune_kernel") and _descendants(p, procs): out.append(p)
+    return out
+  def stop(self) -> None:
+    import shutil
+    deadline = time.time() + 10
+    while (left := self.pids()) and time.time() < deadline:  # what a dying raylet leaves behind can appear late
+      _kill(left)
+      time.sleep(0.2)
+    shutil.rmtree(self.dir, ignore_errors=True)
+
 @pytest.fixture(scope="module")
-def local_ray():
-  ray.init(num_cpus=2, resources=distributed.node_resources(["CPU"]), include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-  try: yield
-  finally: ray.shutdown()
+def cluster():
+  """The file's cluster, with this process's driver attached to it."""
+  if ray.is_initialized(): ray.shutdown()
+  c = LocalCluster()
+  saved = os.environ.get("RAY_AUTH_MODE")
+  os.environ["RAY_AUTH_MODE"] = "disabled"
+  try:
+    c.start()
+    ray.init(address=c.address, log_to_driver=False, logging_level="WARNING")
+    deadline = time.time() + 60
+    while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline: time.sleep(0.2)
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    yield c
+  finally:
+    if ray.is_initialized(): ray.shutdown()
+    c.stop()
+    if saved is None: os.environ.pop("RAY_AUTH_MODE", None)
+    else: os.environ["RAY_AUTH_MODE"] = saved
+  assert not c.pids(), "processes of the test cluster are still running"
 
 def _seed(db_path: str, tmp_path) -> bytes:
   out = str(tmp_path / "seed.db")
@@ -47,6 +159,25 @@ def _run(db: SearchDB, tasks, seed: bytes, stop_after: int = 0) -> list[distribu
   distributed.run_ray(tasks, seed, on_result)
   return got
 
+def _kill_when_searching(c: LocalCluster, killed: list[int], raylet: int = 0, kill_node: bool = False) -> threading.Thread:
+  """A thread that kills (kill -9) the first Ray worker it sees mid-search (of `raylet`'s node when
+  given), or with kill_node that node's raylet and everything under it; the pid killed goes to `killed`."""
+  def killer() -> None:
+    deadline = time.time() + 90
+    while time.time() < deadline:
+      if (busy := c.searching_workers(raylet)):
+        victim = raylet if kill_node else busy[0]
+        if kill_node: c.kill(raylet)
+        else: os.kill(victim, signal.SIGKILL)  # the worker alone: its isolation workers die with it (PR_SET_PDEATHSIG)
+        killed.append(victim)
+        return
+      time.sleep(0.05)
+  th = threading.Thread(target=killer, daemon=True)
+  th.start()
+  return th
+
+# ---- without a cluster -----------------------------------------------------------------------------------
+
 def test_resources_name_what_this_host_can_run():
   res = distributed.node_resources(["CPU"])
   target = distributed.target_resource("CPU", distributed.current_settings())
@@ -55,7 +186,40 @@ def test_resources_name_what_this_host_can_run():
   for arch in KNOWN_X86_ARCHS:
     assert (f"tilecraft_cpu_{arch}" in res) == (arch in runnable), arch
 
-def test_interrupted_run_keeps_finished_results_and_a_rerun_searches_only_the_rest(local_ray, tmp_path):
+def test_missing_ray_is_a_clear_error(monkeypatch):
+  import builtins
+  real = builtins.__import__
+  def no_ray(name, *a, **kw):
+    if name == "ray": raise ImportError("No module named 'ray'")
+    return real(name, *a, **kw)
+  monkeypatch.setattr(builtins, "__import__", no_ray)
+  with pytest.raises(ImportError, match=r"pip install 'tilecraft\[ray\]'"): distributed.import_ray()
+
+def test_a_wrong_address_fails_within_seconds_naming_it(monkeypatch, capsys, tmp_path):
+  """Nothing listening at the address: an error naming it at once, before ray.init (whose own retries
+  take about two minutes). A malformed address is refused the same way."""
+  with socket.socket() as s:  # a port nothing listens on once this socket is closed
+    s.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{s.getsockname()[1]}"
+  monkeypatch.setattr(ray, "is_initialized", lambda: False)  # (as in a fresh `tilecraft tune --ray ADDRESS`)
+  def no_init(*a, **kw): raise AssertionError("ray.init was called for an address nothing listens on")
+  monkeypatch.setattr(ray, "init", no_init)
+  t0 = time.perf_counter()
+  with pytest.raises(RuntimeError, match=f"Ray cluster at {address}: nothing accepts connections"):
+    distributed.run_ray(_tasks(), b"", lambda r: None, address=address)
+  assert time.perf_counter() - t0 < 5
+  from tilecraft.__main__ import main  # `tilecraft tune --ray ADDRESS` says so before planning anything
+  monkeypatch.setenv("CACHEDB", str(tmp_path / "search.db"))
+  monkeypatch.setattr("tilecraft.cli.tune._bench_tasks", lambda *a: pytest.fail("planned the kernels before checking the address"))
+  assert main(["tune", "--quiet", "--ray", address]) == 1
+  assert f"Ray: can't join the Ray cluster at {address}: nothing accepts connections" in capsys.readouterr().err
+  for bad in ("head-node", "head-node:port", ":6379"):
+    with pytest.raises(RuntimeError, match=f"--ray {bad}: expected HOST:PORT"): distributed.check_address(bad)
+  distributed.check_address("auto")  # Ray finds the cluster this host runs: nothing to probe
+
+# ---- on the cluster (the raylet kill goes last: it leaves one node) -------------------------------------
+
+def test_interrupted_run_keeps_finished_results_and_a_rerun_searches_only_the_rest(cluster, tmp_path):
   path = str(tmp_path / "driver.db")
   db = SearchDB(path)
   tasks = _tasks()
@@ -72,7 +236,7 @@ def test_interrupted_run_keeps_finished_results_and_a_rerun_searches_only_the_re
   assert all(r.cache_hit and not r.rows for r in again)
   db.close()
 
-def test_kernels_go_only_to_nodes_that_can_run_the_target(local_ray):
+def test_kernels_go_only_to_nodes_that_can_run_the_target(cluster):
   foreign = []
   for arch in (a for a in KNOWN_X86_ARCHS if a not in runnable_archs()):
     try: foreign.append(distributed.target_resource("CPU", (("CPU_ARCH", arch),)))
@@ -82,147 +246,36 @@ def test_kernels_go_only_to_nodes_that_can_run_the_target(local_ray):
   with pytest.raises(RuntimeError, match=f"no node of the Ray cluster offers {foreign[-1]}"):
     distributed.run_ray(tasks, b"", lambda r: None)
 
-def test_missing_ray_is_a_clear_error(monkeypatch):
-  import builtins
-  real = builtins.__import__
-  def no_ray(name, *a, **kw):
-    if name == "ray": raise ImportError("No module named 'ray'")
-    return real(name, *a, **kw)
-  monkeypatch.setattr(builtins, "__import__", no_ray)
-  with pytest.raises(ImportError, match=r"pip install 'tilecraft\[ray\]'"): distributed.import_ray()
-
-def _ray_task_pids(func: str = "tune_kernel") -> list[int]:
-  """Ray workers running `func` now (a busy worker's process title is ray::<func>)."""
-  out = []
-  for p in os.listdir("/proc"):
-    if not p.isdigit(): continue
-    try:
-      with open(f"/proc/{p}/cmdline", "rb") as f: cmd = f.read()
-    except OSError: continue
-    if cmd.startswith(f"ray::{func}".encode()): out.append(int(p))
-  return out
-
-@pytest.mark.slow
-def test_a_worker_killed_mid_search_is_retried(local_ray, tmp_path):
-  """kill -9 of the Ray worker running a search (and so of its isolation workers): Ray runs the task
-  again, and every kernel's result arrives once."""
-  import signal, threading, time
+def test_a_worker_killed_mid_search_is_retried(cluster, tmp_path):
+  """kill -9 of the Ray worker running a search (its isolation worker dies with it): Ray runs the
+  task again, and every kernel's result arrives once."""
   killed: list[int] = []
-  def killer() -> None:
-    deadline = time.time() + 60
-    while time.time() < deadline and not (pids := _ray_task_pids()): time.sleep(0.05)
-    time.sleep(1.0)  # mid-search
-    for pid in _ray_task_pids()[:1]:
-      os.kill(pid, signal.SIGKILL)
-      killed.append(pid)
-  th = threading.Thread(target=killer, daemon=True)
-  th.start()
+  th = _kill_when_searching(cluster, killed)
   db = SearchDB(str(tmp_path / "driver.db"))
-  tasks = [distributed.TuneTask(f"case{i}", f"k{i}", pickle.dumps(ast), "CPU", 1, 2.0, ())
-           for i, ast in enumerate([ew_ast(512), rowsum_ast(32, 16)])]
+  tasks = _tasks()
   got = _run(db, tasks, b"")
   th.join()
-  assert killed
-  assert sorted(r.label for r in got) == sorted(t.label for t in tasks) and all(r.error is None for r in got), [(r.label, r.error) for r in got]
+  assert killed, "no Ray worker was seen mid-search"
+  assert sorted(r.label for r in got) == sorted(t.label for t in tasks), [(r.label, r.error) for r in got]  # each once
+  assert all(r.error is None for r in got), [(r.label, r.error) for r in got]
   assert len(db.result_rows()) == len(tasks)
   db.close()
 
-# ---- a two-node cluster on localhost (slow: two `ray start`s take ~30 s on 2 busy cores) ----------
-
-class LocalCluster:
-  """`ray start --head` plus `ray start --address` nodes on this host, in a temp dir of their own, each
-  offering this host's resources with one CPU. Stopped by killing exactly the processes it started (by
-  pid: every process whose command line names its temp dir, and their children), never `ray stop`,
-  which would stop every Ray on the machine."""
-  def __init__(self):
-    import socket, tempfile
-    self.dir = tempfile.mkdtemp(prefix="tcray", dir="/tmp")  # short: Ray's socket paths must stay under ~107 chars
-    with socket.socket() as s:
-      s.bind(("127.0.0.1", 0))
-      self.port = s.getsockname()[1]
-    self.address = f"127.0.0.1:{self.port}"
-    self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    self.resources = __import__("json").dumps(distributed.node_resources(["CPU"]))
-  def _start(self, *args: str) -> None:
-    import subprocess, sys
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    r = subprocess.run([ray_cli, "start", *args, "--num-cpus", "1", "--resources", self.resources, "--disable-usage-stats"],
-                       env=self.env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-  def start_head(self) -> None: self._start("--head", "--port", str(self.port), "--temp-dir", self.dir, "--include-dashboard", "false")
-  def add_node(self) -> None: self._start("--address", self.address)
-  def pids(self, name: str = "") -> list[int]:
-    """Processes of this cluster (whose command line names its temp dir, and `name` when given), oldest first."""
-    out = []
-    for p in os.listdir("/proc"):
-      if not p.isdigit(): continue
-      try:
-        with open(f"/proc/{p}/cmdline", "rb") as f: cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        with open(f"/proc/{p}/stat") as f: start = int(f.read().rsplit(")", 1)[1].split()[19])
-      except OSError: continue
-      if self.dir in cmd and name in cmd: out.append((start, int(p)))
-    return [p for _, p in sorted(out)]
-  def children(self, pid: int) -> list[int]:
-    out = []
-    for p in os.listdir("/proc"):
-      if not p.isdigit(): continue
-      try:
-        with open(f"/proc/{p}/stat") as f: ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-      except OSError: continue
-      if ppid == pid: out += [int(p)] + self.children(int(p))
-    return out
-  def kill(self, pid: int) -> None:
-    import signal
-    for p in [pid] + self.children(pid):
-      try: os.kill(p, signal.SIGKILL)
-      except ProcessLookupError: pass
-  def stop(self) -> None:
-    import shutil, time
-    for _ in range(3):  # what a dying raylet leaves behind can appear late
-      for pid in self.pids(): self.kill(pid)
-      time.sleep(0.5)
-    shutil.rmtree(self.dir, ignore_errors=True)
-
-@pytest.fixture
-def two_nodes():
-  if ray.is_initialized(): ray.shutdown()  # (the module's local instance, if a test before started it)
-  c = LocalCluster()
-  try:
-    c.start_head()
-    c.add_node()
-    yield c
-  finally:
-    if ray.is_initialized(): ray.shutdown()
-    c.stop()
-  assert not c.pids(), "processes of the test cluster are still running"
-
-@pytest.mark.slow
-def test_a_node_killed_mid_task_loses_nothing(two_nodes, tmp_path, monkeypatch):
-  """kill -9 of a node's raylet while both nodes search: its task is retried on the other node, and
-  every kernel's result arrives once."""
-  import time
-  monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-  ray.init(address=two_nodes.address, log_to_driver=False, logging_level="WARNING")
-  deadline = time.time() + 60
-  while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline: time.sleep(0.5)
-  assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-  tasks = [distributed.TuneTask(f"case{i}", f"k{i}", pickle.dumps(ast), "CPU", 1, 2.0, ())
-           for i, ast in enumerate([ew_ast(256), rowsum_ast(16, 32), ew_ast(96), rowsum_ast(8, 64)])]
-  db = SearchDB(str(tmp_path / "driver.db"))
-  got: list[distributed.TuneResult] = []
+def test_a_node_killed_mid_search_loses_nothing(cluster, tmp_path):
+  """kill -9 of a node's raylet (and everything under it) while its worker searches: the task is
+  retried on the other node, and every kernel's result arrives once, all from the surviving node."""
+  mine = ray.get_runtime_context().get_node_id()
+  (other,) = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] != mine]  # not the driver's node: that would take the driver's objects
+  (raylet,) = cluster.pids(f"--raylet_socket_name={other['RayletSocketName']}")
   killed: list[int] = []
-  def on_result(r: distributed.TuneResult) -> None:
-    db.merge_rows(r.rows)
-    got.append(r)
-    if not killed:  # the raylet of the node the driver is not attached to (killing that one would kill the driver's objects)
-      mine = ray.get_runtime_context().get_node_id()
-      (other,) = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] != mine]
-      (raylet,) = two_nodes.pids(f"--raylet_socket_name={other['RayletSocketName']}")
-      killed.append(raylet)
-      two_nodes.kill(raylet)
-  distributed.run_ray(tasks, b"", on_result)
-  assert killed and killed[0] not in two_nodes.pids("raylet")  # a node died during the run
+  th = _kill_when_searching(cluster, killed, raylet, kill_node=True)
+  db = SearchDB(str(tmp_path / "driver.db"))
+  tasks = _tasks()
+  got = _run(db, tasks, b"")
+  th.join()
+  assert killed == [raylet] and raylet not in cluster.pids("raylet"), "the other node was never seen mid-search"
   assert sorted(r.label for r in got) == sorted(t.label for t in tasks), [(r.label, r.error) for r in got]  # each once
-  assert all(r.error is None for r in got), [r.error for r in got]
+  assert all(r.error is None for r in got), [(r.label, r.error) for r in got]
+  assert all(r.node.endswith(":" + mine[:6]) for r in got), [r.node for r in got]  # the lost search ran again on this node
   assert len(db.result_rows()) == len(tasks)
   db.close()

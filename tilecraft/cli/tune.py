@@ -98,8 +98,11 @@ def run(args: argparse.Namespace) -> int:
   if args.budget is not None and not args.budget > 0: raise CLIError("--budget must be > 0 seconds")
   if (db := get_db()) is None: raise CLIError("the search cache is off (CACHELEVEL=0) or unusable, so tuning would be lost")
   if args.ray is not None:
-    try: distributed.import_ray()
+    try:
+      distributed.import_ray()
+      if args.ray: distributed.check_address(args.ray)  # before planning, which may take a minute for a model
     except ImportError as e: raise CLIError(str(e)) from None
+    except RuntimeError as e: raise CLIError(f"Ray: {e}", code=1) from None
   tasks, n_cases = _model_tasks(args, device) if args.model else _bench_tasks(args, device)
   what = f"the {n_cases}-node model {args.model}" if args.model else f"{n_cases} bench cases"
   rows: list[list[str]] = []

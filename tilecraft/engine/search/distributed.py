@@ -8,6 +8,7 @@ runs a task wherever it lands.
                cache rows the search wrote there
   tune_kernel(task, seed) -> TuneResult     run one task in this process
   run_local(tasks, seed, on_result, workers=1) / run_ray(tasks, seed, on_result, address=None)
+  check_address(address)     a cluster address nothing answers at is an error at once (Ray retries ~2 min)
   node_resources(devices), target_resource(device, settings)
 
 Where a task runs and what it may be compared with:
@@ -26,7 +27,7 @@ Where a task runs and what it may be compared with:
   duplicate a result). Each finished task is written as it arrives: an interrupted run keeps them.
 """
 from __future__ import annotations
-import hashlib, json, math, os, pickle, platform, sys, tempfile, time
+import hashlib, json, math, os, pickle, platform, socket, sys, tempfile, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -178,6 +179,33 @@ def resources_hint(devices: Sequence[str] = ("CPU",)) -> str:
   """The `ray start` option that makes this host offer its targets."""
   return f"--resources '{json.dumps(node_resources(devices))}'"
 
+ADDRESS_PROBE_S = 3.0  # how long check_address waits for a TCP connect to the cluster's address
+
+def check_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
+  """Fail at once, naming `address`, when nothing accepts connections there: Ray's own client retries an
+  unreachable GCS for about two minutes before it gives up. HOST:PORT (the head's GCS port, `ray start
+  --head --port`) and ray://HOST:PORT (Ray Client) are probed with one TCP connect; `auto` and `local`
+  are left to Ray. RuntimeError for an address that is malformed or unreachable."""
+  if address in ("auto", "local"): return
+  host, sep, port = (address.split("://", 1)[1] if "://" in address else address).rpartition(":")
+  host = host.strip("[]")  # [IPv6]:port
+  if not sep or not host or not port.isdigit():
+    raise RuntimeError(f"--ray {address}: expected HOST:PORT (the head node's GCS port, 6379 unless `ray start --head --port` "
+                       f"said otherwise), ray://HOST:PORT or auto")
+  hosts = [host]
+  if host in ("localhost", "127.0.0.1", "::1") and (ray := sys.modules.get("ray")) is not None:
+    try: hosts.append(ray.util.get_node_ip_address())  # Ray itself dials this host's node IP for a loopback address
+    except Exception: pass  # noqa: BLE001 - the loopback address alone
+  errors = []
+  for h in hosts:
+    try:
+      with socket.create_connection((h, int(port)), timeout=timeout_s): return
+    except socket.gaierror as e: errors.append(f"{h} is not a host name this machine can resolve ({e.strerror})")
+    except TimeoutError: errors.append(f"no answer from {h}:{port} within {timeout_s:g} s")
+    except OSError as e: errors.append(f"{h}:{port}: {e.strerror or e}")
+  raise RuntimeError(f"can't join the Ray cluster at {address}: nothing accepts connections there ({'; '.join(errors)}); "
+                     f"start the head node with `ray start --head --port {port}`, or check the host and port")
+
 def run_ray(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneResult], None], address: Optional[str] = None,
             max_retries: int = 3) -> None:
   """Run the tasks on Ray, calling on_result in this process as each finishes. Joins the cluster at
@@ -188,6 +216,7 @@ def run_ray(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneRes
   started = False
   if not ray.is_initialized():
     if address:
+      check_address(address)
       try: ray.init(address=address, log_to_driver=False, logging_level="WARNING")
       except (ConnectionError, ValueError, RuntimeError) as e: raise RuntimeError(f"can't join the Ray cluster at {address}: {e}") from None
     else:

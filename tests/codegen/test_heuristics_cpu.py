@@ -134,19 +134,76 @@ def test_conv_third_reuse_upcast_and_full_kx_unroll(arch, rng):
     img, w = rng.random((8, 8, 8), dtype=np.float32), rng.random((16, 8, 3, 3), dtype=np.float32)
     check(k, [img, w], bench.numpy_conv3x3(img, w), rtol=1e-4)
 
+# (width -> (columns padded to, lanes) per vector width: 2 vectors where that pads at most 1/4, else one vector;
+# AVX-512 takes 8 lanes where they pad less than 16)
+ODD_CONV_TILES = {8: {55: (16, 8), 27: (16, 8), 13: (16, 8)}, 16: {55: (16, 8), 27: (32, 16), 13: (16, 16)}}
+
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_odd_conv_rows_take_the_tile_with_one_padded_vector(arch, rng):
-  """55-wide conv rows (SqueezeNet's 3x3 at 55^2) are neither a multiple of the vector nor of half of it:
-  the matmul tile with one vector of columns padded to the width (55 -> 56 on AVX2, 64 on AVX-512 is over
-  the 1/8 bound there and keeps the general rules), rows of output channels sharing each vector load."""
-  ast = bench.conv3x3_ast(4, 16, 55, 55)  # axes: cout, y, x, cin, ky, kx
-  img, w = rng.random((4, 55, 55), dtype=np.float32), rng.random((16, 4, 3, 3), dtype=np.float32)
+@pytest.mark.parametrize("width", [55, 27, 13])
+def test_odd_conv_rows_take_padded_tiles(arch, width, rng):
+  """Conv rows that are neither a multiple of the vector nor of half of it (SqueezeNet's 3x3 convs at 55^2, 27^2,
+  13^2) take the matmul tile with the columns padded (masked lanes) instead of the general rules' scalar tiles:
+  2 vectors where that pads at most 1/4, output channels as the tile's rows, kx unrolled. Both vs numpy."""
+  vw = ARCHS[arch]
+  cols, lanes = ODD_CONV_TILES[vw][width]
+  ast = bench.conv3x3_ast(4, 16, 8, width)  # axes: cout, y, x, cin, ky, kx
+  img, w = rng.random((4, 8, width), dtype=np.float32), rng.random((16, 4, 3, 3), dtype=np.float32)
   with Context(CPU_ARCH=arch):
     k = hand(ast)
-    vw = ARCHS[arch]
-    if vw == 8: assert opts(k)[:2] == [(D, 2, 8), (U, 2, 8)] and any(o[0] is U and o[1] == 0 for o in opts(k)), opts(k)
-    else: assert (D, 2, 16) not in opts(k), opts(k)
+    o = opts(k)
+    assert o[:2] == [(D, 2, cols), (U, 2, lanes)] and o[-1] == (R, 2, 0), o
+    assert any(op is U and ax == 0 for op, ax, _ in o), o  # output channels: the tile's rows
+    if cols == 2 * lanes: assert (U, 2, 2) in o, o
+    assert "matmul register tile" in k.applied_opts_reasons[0]
     check(k, [img, w], bench.numpy_conv3x3(img, w), rtol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_small_image_conv_holds_all_rows_in_registers(arch, rng):
+  """A 7x7 image (ResNet-50's last stage): 7 columns padded to one 8-lane vector, all 7 rows upcast whole and 2
+  output channels (14 accumulators), so each weight broadcast serves the whole image. The padded input is masked
+  along the rows: the stack/cat rule must not take them first."""
+  ast = bench.conv3x3_ast(16, 8, 7, 7)
+  img, w = rng.random((16, 7, 7), dtype=np.float32), rng.random((8, 16, 3, 3), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    k = hand(ast)
+    assert opts(k) == [(D, 2, 8), (U, 2, 8), (U, 1, 0), (U, 0, 2), (R, 2, 0)], opts(k)
+    check(k, [img, w], bench.numpy_conv3x3(img, w), rtol=1e-4)
+
+def _pool_ref(x, size, stride):
+  win = np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
+  return win.max(axis=(-2, -1))
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_window_reduces_pad_their_output_rows_to_vectors(arch, rng):
+  """Max-pools and depthwise convs (reduces of at most 49) with output rows no vector width divides (13 and 14
+  wide): the rows are padded (masked lanes) and made vectors, instead of a scalar loop. Both vs numpy."""
+  vw = ARCHS[arch]
+  x = rng.standard_normal((1, 8, 27, 27), dtype=np.float32)
+  dw_x, dw_w = rng.standard_normal((1, 16, 14, 14), dtype=np.float32), rng.standard_normal((16, 1, 3, 3), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x).max_pool2d(3, 2)  # 27 -> 13
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert opts(k)[:2] == [(D, 2, vw), (U, 2, vw)] and "window reduce" in k.applied_opts_reasons[0], opts(k)
+    check_tensor(t, _pool_ref(x, 3, 2))
+    t = Tensor(dw_x).conv2d(Tensor(dw_w), padding=1, groups=16)  # 14 -> 16 (AVX2: 2 vectors; AVX-512: one)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert opts(k)[:2] == [(D, 2, vw), (U, 2, vw)], opts(k)
+    want = np.stack([_conv_ref(dw_x[:, c:c + 1], dw_w[c:c + 1], 1, 1)[:, 0] for c in range(16)], axis=1)
+    if runnable(): np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5)
+    else: check_tensor(t, want)
+
+def test_grouped_1x1_conv_takes_6_padded_rows_on_avx2(rng):
+  """34 output channels per group (ShuffleNet): 8 rows would pad to 40 (over 1/7), so AVX2 takes 6 rows padded
+  to 36 (at most 1/16 more work) instead of the general rules' single-vector tile."""
+  x, w = rng.standard_normal((1, 68, 16, 16), dtype=np.float32), rng.standard_normal((68, 34, 1, 1), dtype=np.float32) * 0.2
+  with Context(CPU_ARCH="haswell"):
+    t = Tensor(x).conv2d(Tensor(w), groups=2)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    o = opts(k)
+    assert (D, 1, 6) in o and (U, 1, 6) in o and o[0] == (U, 2, 8), o
+    want = np.concatenate([_conv_ref(x[:, g * 34:(g + 1) * 34], w[g * 34:(g + 1) * 34], 1, 0) for g in range(2)], axis=1)
+    if runnable(): np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    else: check_tensor(t, want)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_conv_rows_padded_to_full_vectors(arch, rng):

@@ -200,14 +200,30 @@ def _cpu_matmul_tile(k: Any, vw: int) -> bool:
   # else the output's contiguous axis even with strided loads (the 7x7 stem: 1.9x faster than the general rules)
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and cols_fit(k.full_shape[a])), None)
   if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, cols, why=" (strided loads)")
-  # columns that fit one vector but not two and aren't a multiple of half of one either (a padded conv's 55-wide rows:
-  # 64 would be 16% more work, 56 is 2%; the general rules below upcast 64 output channels, 8x slower measured on
-  # SqueezeNet's 16->64 3x3 at 55^2, AVX2): the tile with one vector of columns, padded to the vector width
-  def odd_fit(size: Any) -> bool:
-    return isinstance(size, int) and size >= vw and size % (vw // 2) != 0 and 8 * (round_up(size, vw) - size) <= size
-  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and odd_fit(k.full_shape[a])), None)
-  if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, vw, why=" (one vector of columns)")
+  # columns that aren't a multiple of half a vector (a padded conv's 55-, 27-, 13- or 7-wide rows), padded to the lanes
+  # _odd_lanes picks: the tile's 2 vectors where that pads at most 1/4 (55 -> 64, 27 -> 32, 13 -> 16); else one vector
+  # (7 -> 8) and, where another output axis the same operands move along is short (a 7x7 image's rows), that axis
+  # whole with 2 rows, so each broadcast of the rows' operand (a weight) serves the whole image. Without this the
+  # general rules upcast output channels into scalar tiles: SqueezeNet's 3x3 convs at 27^2 and 13^2 6-12x faster,
+  # ResNet-50's 3x3 512->512 at 7^2 10x faster, measured (AVX2). 2 vectors beat one at 55^2, 27^2 and 13^2 by 10-25%;
+  # at 7^2 the whole rows beat 6 rows x 1 vector by 1.3-1.5x (the 9.4 MB of weights are read once, not 7 times)
+  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and _odd_lanes(k.full_shape[a], vw)), None)
+  if n is not None and (m := rows_axis(n)) is not None:
+    size, lanes = k.full_shape[n], _odd_lanes(k.full_shape[n], vw)
+    if 4 * (round_up(size, 2 * lanes) - size) <= size: return _apply_matmul_tile(k, n, m, lanes, 2 * lanes, why=" (padded columns)")
+    small = next((a for a in range(k.first_reduce - 1, -1, -1) if a not in (n, m) and out[a] != 0 and isinstance(k.full_shape[a], int) and
+                  2 <= k.full_shape[a] <= 7 and all((rs[a] == 0) == (rs[n] == 0) for rs in ins)), None)
+    return _apply_matmul_tile(k, n, m, lanes, lanes, why=" (one vector of columns)", small=small)
   return False
+
+def _odd_lanes(size: Any, vw: int) -> Optional[int]:
+  """Vector lanes for an output axis of `size` that is not a multiple of half the vector width (where it is, the
+  general rules run half-width vectors unpadded): the width, or half of it on AVX-512 where that pads less
+  (55 -> 56, not 64), if padding to it adds at most 1/4 of the work (27 -> 32, 13 -> 16, 7 -> 8; not 11 -> 16).
+  None otherwise."""
+  if not isinstance(size, int) or size % (vw // 2) == 0: return None
+  lanes = vw // 2 if vw >= 16 and round_up(size, vw // 2) < round_up(size, vw) else vw
+  return lanes if 4 * (round_up(size, lanes) - size) <= size else None
 
 def _cpu_dot_tile(k: Any, vw: int, red_ax: int, reused: Any, unit: Any) -> bool:
   """The dot-product tile (see _cpu_matmul_tile): the reduce unrolled by the vector width, 4 rows x 2
@@ -222,17 +238,26 @@ def _cpu_dot_tile(k: Any, vw: int, red_ax: int, reused: Any, unit: Any) -> bool:
   _try(k, Opt(OptOps.UPCAST, n, 2), f"dot-product tile: 2 columns (axis {n}) share each load of the rows ({4 * 2} vector accumulators)")
   return True
 
-def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = "") -> bool:
-  """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking."""
-  rows = _tile_rows(k, k.full_shape[m], vw)
+def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None) -> bool:
+  """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking. With
+  one vector of columns (cols == vw), a `small` output axis (at most 7, one the operands move along as they do
+  along n) is upcast whole in place of the second vector, with 2 rows."""
+  rows = _tile_rows(k, k.full_shape[m], vw) if small is None else 2
   assert rows is not None
   if k.full_shape[n] % cols and not _try(k, Opt(OptOps.PADTO, n, cols), f"matmul register tile: pad the {k.full_shape[n]} columns (axis {n}) to a "
                                           f"multiple of the tile's {cols} (masked lanes): full vectors, no scalar remainder"): return False
+  gone = k.full_shape[n] == vw  # (an upcast that takes an axis whole removes it: the later axes move down)
   if not _try(k, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why): return False
+  if gone: m, small = (a - 1 if a is not None and a > n else a for a in (m, small))
+  if cols == vw and small is not None:
+    if not _try(k, Opt(OptOps.UPCAST, small, 0), f"matmul register tile: all {k.full_shape[small]} steps of the short axis {small} (the image's "
+                                                 f"rows) in place of a second vector: each broadcast of the other operand serves all of them"): rows = 6
+    elif m > small: m -= 1
   if k.full_shape[m] % rows and not _try(k, Opt(OptOps.PADTO, m, rows), f"matmul register tile: pad the {k.full_shape[m]} rows (axis {m}) to a multiple of {rows}"):
     rows = TILE_ROWS if k.full_shape[m] % TILE_ROWS == 0 else 0
   if rows: _try(k, Opt(OptOps.UPCAST, m, rows), f"matmul register tile: {rows} output rows (axis {m}) share each vector load")
-  _try(k, Opt(OptOps.UPCAST, n, TILE_VECTORS), f"matmul register tile: {TILE_VECTORS} vectors of columns share each broadcast ({rows}x{TILE_VECTORS} accumulators)")
+  if cols != vw:
+    _try(k, Opt(OptOps.UPCAST, n, TILE_VECTORS), f"matmul register tile: {TILE_VECTORS} vectors of columns share each broadcast ({rows}x{TILE_VECTORS} accumulators)")
   _cpu_block_reduce(k)
   last = k.first_upcast - 1  # a conv's kernel-width axis: unrolled, so the tile's loop body is the whole kernel row
   if k.first_upcast - k.first_reduce >= 2 and isinstance(k.full_shape[last], int) and k.full_shape[last] <= 7:
@@ -242,13 +267,18 @@ def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = ""
 def _tile_rows(k: Any, size: Any, vw: int) -> Optional[int]:
   """Output rows of the matmul register tile for a row axis of `size`: 8, or 6 with 16 vector
   registers (8-lane vectors on x86: AVX2/AVX) where 6 divides the axis or padding it to a multiple
-  of 6 adds at most 1/32 of the work; else 8 where padding to a multiple of 8 adds at most 1/7 (a
-  strided 1x1 conv's 7-pixel rows: 7 rows unpadded measured 3x slower than 8 padded, AVX2); None
+  of 6 adds at most 1/32 of the work; else 8 where 8 divides it; else 6 (AVX2) where padding adds at most
+  1/16; else 8 where padding to a multiple of 8 adds at most 1/7 (a strided 1x1 conv's 7-pixel rows: 7 rows
+  unpadded measured 3x slower than 8 padded, AVX2); None
   when no tile fits. A kernel of several fused reduces (each its own accumulators) takes 4 rows."""
   if not isinstance(size, int): return None
   if len(k.reduceops) > 1: return 4 if size % 4 == 0 else None
   if vw == 8 and (size % TILE_ROWS_16_REGS == 0 or (-size) % TILE_ROWS_16_REGS * 32 <= size):
     return TILE_ROWS_16_REGS
+  if size % TILE_ROWS == 0: return TILE_ROWS
+  # (AVX2, where 8 doesn't divide either: 6 rows padded by at most 1/16, as ShuffleNet's grouped 1x1 convs of 34 and
+  # 68 output channels per group need: 8 rows padded 34 -> 40 is over the 1/7 bound, 68 -> 72 spills 16 accumulators)
+  if vw == 8 and (-size) % TILE_ROWS_16_REGS * 16 <= size: return TILE_ROWS_16_REGS
   return TILE_ROWS if 7 * ((-size) % TILE_ROWS) <= size else None
 
 def _cpu_block_reduce(k: Any) -> None:
@@ -304,18 +334,31 @@ def _cpu_third_reuse_fits(k: Any, vw: int) -> bool:
 # AVX2, 512 on AVX-512), and 128 vector operations per step of an unrolled short reduce
 TILE_MAX_VECTORS, UNROLL_MAX_VECTORS = 32, 128
 
+WINDOW_MAX = 49  # the longest reduce _cpu_pad_vector_axis takes for a window (a 7x7 pool)
+
 def _cpu_pad_vector_axis(k: Any, vw: int) -> None:
-  """A reduce kernel whose contiguous output axis is a multiple of half the vector width but not of
-  the width (a conv's 56-wide rows on AVX-512) would run half-width vectors: pad the axis to the
-  width (PADTO) where that adds at most 1/7 more work. The padded lanes' loads are masked (one masked
-  vector load per row), their stores skipped; conv 3x3 64->64 56^2 on AVX-512: 30% less time."""
-  if not k.reduceops or k.upcasted or vw < 16: return
+  """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it.
+  - A multiple of half the vector width but not of the width (a conv's 56-wide rows on AVX-512) would run
+    half-width vectors: padded to the width where that adds at most 1/7 more work. The padded lanes' loads
+    are masked (one masked vector load per row), their stores skipped; conv 3x3 64->64 56^2 on AVX-512:
+    30% less time.
+  - Not a multiple of half the width, in a window reduce (pooling, depthwise conv: a reduce of at most
+    WINDOW_MAX): nothing divides it, so without padding it stays scalar. Padded to the lanes _odd_lanes picks
+    (at most 1/4 more work) and made one vector of them here (the reuse rules below need an input broadcast
+    along it, which pooling has not). ShuffleNet's depthwise 3x3 at 14^2 and SqueezeNet's 3x3 max-pools
+    (55^2, 27^2, 13^2): 4-10x faster measured (AVX2)."""
+  if not k.reduceops or k.upcasted: return
   out = k.sts[0].real_strides()
+  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
   for a in range(k.first_reduce):
     size = k.full_shape[a]
-    if out[a] != 1 or not isinstance(size, int) or size % vw == 0 or size % (vw // 2): continue
-    if not any(rs[a] == 0 for rs in _input_strides(k)) or 7 * round_up(size, vw) > 8 * size: return
-    _try(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
+    if out[a] != 1 or not isinstance(size, int) or size % vw == 0: continue
+    if size % (vw // 2) == 0:
+      if vw < 16 or not any(rs[a] == 0 for rs in _input_strides(k)) or 7 * round_up(size, vw) > 8 * size: return
+      _try(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
+    elif isinstance(red, int) and red <= WINDOW_MAX and (lanes := _odd_lanes(size, vw)) is not None:
+      if _try(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)"):
+        _try(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector")
     return
 
 def _cpu_matvec(k: Any, vw: int) -> bool:
@@ -399,7 +442,13 @@ def hand_coded_optimizations(k: Any) -> Any:
     return k
 
   # stack/cat: small masked output axes are upcast so each lane picks its source statically (GPUs: every
-  # such axis while the lanes stay <= 49, innermost first, as the reference; CPUs: the first one)
+  # such axis while the lanes stay <= 49, innermost first, as the reference; CPUs: the first one). On CPUs the
+  # register tiles and the padded vector axis come first: a padded conv's or pool's input is masked along its
+  # short output axes too (a 7x7 image's rows), and taking such an axis whole left ResNet-50's 3x3 512->512 at
+  # 7^2 to the scalar general rules (10x slower than its tile, AVX2)
+  vw = _vector_width(k) if not gpu else 4
+  if not gpu and (_cpu_matmul_tile(k, vw) or _cpu_matvec(k, vw) or _cpu_vecmat(k, vw)): return k
+  if not gpu: _cpu_pad_vector_axis(k, vw)
   masked = [axis for axis in range(k.first_reduce) if k.full_shape[axis] <= 7 and any(st.axis_is_masked(axis) for st in k.sts)]
   if gpu:
     to_upcast: list[int] = []
@@ -411,10 +460,7 @@ def hand_coded_optimizations(k: Any) -> Any:
       _try(k, Opt(OptOps.UPCAST, axis, 0), f"axis {axis} is small and masked (stack/cat): upcast it whole")
       break
 
-  vw = _vector_width(k) if not gpu else 4
-  if not gpu and (_cpu_matmul_tile(k, vw) or _cpu_matvec(k, vw) or _cpu_vecmat(k, vw)): return k
   # CPU, or GPU with data reuse: upcast output axes that some input broadcasts (register tiles)
-  if not gpu: _cpu_pad_vector_axis(k, vw)
   tile_max = TILE_MAX_VECTORS * vw if not gpu else 32
   upcasted_reuse = 0
   while prod(k.full_shape[k.first_upcast:]) < tile_max and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3):

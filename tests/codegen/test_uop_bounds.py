@@ -174,3 +174,20 @@ def test_wrapping_is_found_exactly_at_the_type_edges(dt):
   assert not bound(UOp.alu(BinaryOps.SUB, bottom, _c(0, dt))).wraps and not bound(top + _c(1, dt)).wraps
   assert bound(UOp.alu(BinaryOps.SUB, bottom, _c(1, dt))).wraps and bound(top + _c(2, dt)).wraps
   for e in (UOp.alu(BinaryOps.SUB, bottom, _c(1, dt)), top + _c(2, dt), top + _c(1, dt)): check_against_brute_force(e)
+
+@pytest.mark.parametrize("shape", [(1000, 64), (2**17, 2**15)], ids=["int32", "past-2^31"])
+def test_the_lowerers_index_width_never_wraps(shape):
+  """The lowerer picks int32 or int64 for index math on the symbolic expression (lower_index.py);
+  this analysis, run on the UOps it built, agrees: no UOp an address is computed from wraps, and an
+  index past 2^31 (a 2^32-element elementwise kernel, only lowered) is int64."""
+  from tilecraft import Tensor
+  from tilecraft.codegen.kernel import Kernel
+  from tilecraft.device import Device
+  si = (Tensor.empty(*shape, device="CPU") + 1).schedule()[-1]
+  k = Kernel(si.ast, opts=Device["CPU"].renderer).hand_coded_optimizations()
+  k.linearize()
+  addrs = [u.src[1] for u in k.uops if u.op in (UOps.LOAD, UOps.STORE)]
+  assert addrs and all(a.dtype.scalar() == (dtypes.int64 if shape[0] * shape[1] > 2**31 else dtypes.int32) for a in addrs)
+  assert max(bound(a).vmax for a in addrs) >= shape[0] * shape[1] - 8
+  wrapped = [u for a in addrs for u in a.toposort() if (dtypes.is_int(u.dtype) or u.dtype.scalar() == dtypes.bool) and bound(u).wraps]
+  assert not wrapped, wrapped

@@ -22,14 +22,19 @@ node alone, computed once (iteratively, sources first: a graph may be any depth)
 the node lives.
 
 Users: the renderers' overflow check and aligned-vector test (`renderer/analysis.py:
-overflowing_int_alus`, `multiple_of`, so also streaming stores and the GPU dialects' vector
-legality), and the tests' trip counts of symbolic loops. Not a user: the lowerer's int32/int64
-choice for index math (`lower_index._needs_int64`). That choice is made on the symbolic index
-expression before any UOp of it exists (every node's dtype depends on it), and it bounds every
-partial sum in any order of the terms, because later rewrites may re-associate a sum; a bound of
-the UOps as first built would cover only the order they were built in. It stays on the symbolic
-system's vmin/vmax (`shape/symbolic.py`); this analysis checks its result (an index UOp never
-`wraps`: tests/renderer/test_signed_overflow.py).
+overflowing_int_alus`, `multiple_of`; through them streaming stores and the GPU dialects' vector
+legality: a vector access not provably aligned is split into lanes), and the tests' largest trip
+counts of loops.
+
+Not users, by design, because they decide before any UOp exists: the lowerer's int32/int64 choice
+for index math (`lower_index._needs_int64`) and the simplification of masks (valid expressions).
+Both work on the symbolic index expression (`shape/symbolic.py` vmin/vmax, the one symbolic system),
+from which every index and gate UOp is built with its dtype already chosen. The int64 choice also
+bounds every partial sum in any order of its terms, because later rewrites may re-associate a sum;
+a bound of the UOps as first built would cover only the order they were built in, and a constant
+past int32 would already have been truncated by `UOp.const`. This analysis checks the result: no
+UOp an address is computed from `wraps` (tests/codegen/test_uop_bounds.py,
+tests/renderer/test_signed_overflow.py).
 """
 from __future__ import annotations
 import math, weakref

@@ -20,16 +20,18 @@ started through tilecraft.engine.isolation):
   machine a multi-threaded kernel's time swings by tens of percent over seconds; both kernels of a
   job see the same swing, so the ranking doesn't depend on when a candidate ran.
 The workers live for the whole process (started on first use, stopped at exit), so a second search
-pays no start-up. Results persist in sqlite (search/db.py).
+pays no start-up. Results persist in sqlite (search/db.py), each row naming the kind of machine that
+found it; `cached_result` looks a search's result up by key without building anything (a tuning
+driver skips kernels already tuned that way).
 """
 from __future__ import annotations
-import hashlib, json, math, os, pickle, sys, threading, time, warnings
+import hashlib, inspect, json, math, os, pickle, sys, threading, time, warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 from tilecraft.codegen.kernel import Kernel, KernelOptError
 from tilecraft.engine.isolation import Job, Pool, close_pool, get_pool
 from tilecraft.engine.search.actions import get_kernel_actions, opt_wire, opts_from_key, opts_key, signature
-from tilecraft.engine.search.db import get_db
+from tilecraft.engine.search.db import SearchDB, get_db, machine_kind
 from tilecraft.engine.search.worker import HANDLER
 from tilecraft.helpers import DEBUG, getenv, prod
 from tilecraft.ops import BufferOps, MemBuffer
@@ -169,6 +171,28 @@ def _fmt_t(t: float) -> str:
   if not math.isfinite(t): return "   inf"
   return f"{t*1e3:.3f}ms" if t < 1 else f"{t:.3f}s"
 
+def result_key(kernel: Kernel, amt: int, allow_test_size: bool, vv: dict[str, int], max_upcast: int, max_lanes: int,
+               max_threads: Optional[int], max_uops: int, patience: int, max_rounds: int) -> str:
+  """The search cache key of a search of `kernel` (its AST and the opts it starts from) with these settings
+  on its renderer's device: it covers everything that decides whether the result is right for a machine
+  (see search/db.py). `vv`: the Variable values the search times with (_var_vals)."""
+  from tilecraft.device import Device
+  ren = kernel.opts
+  settings = [SEARCH_VERSION, _codegen_identity(), kernel.ast.key.hex(), ren.device, _renderer_identity(ren), _compiler_identity(Device[ren.device].compiler),
+              amt, bool(allow_test_size), opts_key(tuple(kernel.applied_opts)), max_upcast, max_lanes, max_threads, max_uops, patience, max_rounds,
+              sorted(vv.items())]
+  return hashlib.sha256(json.dumps(settings).encode()).hexdigest()
+
+def _effective_budget(budget_s: Optional[float]) -> Optional[float]:
+  """beam_search's budget_s as the search uses it: None -> DEFAULT_BUDGET_S, math.inf -> None (no budget)."""
+  return DEFAULT_BUDGET_S if budget_s is None else (None if budget_s == math.inf else budget_s)
+
+def _replayable(row: Sequence[Any], budget_s: Optional[float]) -> bool:
+  """Whether a stored result (db.get_result's row) stands for a search with this effective budget: a
+  complete search always does, one cut by its budget only for searches with no larger budget."""
+  complete, budget = row[4], row[5]
+  return bool(complete) or (budget_s is not None and (budget is None or budget_s <= budget))
+
 class _Search:
   def __init__(self, kernel: Kernel, bufs: Optional[Sequence[Any]], amt: int, allow_test_size: bool, var_vals: Optional[dict],
                budget_s: Optional[float], timeout_s: float, build_timeout_s: float, runs: int, max_rounds: int, workers: Optional[int],
@@ -180,7 +204,7 @@ class _Search:
     self.ren = kernel.opts
     self.device = self.ren.device
     self.dev = Device[self.device]
-    self.budget_s = DEFAULT_BUDGET_S if budget_s is None else (None if budget_s == math.inf else budget_s)
+    self.budget_s = _effective_budget(budget_s)
     self.timeout_s, self.build_timeout_s = timeout_s, build_timeout_s
     self.runs, self.max_rounds, self.early_stop = runs, max_rounds, early_stop
     self.max_upcast, self.max_lanes, self.max_threads, self.max_uops = max_upcast, max_lanes, max_threads, max_uops
@@ -194,9 +218,7 @@ class _Search:
     self.ast_hex = kernel.ast.key.hex()
     self.start_opts = tuple(kernel.applied_opts)
     self.ren_id, self.comp_id = _renderer_identity(self.ren), _compiler_identity(self.dev.compiler)
-    settings = [SEARCH_VERSION, _codegen_identity(), self.ast_hex, self.device, self.ren_id, self.comp_id, amt, bool(allow_test_size),
-                opts_key(self.start_opts), max_upcast, max_lanes, max_threads, max_uops, patience, max_rounds, sorted(self.vv.items())]
-    self.result_key = hashlib.sha256(json.dumps(settings).encode()).hexdigest()
+    self.result_key = result_key(kernel, amt, allow_test_size, self.vv, max_upcast, max_lanes, max_threads, max_uops, patience, max_rounds)
     self.timing_ctx = hashlib.sha256(json.dumps([SEARCH_VERSION, _codegen_identity(), self.device, self.ren_id, self.comp_id, bool(allow_test_size),
                                                  sorted(self.vv.items())]).encode()).hexdigest()[:32]
     self.db = get_db() if use_cache else None
@@ -392,7 +414,7 @@ class _Search:
     row = self.db.get_result(self.result_key)
     if row is None: return None
     opts_s, chose, t, hand_t, complete, budget = row
-    if not complete and (self.budget_s is None or (budget is not None and self.budget_s > budget)): return None
+    if not _replayable(row, self.budget_s): return None
     opts = opts_from_key(opts_s)
     try:
       if chose == "hand":
@@ -550,7 +572,8 @@ class _Search:
     if floor is None: warnings.warn(f"search: neither the hand-coded nor the unoptimized {self.name} could be timed", RuntimeWarning, stacklevel=4)
     if self.db is not None:
       info = json.dumps({"name": self.name, "rounds": r.rounds, "built": r.built, "timed": r.timed})
-      self.db.put_result(self.result_key, opts_key(k.applied_opts), chose, r.final_time, r.hand_time, r.complete, self.budget_s, info)
+      self.db.put_result(self.result_key, opts_key(k.applied_opts), chose, r.final_time, r.hand_time, r.complete, self.budget_s, info,
+                         kind=machine_kind(self.device))
     return k
 
   def summary(self) -> None:
@@ -594,6 +617,25 @@ def beam_search(kernel: Kernel, bufs: Optional[Sequence[Any]] = None, amt: int =
     s = _Search(kernel, bufs, amt, allow_test_size, var_vals, budget_s, timeout_s, build_timeout_s, runs, max_rounds, workers,
                 progress, early_stop, max_upcast, max_lanes, max_threads, max_uops, verify, min_gain, not disable_cache, patience)
     return s.run()
+
+_KEY_SETTINGS = ("allow_test_size", "max_upcast", "max_lanes", "max_threads", "max_uops", "patience", "max_rounds")
+
+def cached_result(kernel: Kernel, amt: int = 2, *, budget_s: Optional[float] = None, var_vals: Optional[dict] = None,
+                  db: Optional[SearchDB] = None, **settings: Any) -> Optional[tuple]:
+  """The stored result `beam_search(kernel, None, amt, budget_s=budget_s, var_vals=var_vals, **settings)`
+  would replay, as db.get_result's row (opts, chose, time, hand_time, complete, budget), else None. A
+  lookup by key in `db` (default: this process's search cache): nothing is built, timed or started, so a
+  driver can skip kernels already tuned without sending them to a worker. (A stored result whose opts no
+  longer apply is searched again by beam_search, which this lookup can't tell.) `settings`: beam_search's
+  arguments that are part of the key (_KEY_SETTINGS), at beam_search's defaults when not given."""
+  params = inspect.signature(beam_search).parameters
+  if (unknown := sorted(set(settings) - set(_KEY_SETTINGS))):
+    raise TypeError(f"cached_result: {unknown} are not search settings that decide the cache key ({', '.join(_KEY_SETTINGS)})")
+  s = {n: settings.get(n, params[n].default) for n in _KEY_SETTINGS}
+  if db is None and (db := get_db()) is None: return None
+  row = db.get_result(result_key(kernel, amt, s["allow_test_size"], _var_vals(kernel, var_vals), s["max_upcast"], s["max_lanes"],
+                                 s["max_threads"], s["max_uops"], s["patience"], s["max_rounds"]))
+  return row if row is not None and _replayable(row, _effective_budget(budget_s)) else None
 
 def close_workers() -> None:
   """Stop the search's worker processes (they are also stopped at exit)."""

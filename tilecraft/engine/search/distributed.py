@@ -8,6 +8,7 @@ runs a task wherever it lands.
                cache rows the search wrote there
   tune_kernel(task, seed) -> TuneResult     run one task in this process
   run_local(tasks, seed, on_result, workers=1) / run_ray(tasks, seed, on_result, address=None)
+  answered_by_seed(tasks, seed)  the tasks the driver's results already answer (no worker), and the rest
   check_address(address)     a cluster address nothing answers at is an error at once (Ray retries ~2 min)
   node_resources(devices), target_resource(device, settings)
 
@@ -20,8 +21,9 @@ Where a task runs and what it may be compared with:
   this host runs, and `tilecraft_cpu_native_<kind>` for -march=native code of this kind of host.
   A task asks for one unit of its target's resource, so it only goes to nodes that can run it, and
   a node runs one search at a time (timing needs the machine to itself).
-- The search runs against a scratch copy (`seed`) of the driver's search cache results, so a kernel
-  the driver already has results for is a cache hit on the node and costs nothing; the rows the
+- A kernel the driver's search cache results (`seed`) already answer is answered by the driver
+  itself, looked up by key (`answered_by_seed`), and never sent. The others' searches run against a
+  scratch copy of the seed (the per-candidate timings are not in it, so they start cold); the rows the
   search adds travel back in the TuneResult and the driver alone writes them into its cache
   (`SearchDB.merge_rows`: idempotent per key, so a task Ray retried after a node died can't
   duplicate a result). Each finished task is written as it arrives: an interrupted run keeps them.
@@ -119,7 +121,7 @@ def tune_kernel(task: TuneTask, seed: bytes = b"") -> TuneResult:
   from tilecraft.codegen.kernel import Kernel
   from tilecraft.device import Device
   from tilecraft.engine import search
-  from tilecraft.engine.search.db import close_cache_dbs, machine_kind, read_results
+  from tilecraft.engine.search.db import close_cache_dbs, read_results
   from tilecraft.helpers import Context
   t0 = time.perf_counter()
   res = TuneResult(task.label, task.name, node=_node_name())
@@ -133,9 +135,8 @@ def tune_kernel(task: TuneTask, seed: bytes = b"") -> TuneResult:
         ast = pickle.loads(task.ast)
         k = search.beam_search(Kernel(ast, Device[task.device].renderer), None, task.beam, budget_s=task.budget_s, progress=False)
         rep = search.last_report
-        kind = machine_kind(task.device)
         close_cache_dbs()
-        res.rows = [r[:-1] + (kind,) for r in read_results(path) if r not in before]
+        res.rows = [r for r in read_results(path) if r not in before]  # each names this node's kind of machine (beam.py)
       from tilecraft.engine.search.actions import opts_key
       res.opts = opts_key(k.applied_opts)
       if rep is not None:
@@ -147,12 +148,46 @@ def tune_kernel(task: TuneTask, seed: bytes = b"") -> TuneResult:
   res.wall_s = time.perf_counter() - t0
   return res
 
+def answered_by_seed(tasks: Sequence[TuneTask], seed: bytes) -> tuple[list[TuneResult], list[TuneTask]]:
+  """Split the tasks into results for those the seed (the driver's search cache results) already answers,
+  found here by key (search.beam.cached_result: nothing built, no worker, no Ray task), and the tasks
+  left to run. A lookup that fails leaves its task to run: the node's search finds out for itself."""
+  if not seed or not tasks: return [], list(tasks)
+  from tilecraft.codegen.kernel import Kernel
+  from tilecraft.device import Device
+  from tilecraft.engine.search.beam import cached_result
+  from tilecraft.engine.search.db import SearchDB
+  from tilecraft.helpers import Context
+  done: list[TuneResult] = []
+  todo: list[TuneTask] = []
+  with tempfile.TemporaryDirectory(prefix="tilecraft-tune-") as d:
+    with open(os.path.join(d, "seed.db"), "wb") as f: f.write(seed)
+    db = SearchDB(os.path.join(d, "seed.db"))
+    try:
+      for t in tasks:
+        t0 = time.perf_counter()
+        try:
+          with Context(**dict(t.settings)): row = cached_result(Kernel(pickle.loads(t.ast), Device[t.device].renderer), t.beam, budget_s=t.budget_s, db=db)
+        except Exception: row = None  # noqa: BLE001 - see the docstring
+        if row is None:
+          todo.append(t)
+          continue
+        opts, chose, final_t, hand_t, complete, _ = row
+        done.append(TuneResult(t.label, t.name, node=f"{_node_name()} (driver)", cache_hit=True, chose=chose, opts=opts,
+                               hand_time=math.inf if hand_t is None else hand_t, final_time=math.inf if final_t is None else final_t,
+                               complete=bool(complete), wall_s=time.perf_counter() - t0))
+    finally: db.close()
+  return done, todo
+
 # ---- running many: a local process pool or Ray -------------------------------------------------------
 
 def run_local(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneResult], None], workers: int = 1) -> None:
   """Run the tasks in `workers` local processes (default 1: one search at a time, since timing needs
-  the machine to itself), calling on_result in this process as each finishes."""
+  the machine to itself), calling on_result in this process as each finishes. Tasks the seed already
+  answers are answered here first (answered_by_seed), without starting a process."""
   import concurrent.futures as cf, multiprocessing as mp
+  done, tasks = answered_by_seed(tasks, seed)
+  for r in done: on_result(r)
   if not tasks: return
   ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
   try:
@@ -211,12 +246,17 @@ def run_ray(tasks: Sequence[TuneTask], seed: bytes, on_result: Callable[[TuneRes
   """Run the tasks on Ray, calling on_result in this process as each finishes. Joins the cluster at
   `address`, or starts a local Ray instance offering this host's resources (the Ray instance this
   process already has is used as it is). A task Ray loses with its node is retried elsewhere up to
-  `max_retries` times. Stops (cancelling what is left) on an exception, KeyboardInterrupt included."""
+  `max_retries` times. Stops (cancelling what is left) on an exception, KeyboardInterrupt included.
+  Tasks the seed already answers are answered here first (answered_by_seed); when that is all of them,
+  Ray is not started or joined."""
   ray = import_ray()
+  if address: check_address(address)
+  done, tasks = answered_by_seed(tasks, seed)
+  for r in done: on_result(r)
+  if not tasks: return
   started = False
   if not ray.is_initialized():
     if address:
-      check_address(address)
       try: ray.init(address=address, log_to_driver=False, logging_level="WARNING")
       except (ConnectionError, ValueError, RuntimeError) as e: raise RuntimeError(f"can't join the Ray cluster at {address}: {e}") from None
     else:

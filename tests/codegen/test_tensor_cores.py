@@ -199,7 +199,7 @@ def test_use3_catches_a_wrong_operand_layout(device, rng, monkeypatch):
   def swapped(k, frag, other):
     perm, regs = good(k, frag, other)
     if other == "m":
-      lanes = tcm.tc_axes(k)[0]
+      lanes = k.tc_axes()[0]
       perm[lanes[-1]], perm[lanes[-2]] = perm[lanes[-2]], perm[lanes[-1]]
     return perm, regs
   monkeypatch.setattr(tcm, "_operand_view", swapped)

@@ -31,31 +31,16 @@ positions, B' likewise, and the C fragment at C's register positions.
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+from tilecraft.codegen.kernel_shape import KernelShape, TCState
 from tilecraft.codegen.opt import KernelOptError, check as _check
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BinaryOps, BufferOps, LazyOp, ReduceOps, UnaryOps
+from tilecraft.renderer import TensorCore
 
 # exact widenings: every value of the source is a value of the target
 _WIDENS = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32), (dtypes.float16, dtypes.float64),
            (dtypes.bfloat16, dtypes.float64), (dtypes.float32, dtypes.float64)}
-
-@dataclass(frozen=True)
-class TCState:
-  """What the TC opt laid out, kept on the kernel (`tensor_core_opts`). Positions are relative to
-  their region: lanes are the last `len(lane_bits)` local axes, the TC upcast axes the first
-  `len(up_bits)` upcast axes; later opts never insert axes inside either run."""
-  tc: Any
-  use: int
-  lane_bits: tuple[str, ...]   # C-coordinate bit of each lane axis, outermost first
-  up_bits: tuple[str, ...]     # coordinate bit of each TC upcast axis, outermost first
-  a_src: LazyOp                # the MUL operands feeding A and B, as in the original AST (A is the MUL's second operand)
-  b_src: LazyOp
-  reduce_dtype: DType          # the original reduce's dtype (dtype_out may be wider: the result is cast back)
-  axis_sizes: tuple[int, int, int]  # padded N, M, K sizes of the chosen axes (for show/debug)
-  a_in: Optional[LazyOp] = None  # what the instruction takes for A and B (dtype_in): the operand, or the LOAD under a widening CAST
-  b_in: Optional[LazyOp] = None
-  nm_outer: tuple[Optional[int], Optional[int]] = (None, None)  # right after the TC opt: the global axes left of N and M (None: all in the tile)
 
 # half/bfloat16 operands widened to float32: what the frontend's matmul and conv multiply (DESIGN 12:
 # summed in float32), and exactly what a half/bfloat16 -> float core computes, so accepted at tc_opt 0
@@ -75,14 +60,14 @@ def _widened_load(x: LazyOp, tc_opt: int) -> Optional[LazyOp]:
   if x.op is UnaryOps.CAST and _is_load(x.src[0]) and (x.src[0].dtype, x.arg) in (_WIDENS if tc_opt >= 1 else _CORE_WIDENS): return x.src[0]
   return None
 
-def _pick_core(tcs: list, dtype_in: DType, reduce_dtype: DType) -> Any:
+def _pick_core(tcs: list[TensorCore], dtype_in: DType, reduce_dtype: DType) -> Optional[TensorCore]:
   """The core for these dtypes: one accumulating in the reduce's dtype, else one accumulating in a
   wider float (the sum is then more exact than asked for, and cast back once at the end)."""
   exact = [tc for tc in tcs if tc.dtype_in == dtype_in and tc.dtype_out == reduce_dtype]
   wider = [tc for tc in tcs if tc.dtype_in == dtype_in and (reduce_dtype, tc.dtype_out) in _WIDENS]
   return (exact + wider + [None])[0]
 
-def _own_match(k: Any, mul: LazyOp, reduce_dtype: DType, tc_opt: int) -> tuple[Any, tuple[LazyOp, LazyOp]] | str:
+def _own_match(k: KernelShape, mul: LazyOp, reduce_dtype: DType, tc_opt: int) -> tuple[TensorCore, tuple[LazyOp, LazyOp]] | str:
   """tilecraft's own pattern: SUM(MUL(a, b)) of LOADs, each maybe widened exactly, on the core taking
   the LOADs' dtype and accumulating in the reduce's dtype or a wider float. (core, the LOADs), or why not."""
   loads = [_widened_load(x, tc_opt) for x in mul.src]
@@ -95,7 +80,7 @@ def _own_match(k: Any, mul: LazyOp, reduce_dtype: DType, tc_opt: int) -> tuple[A
     return f"TC: no tensor core on {type(k.opts).__name__} takes {la.dtype} -> {reduce_dtype} (has {', '.join(map(str, tcs))})"
   return tc, (la, lb)
 
-def _match(k: Any, tc_opt: int) -> tuple[Any, LazyOp, tuple[LazyOp, LazyOp]]:
+def _match(k: KernelShape, tc_opt: int) -> tuple[TensorCore, LazyOp, tuple[LazyOp, LazyOp]]:
   """(core, the MUL, the instruction's operands for its two sources) or KernelOptError.
 
   The reference's patterns, core by core in the target's order: SUM(MUL(a, b)) for a core with
@@ -125,12 +110,12 @@ def _match(k: Any, tc_opt: int) -> tuple[Any, LazyOp, tuple[LazyOp, LazyOp]]:
 
 def _load_of(x: LazyOp) -> LazyOp: return x if _is_load(x) else x.src[0]
 
-def tc_choices(k: Any, tc_opt: int) -> tuple[Any, LazyOp, LazyOp, list[tuple[int, int, int]]]:
+def tc_choices(k: KernelShape, tc_opt: int) -> tuple[TensorCore, LazyOp, LazyOp, list[tuple[int, int, int]]]:
   """(core, A operand, B operand, [(N axis, M axis, reduce axis), ...]) or KernelOptError."""
   tc, (a_src, _), (b_src, _), choices = _choices(k, tc_opt)
   return tc, a_src, b_src, choices
 
-def _choices(k: Any, tc_opt: int) -> tuple[Any, tuple[LazyOp, LazyOp], tuple[LazyOp, LazyOp], list[tuple[int, int, int]]]:
+def _choices(k: KernelShape, tc_opt: int) -> tuple[TensorCore, tuple[LazyOp, LazyOp], tuple[LazyOp, LazyOp], list[tuple[int, int, int]]]:
   """(core, (A operand, what the instruction takes for it), the same for B, choices) or KernelOptError.
 
   The choices are numbered as the reference numbers them: N is an axis where the MUL's first
@@ -148,7 +133,7 @@ def _choices(k: Any, tc_opt: int) -> tuple[Any, tuple[LazyOp, LazyOp], tuple[Laz
   _check(bool(choices), "TC: no axis where the MUL's first operand is broadcast (N) and one where the second is (M)")
   return tc, (mul.src[1], ins[1]), (mul.src[0], ins[0]), choices
 
-def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
+def apply_tc(k: KernelShape, axis: int, tc_opt: int, use: int) -> None:
   """Apply Opt(TC, axis, tc_opt) to kernel k (k is restored by apply_opt if this raises)."""
   _check(use in (1, 2, 3), f"TC: use_tensor_cores must be 1, 2 or 3, got {use!r}")
   _check(isinstance(tc_opt, int) and not isinstance(tc_opt, bool) and tc_opt in (0, 1, 2), f"TC: tc_opt must be 0, 1 or 2, got {tc_opt!r}")
@@ -209,20 +194,13 @@ def apply_tc(k: Any, axis: int, tc_opt: int, use: int) -> None:
   k.use_tensor_cores = use
   k.tensor_core_opts = TCState(tc, use, lane_bits, up_bits, a_src, b_src, k.reduceops[0].dtype, sizes, a_in, b_in, nm_outer)  # type: ignore[arg-type]
 
-def tc_axes(k: Any) -> tuple[list[int], list[int]]:
-  """The kernel axes of the TC lanes (outermost first) and of the TC upcast bits, right now."""
-  st: TCState = k.tensor_core_opts
-  lanes = list(range(k.first_reduce - len(st.lane_bits), k.first_reduce))
-  ups = list(range(k.first_upcast, k.first_upcast + len(st.up_bits)))
-  return lanes, ups
-
 # ---- back to an AST --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class WMMAInfo:
   """How a WMMA's operands sit in the kernel: the axis of each register bit (bit 0 first) of A, B
   and C; the lane axes (outermost first); the K axes the instruction sums over."""
-  tc: Any
+  tc: TensorCore
   a_regs: tuple[int, ...]
   b_regs: tuple[int, ...]
   c_regs: tuple[int, ...]
@@ -231,10 +209,11 @@ class WMMAInfo:
   use: int
   def __repr__(self) -> str: return f"WMMAInfo({self.tc}, A regs {self.a_regs}, B regs {self.b_regs}, C regs {self.c_regs}, lanes {self.lanes}, use {self.use})"
 
-def _operand_view(k: Any, frag: Any, other_dim: str) -> tuple[list[int], tuple[int, ...]]:
+def _operand_view(k: KernelShape, frag: Any, other_dim: str) -> tuple[list[int], tuple[int, ...]]:
   """(permutation of the kernel axes for this operand, axis of each of its register bits)."""
-  st: TCState = k.tensor_core_opts
-  lanes, ups = tc_axes(k)
+  st = k.tensor_core_opts
+  assert st is not None, "no tensor core applied"
+  lanes, ups = k.tc_axes()
   meaning = dict(zip(lanes, st.lane_bits)) | dict(zip(ups, st.up_bits))  # axis -> C/K coordinate bit
   at = {b: ax for ax, b in meaning.items()}
   want: dict[int, Optional[str]] = {ax: frag.lanes[len(lanes) - 1 - i] for i, ax in enumerate(lanes)}
@@ -259,9 +238,10 @@ def _permute_loads(x: LazyOp, perm: list[int], memo: dict) -> LazyOp:
   memo[x] = ret
   return ret
 
-def tc_reduce(k: Any, op: LazyOp, fix: Any) -> LazyOp:
+def tc_reduce(k: KernelShape, op: LazyOp, fix: Callable[[LazyOp], LazyOp]) -> LazyOp:
   """The optimized AST for the kernel's (TC) reduce; `fix` bakes the kernel's views into a subtree."""
-  st: TCState = k.tensor_core_opts
+  st = k.tensor_core_opts
+  assert st is not None, "no tensor core applied"
   tc = st.tc
   axes = tuple(k.reduce_axes())
   if st.use == 2:
@@ -271,7 +251,7 @@ def tc_reduce(k: Any, op: LazyOp, fix: Any) -> LazyOp:
     return LazyOp(UnaryOps.CAST, (LazyOp(ReduceOps.SUM, (mul,), axes),), st.reduce_dtype)
   perm_a, a_regs = _operand_view(k, tc.layout.a, "m")
   perm_b, b_regs = _operand_view(k, tc.layout.b, "n")
-  lanes, ups = tc_axes(k)
+  lanes, ups = k.tc_axes()
   meaning = dict(zip(ups, st.up_bits))
   c_regs = tuple(next(ax for ax in ups if meaning[ax] == bit) for bit in tc.layout.c.regs)
   k_axes = tuple(ax for ax in ups if meaning[ax][0] == "k")

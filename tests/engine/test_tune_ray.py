@@ -75,8 +75,8 @@ class LocalCluster:
   each offering this host's resources with one CPU. Stopped by killing exactly the processes it
   started (by pid: every process whose command line names its temp dir, and their descendants),
   never `ray stop`, which stops every Ray of this user on the machine, other jobs' included."""
-  # the head declares a node dead after ~2 s without an answer (default: 3 s x 5 checks); raylets answer
-  # health checks from their own thread, so even a loaded 2-core machine doesn't trip it
+  # the head declares a node dead after 3 missed health checks 0.5 s apart (default: 5, 3 s apart); a raylet
+  # that is merely busy still answered in time at load 8 on 2 cores
   SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 500, "health_check_timeout_ms": 1000,
                    "health_check_failure_threshold": 3}
   def __init__(self) -> None:

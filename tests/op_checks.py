@@ -70,14 +70,21 @@ def check_many(cases: dict, *arrays: np.ndarray, device: str = "CPU", atol: floa
     outs.append(out); exps.append(exp)
   # one dtype holds every case exactly: int64 for ints, else float64 (float32 where a device has no float64)
   common = dtypes.int64 if all(e.dtype.kind in "biu" and e.dtype != np.uint64 for e in exps) else dtypes.float64 if _has_f64(device) else dtypes.float32
-  sel = Tensor(np.arange(k, dtype=np.int32).reshape(k, *(1,) * nd), device=device).expand(*shape)
-  res = outs[-1].cast(common).expand(*shape)
-  for i in range(k - 2, -1, -1): res = (sel == i).where(outs[i].cast(common).expand(*shape), res)
-  got = res.numpy()
+  got = select_rows([o.cast(common).expand(*shape) for o in outs]).numpy()
   for i, (name, exp) in enumerate(zip(cases, exps)):
     want = np.broadcast_to(exp, shape[1:])
     _compare(got[i].astype(exp.dtype) if exp.dtype.kind in "biu" else got[i], want.astype(got.dtype) if exp.dtype.kind == "f" else want,
              atol, rtol, f"case {name!r}: ")
+
+def select_rows(outs: list[Tensor]) -> Tensor:
+  """One tensor whose row i is outs[i] (each of shape (k, ...), the same for all, k = len(outs)), in ONE
+  kernel: every out is computed everywhere and `where` on the row index picks it. A kernel per case would
+  cost a build and a launch each (on PoCL ~0.5 s)."""
+  k = len(outs)
+  sel = Tensor(np.arange(k, dtype=np.int32).reshape(k, *(1,) * (outs[0].ndim - 1)), device=outs[0].device).expand(*outs[0].shape)
+  res = outs[-1]
+  for i in range(k - 2, -1, -1): res = (sel == i).where(outs[i], res)
+  return res
 
 def _has_f64(device: str) -> bool:
   try: Tensor([0.0], dtype=dtypes.float64, device=device)

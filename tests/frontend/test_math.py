@@ -2,10 +2,11 @@
 and modulo (ints and floats, by zero, exact quotients), powers (integer and float)."""
 from __future__ import annotations
 import math, warnings
+from typing import Callable
 import numpy as np
 import pytest
 from tilecraft import Tensor, dtypes
-from op_checks import F32, _has_f64, check, check_many, randf, randi
+from op_checks import F32, _has_f64, check, check_many, randf, randi, select_rows
 
 INT_A = np.array([7, -7, 7, -7, 0, 5, -5, 1, -1, 13, -13, 2**31 - 1, -2**31, -2**31, 9, 100], np.int32)
 
@@ -138,10 +139,10 @@ def test_pow_python_float_exponents(device: str) -> None:
   """x ** e for python floats e: inf and nan crashed the constant folder (OverflowError/ValueError); 1e20
   and 16777217.0 (even integers in float32) gave nan for negative bases; (-1) ** inf is 1; zero bases keep
   their sign for odd exponents. Special values and signs are exact, the rest within a few ulp."""
-  x = Tensor(POW_BASES, device=device)
-  for e in POW_EXPONENTS:
+  x = Tensor(POW_BASES, device=device).reshape(1, -1).expand(len(POW_EXPONENTS), len(POW_BASES))
+  rows = select_rows([x ** e for e in POW_EXPONENTS]).numpy()  # (row i: x ** POW_EXPONENTS[i], one kernel)
+  for e, got in zip(POW_EXPONENTS, rows):
     with np.errstate(all="ignore"): want = POW_BASES ** np.float32(e)
-    got = (x ** e).numpy()
     fin = np.isfinite(want) & (want != 0)
     same_bits(got[~fin], want[~fin], f"{device} x ** {e}")
     np.testing.assert_allclose(got[fin], want[fin], rtol=5e-6, err_msg=f"{device} x ** {e}")
@@ -166,13 +167,20 @@ def test_constant_folding_follows_the_runtime(device: str) -> None:
   vals = [math.inf, -math.inf, math.nan, 3e9, -3e9, 1e10, 300.0, -1.0, 1e20, 2.5e9, -129.7, 70000.5]
   # (OpenCL C leaves out-of-range conversions to narrow ints undefined: PoCL's differ between its scalar and vector code)
   for dt in (dtypes.int32, dtypes.int64) + ((dtypes.int8, dtypes.int16, dtypes.uint8) if device != "OPENCL" else ()):
-    runtime = Tensor(np.array(vals, np.float32), device=device).cast(dt).numpy()
-    folded = np.array([Tensor.full((1,), v, dtype=dtypes.float32, device=device).cast(dt).numpy()[0] for v in vals])
-    np.testing.assert_array_equal(folded, runtime, err_msg=f"{device} {dt.name}")
-    with np.errstate(all="ignore"): np.testing.assert_array_equal(folded, np.array(vals, np.float32).astype(dt.np), err_msg=dt.name)
-  for v in (math.inf, -math.inf, math.nan, 1e20, -2.5):
-    same_bits(Tensor.full((2,), v, device=device).floor().numpy(), np.floor(np.full(2, v, np.float32)), f"floor({v})")
-    same_bits(Tensor.full((2,), v, device=device).round().numpy(), np.round(np.full(2, v, np.float32)), f"round({v})")
+    runtime = Tensor(np.array(vals, np.float32), device=device).cast(dt)
+    folded = _of_constants(vals, device, lambda c: c.cast(dt))
+    runtime.realize(folded)
+    np.testing.assert_array_equal(folded.numpy(), runtime.numpy(), err_msg=f"{device} {dt.name}")
+    with np.errstate(all="ignore"): np.testing.assert_array_equal(folded.numpy(), np.array(vals, np.float32).astype(dt.np), err_msg=dt.name)
+  specials = [math.inf, -math.inf, math.nan, 1e20, -2.5]
+  floors, rounds = _of_constants(specials, device, Tensor.floor), _of_constants(specials, device, Tensor.round)
+  floors.realize(rounds)
+  same_bits(floors.numpy(), np.floor(np.float32(specials)), f"{device} floor")
+  same_bits(rounds.numpy(), np.round(np.float32(specials)), f"{device} round")
+
+def _of_constants(vals: list[float], device: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
+  """[fn(vals[0]), fn(vals[1]), ...], each fn applied to a float32 constant, in one kernel (op_checks.select_rows)."""
+  return select_rows([fn(Tensor.full((len(vals), 1), v, dtype=dtypes.float32, device=device)) for v in vals]).reshape(len(vals))
 
 @pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL", "PYTHON"])
 def test_tanh_and_cos_accuracy(device: str, rng: np.random.Generator) -> None:

@@ -80,9 +80,6 @@ def bound(u: UOp) -> Bound:
     _memo[x] = _compute(x)
   return _memo[u]
 
-def vmin(u: UOp) -> int: return bound(u).vmin
-def vmax(u: UOp) -> int: return bound(u).vmax
-def known_divisor(u: UOp) -> int: return bound(u).divisor
 def multiple_of(u: UOp, n: int) -> bool:
   """Whether the integer UOp u is provably a multiple of n (every value it can take)."""
   return n == 1 or bound(u).multiple_of(n)

@@ -23,35 +23,42 @@ def test_a_failing_kernel_leaves_the_earlier_ones_realized(rng: np.random.Genera
   np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 def test_a_schedules_new_kernels_compile_at_once_on_every_core(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
-  """New CPU kernels of one schedule are optimized and rendered first and compiled in parallel threads,
-  each under the caller's settings (CPU_ARCH here); a kernel that fails to compile there fails where it runs."""
+  """New CPU kernels of one schedule are optimized and rendered first and compiled as batches (one C
+  compiler run each), the batches in parallel threads, each under the caller's settings (CPU_ARCH here);
+  a batch that fails to compile leaves each kernel to its turn, where the failing one's error is raised."""
   import threading
-  from tilecraft.device import CompileError, Device
+  from tilecraft.device import CompileError, Device, defined_functions
   from tilecraft.engine import realize
   from tilecraft.host import cpu_arch
   monkeypatch.setattr(realize, "_cores", lambda: 2)
   comp = Device["CPU"].compiler
-  seen: list[tuple[str, str]] = []
-  real = type(comp).compile_cached
+  seen: list[tuple[str, str, int]] = []  # (thread, CPU_ARCH, kernels) per compiler run
+  real, cached = type(comp).compile, type(comp).compile_cached
   def spy(self: object, src: str) -> bytes:
-    seen.append((threading.current_thread().name, cpu_arch()))
-    return real(self, src)  # type: ignore[arg-type]
+    seen.append((threading.current_thread().name, cpu_arch(), len(defined_functions(src))))
+    return cached(self, src)  # type: ignore[arg-type]
   monkeypatch.setattr(type(comp), "compile_cached", spy)
   x = rng.standard_normal((6, 9)).astype(np.float32)
   with Context(CPU_ARCH="x86-64-v2"):
-    out = (Tensor(x) * 1.8125).softmax(-1) + (Tensor(x) * 1.8125).sum()  # a scale no other test uses: new kernels
-    sched = out.schedule()
-    assert len(sched) >= 2
+    outs = [(Tensor(x) * (1.8125 + i)).softmax(-1) for i in range(3)]  # scales no other test uses: new kernels
+    sched = outs[0].schedule(*outs[1:])
+    assert len(sched) >= 6
     run_schedule(sched)
-  assert len(seen) >= 2 and all(a == "x86-64-v2" for _, a in seen) and any(t != threading.main_thread().name for t, _ in seen)
-  e = np.exp(x * 1.8125 - (x * 1.8125).max(-1, keepdims=True))
-  np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True) + (x * 1.8125).sum(), rtol=1e-5, atol=1e-4)
-  # a compile error in the threads: the kernel is compiled again at its turn, and the error is raised there
-  def broken(self: object, src: str) -> bytes: raise CompileError("broken on purpose", src, "")
-  monkeypatch.setattr(type(comp), "compile_cached", broken)
-  monkeypatch.setattr(type(comp), "compile", lambda self, src: broken(self, src))
-  bad = (Tensor(x) * 1.9375).softmax(-1)
-  with pytest.raises(CompileError, match="broken on purpose"): bad.realize()
+  assert len(seen) == 2, "two batches: one per core"
+  assert all(a == "x86-64-v2" for _, a, _ in seen) and all(t != threading.main_thread().name for t, _, _ in seen)
+  assert sum(n for _, _, n in seen) >= len(sched), "every kernel in a batch"
+  for i, o in enumerate(outs):
+    e = np.exp(x * (1.8125 + i) - (x * (1.8125 + i)).max(-1, keepdims=True))
+    np.testing.assert_allclose(o.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+  # a compile error in a batch: the kernels are compiled again at their turn, and the error is raised there
+  monkeypatch.setattr(type(comp), "compile_cached", cached)
+  def broken(self: object, src: str) -> bytes:
+    if "1.9375" in src: raise CompileError("broken on purpose", src, "")
+    return real(self, src)  # type: ignore[arg-type]
+  monkeypatch.setattr(type(comp), "compile", broken)
+  bad = [(Tensor(x) * 1.9375).softmax(-1), (Tensor(x) * 1.9).exp()]
+  with pytest.raises(CompileError, match="broken on purpose"): bad[1].realize(bad[0])
+  np.testing.assert_allclose(bad[1].numpy(), np.exp(x * 1.9), rtol=1e-5)
 
 def test_a_schedules_new_opencl_kernels_build_as_one_program(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
   """On PoCL (Compiler.batch_builds) a schedule's new kernels are built as one program: one build, each

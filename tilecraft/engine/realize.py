@@ -81,12 +81,14 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 
 # ---- compiling a schedule's new kernels at once ---------------------------------------------------
 # A model's first call meets tens of new kernels. run_schedule optimizes and renders them first and
-# builds them together, each binary disk-cached as usual; get_runner then loads what was built here.
-# Where the device's compiler is a separate process (`Compiler.parallel_compile`: the CPU's C
-# compiler) they compile on every core at once; where one build of many kernels costs about what one
-# kernel's does (`Compiler.batch_builds`: PoCL) they are built as batches of up to AHEAD_BATCH kernels
-# (Compiler.compile_batch), the binary cached under the batch's source. Not under BEAM: the search
-# times each kernel on the buffers the kernels before it filled, so it runs when its turn comes.
+# builds them together; get_runner then loads what was built here. Compilers that can put many kernels
+# in one translation unit (Compiler.batch_renames) get them in batches of up to AHEAD_BATCH kernels
+# (Compiler.compile_batch: one run of gcc or PoCL for the batch, ~1/3 of the CPU time of a run per
+# kernel; the binary is disk-cached under the batch's source), and where the compiler is a separate
+# process (Compiler.parallel_compile: the CPU's C compiler) the batches, at least one per core, compile
+# on every core at once. PoCL (Compiler.batch_builds: a build costs the same whatever it holds) builds
+# its batches one after the other. Not under BEAM: the search times each kernel on the buffers the
+# kernels before it filled, so it runs when its turn comes.
 AHEAD_BATCH = 16
 _built_ahead: dict[tuple, tuple[Kernel, Any, bytes, Optional[str]]] = {}  # runner key -> (kernel, program, binary, symbol in it)
 
@@ -94,9 +96,17 @@ def _cores() -> int:
   try: return len(os.sched_getaffinity(0))
   except (AttributeError, OSError): return os.cpu_count() or 1
 
+def _batches(keys: list[tuple], comp: Any) -> list[list[tuple]]:
+  """keys cut into the compiler runs that build them (see above)."""
+  if not comp.batch_renames: return [[key] for key in keys]
+  n = -(-len(keys) // AHEAD_BATCH)
+  if comp.parallel_compile: n = max(n, min(_cores(), len(keys) // 2))  # (a batch of two kernels or more per core)
+  size = -(-len(keys) // n)
+  return [keys[i:i + size] for i in range(0, len(keys), size)]
+
 def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[str, tuple]) -> int:
-  """Build the runners of the (ast, device, bufs) `items` that aren't loaded yet, in parallel or in
-  batches (see above); returns how many binaries it made. A kernel that fails to compile here (or
+  """Build the runners of the (ast, device, bufs) `items` that aren't loaded yet, in batches and in
+  parallel (see above); returns how many binaries it made. A kernel that fails to compile here (or
   whose batch does) is left to get_runner, which compiles it alone and raises the error where the kernel runs."""
   if int(BEAM) >= 1: return 0
   todo: dict[tuple, tuple[LazyOp, list[Buffer], tuple]] = {}
@@ -104,32 +114,30 @@ def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[
     s, comp = settings[device], Device[device].compiler
     key = (ast.key, device, s[1], s[2])
     if key in _runners or key in _built_ahead or key in todo: continue
-    if comp.batch_builds or (comp.parallel_compile and _cores() >= 2): todo[key] = (ast, bufs, s)
+    if comp.batch_builds or (comp.parallel_compile and (comp.batch_renames or _cores() >= 2)): todo[key] = (ast, bufs, s)
   if len(todo) < 2: return 0
   made = {key: optimize(Kernel(ast, s[1]), bufs) for key, (ast, bufs, s) in todo.items()}
   progs = {key: k.to_program() for key, k in made.items()}
-  batched = [key for key in todo if Device[key[1]].compiler.batch_builds]
-  parallel = [key for key in todo if not Device[key[1]].compiler.batch_builds]
-  n = 0
-  for device in dict.fromkeys(key[1] for key in batched):
-    keys = [key for key in batched if key[1] == device]
+  jobs: list[list[tuple]] = []
+  for device in dict.fromkeys(key[1] for key in todo):
     comp = Device[device].compiler
-    for c in range(0, len(keys), AHEAD_BATCH):
-      if len(part := keys[c:c + AHEAD_BATCH]) < 2: continue  # (nothing to share: get_runner builds it)
-      try: lib = comp.compile_batch([progs[key].src for key in part])
-      except Exception: continue  # noqa: BLE001 -- (reported by get_runner, kernel by kernel)
-      for i, key in enumerate(part): _built_ahead[key] = (made[key], progs[key], lib, comp.batch_name(i, progs[key].name))
-      n += len(part)
-  if len(parallel) < 2: return n
-  def build(key: tuple) -> Optional[bytes]:
-    try: return Device[key[1]].compiler.compile_cached(progs[key].src)
-    except Exception: return None  # noqa: BLE001 -- (reported by get_runner)
-  with concurrent.futures.ThreadPoolExecutor(min(len(parallel), _cores())) as pool:
-    futures = {key: pool.submit(contextvars.copy_context().run, build, key) for key in parallel}  # (settings are per thread: each compile sees the caller's)
-  for key, f in futures.items():
-    if (lib := f.result()) is not None:
-      _built_ahead[key] = (made[key], progs[key], lib, None)
-      n += 1
+    jobs += [b for b in _batches([key for key in todo if key[1] == device], comp) if len(b) > 1 or comp.parallel_compile]
+  def build(batch: list[tuple]) -> Optional[bytes]:
+    comp = Device[batch[0][1]].compiler
+    try: return comp.compile_batch([progs[key].src for key in batch]) if len(batch) > 1 else comp.compile_cached(progs[batch[0]].src)
+    except Exception: return None  # noqa: BLE001 -- (reported by get_runner, kernel by kernel)
+  parallel = [b for b in jobs if Device[b[0][1]].compiler.parallel_compile]
+  libs = {id(b): build(b) for b in jobs if not Device[b[0][1]].compiler.parallel_compile}
+  if parallel:
+    with concurrent.futures.ThreadPoolExecutor(min(len(parallel), _cores())) as pool:
+      futures = {id(b): pool.submit(contextvars.copy_context().run, build, b) for b in parallel}  # (settings are per thread: each compile sees the caller's)
+    libs.update({i: f.result() for i, f in futures.items()})
+  n = 0
+  for batch in jobs:
+    if (lib := libs[id(batch)]) is None: continue
+    comp = Device[batch[0][1]].compiler
+    for i, key in enumerate(batch): _built_ahead[key] = (made[key], progs[key], lib, comp.batch_name(i, progs[key].name) if len(batch) > 1 else None)
+    n += len(batch)
   return n
 
 # ---- replayed graphs: a template bound to its runners ---------------------------------------------

@@ -80,17 +80,22 @@ def test_elementwise_ops_against_numpy(device: str, dt, rng: np.random.Generator
   b[b == 0] = 1.5
   t, u = _t(a, dt, device), _t(b, dt, device)
   r = ROUND[dt]
-  for name, (f, ref, ulps) in UNARY.items():
-    got = f(t)
-    assert got.dtype == dt, name
-    _close(got.numpy(), r(ref(a, r)), dt, ulps, name=name)
-  for name, (f, ref, ulps) in BINARY.items():
-    _close(f(t, u).numpy(), r(ref(a, b, r)), dt, ulps, SCALE[name](a, b) if name in SCALE else None, name=name)
-  for name, (f, ref) in COMPARE.items():
-    np.testing.assert_array_equal(f(t, u).numpy(), ref(a, b), err_msg=name)
-    np.testing.assert_array_equal(f(t, 0.0).numpy(), ref(a, np.float32(0)), err_msg=name + " 0")
-  np.testing.assert_array_equal((t < u).where(t, u).numpy().astype(np.float32), np.where(a < b, a, b))
-  np.testing.assert_array_equal(t.cast(dtypes.float32).numpy(), a)
+  # every result is built first and realized in one schedule (its new kernels compile as batches)
+  unary = {name: f(t) for name, (f, _, _) in UNARY.items()}
+  binary = {name: f(t, u) for name, (f, _, _) in BINARY.items()}
+  compare = {name: (f(t, u), f(t, 0.0)) for name, (f, _) in COMPARE.items()}
+  where, cast = (t < u).where(t, u), t.cast(dtypes.float32)
+  where.realize(cast, *unary.values(), *binary.values(), *[c for pair in compare.values() for c in pair])
+  for name, (_, ref, ulps) in UNARY.items():
+    assert unary[name].dtype == dt, name
+    _close(unary[name].numpy(), r(ref(a, r)), dt, ulps, name=name)
+  for name, (_, ref, ulps) in BINARY.items():
+    _close(binary[name].numpy(), r(ref(a, b, r)), dt, ulps, SCALE[name](a, b) if name in SCALE else None, name=name)
+  for name, (_, ref) in COMPARE.items():
+    np.testing.assert_array_equal(compare[name][0].numpy(), ref(a, b), err_msg=name)
+    np.testing.assert_array_equal(compare[name][1].numpy(), ref(a, np.float32(0)), err_msg=name + " 0")
+  np.testing.assert_array_equal(where.numpy().astype(np.float32), np.where(a < b, a, b))
+  np.testing.assert_array_equal(cast.numpy(), a)
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dt", [dtypes.bfloat16, dtypes.float16], ids=str)
@@ -98,24 +103,28 @@ def test_reductions_against_numpy(device: str, dt, rng: np.random.Generator):
   a = _data(rng, dt, 5, 40)
   t = _t(a, dt, device)
   scale = np.abs(a).sum(1)  # a sum's result rounds once: tolerance relative to what it adds up
-  for axis in (1, None):
+  # every result is built first and realized in one schedule (its new kernels compile as batches)
+  per_axis = {axis: (t.sum(axis), t.mean(axis), t.max(axis), t.min(axis), t.argmax(axis), t.argmin(axis)) for axis in (1, None)}
+  var, std, softmax, cumsum, layernorm = t.var(1), t.std(1), t.softmax(1), t.cumsum(1), t.layernorm(1)
+  var.realize(std, softmax, cumsum, layernorm, *[r for rs in per_axis.values() for r in rs])
+  for axis, (s, mean, mx, mn, amax, amin) in per_axis.items():
     sc = scale if axis == 1 else scale.sum()
-    _close(t.sum(axis).numpy(), ROUND[dt](a.sum(axis, dtype=np.float64)), dt, 1.01, sc)
-    _close(t.mean(axis).numpy(), ROUND[dt](a.mean(axis, dtype=np.float64)), dt, 1.01, sc / a.shape[1] if axis == 1 else sc / a.size)
-    np.testing.assert_array_equal(t.max(axis).numpy().astype(np.float32), a.max(axis))
-    np.testing.assert_array_equal(t.min(axis).numpy().astype(np.float32), a.min(axis))
-    np.testing.assert_array_equal(t.argmax(axis).numpy(), a.argmax(axis))
-    np.testing.assert_array_equal(t.argmin(axis).numpy(), a.argmin(axis))
-  var = a.astype(np.float64).var(1)
-  _close(t.var(1).numpy(), ROUND[dt](var), dt, 2, var)
-  _close(t.std(1).numpy(), ROUND[dt](np.sqrt(var)), dt, 2, np.sqrt(var))
+    _close(s.numpy(), ROUND[dt](a.sum(axis, dtype=np.float64)), dt, 1.01, sc)
+    _close(mean.numpy(), ROUND[dt](a.mean(axis, dtype=np.float64)), dt, 1.01, sc / a.shape[1] if axis == 1 else sc / a.size)
+    np.testing.assert_array_equal(mx.numpy().astype(np.float32), a.max(axis))
+    np.testing.assert_array_equal(mn.numpy().astype(np.float32), a.min(axis))
+    np.testing.assert_array_equal(amax.numpy(), a.argmax(axis))
+    np.testing.assert_array_equal(amin.numpy(), a.argmin(axis))
+  want_var = a.astype(np.float64).var(1)
+  _close(var.numpy(), ROUND[dt](want_var), dt, 2, want_var)
+  _close(std.numpy(), ROUND[dt](np.sqrt(want_var)), dt, 2, np.sqrt(want_var))
   sm = np.exp(a - a.max(1, keepdims=True))
   sm = sm / sm.sum(1, keepdims=True)
-  _close(t.softmax(1).numpy(), ROUND[dt](sm), dt, 2, 1e-3 / ULP[dt])  # (absolute: float32 exp, one rounding)
+  _close(softmax.numpy(), ROUND[dt](sm), dt, 2, 1e-3 / ULP[dt])  # (absolute: float32 exp, one rounding)
   cs = np.cumsum(a.astype(np.float64), 1)
-  _close(t.cumsum(1).numpy(), ROUND[dt](cs), dt, 1.01, np.abs(a).cumsum(1))
-  ln = (a - a.mean(1, keepdims=True, dtype=np.float64)) / np.sqrt(var[:, None] + 1e-5)
-  _close(t.layernorm(1).numpy(), ROUND[dt](ln), dt, 2, np.abs(ln).max())
+  _close(cumsum.numpy(), ROUND[dt](cs), dt, 1.01, np.abs(a).cumsum(1))
+  ln = (a - a.mean(1, keepdims=True, dtype=np.float64)) / np.sqrt(want_var[:, None] + 1e-5)
+  _close(layernorm.numpy(), ROUND[dt](ln), dt, 2, np.abs(ln).max())
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_half_matmul_accumulates_in_float32(device: str, rng: np.random.Generator):

@@ -401,10 +401,10 @@ def test_full_unroll_keeps_the_local_region(rng):
 def test_locals_after_tc_fit_the_launch_limits(rng):
   """Thread dims beyond 3 fold into launch dims that fit the target (CUDA's z is at most 64): a LOCAL
   after TC goes outside the lanes, and the launch still fits (the emulator's launch check found one)."""
-  from tilecraft.codegen.lowerer import launch_dims
+  from tilecraft.codegen.lower_state import kernel_layout, launch_dims
   from tilecraft.renderer.cuda import CUDARenderer
   ren = CUDARenderer()
   k = Kernel(_mm(rng, 256, 64, 64), opts=ren)
   k.apply_tensor_cores(1, extra_opts=[Opt(OptOps.LOCAL, 0, 16)])
-  _, local = launch_dims(k.get_optimized_ast(), ren)
+  _, local = launch_dims(kernel_layout(k.get_optimized_ast()), ren)
   assert all(d <= m for d, m in zip(local, ren.local_max)) and int(np.prod(local)) == 512

@@ -16,7 +16,7 @@ from tilecraft.codegen.pack import pack_refusal
 from tilecraft.codegen.heuristic import hand_coded_optimizations, required_optimizations
 from tilecraft.codegen.linearize import estimate_flops, linearize_uops
 from tilecraft.codegen.kernel_shape import KernelShape
-from tilecraft.codegen.lower_state import launch_dims
+from tilecraft.codegen.lower_state import KernelLayout, launch_dims
 from tilecraft.codegen.lowerer import lower_kernel
 from tilecraft.codegen.tensor_cores import apply_tc, tc_reduce
 from tilecraft.device import Device
@@ -260,9 +260,12 @@ class Kernel(KernelShape):
         else: memo[op] = LazyOp(op.op, tuple([memo[s] for s in op.src]), op.arg)
       return memo[root]
     stores = tuple(fix(s) for s in self.ast.src)
-    info = KernelInfo(self.local_dims, self.upcasted, self.dont_use_locals, self.group_for_reduces, self.reduce_block,
+    return LazyOp(MetaOps.KERNEL, stores, self.kernel_info())
+
+  def kernel_info(self) -> KernelInfo:
+    """What the optimized AST's root says about the layout (with the leaves' views, all lowering reads)."""
+    return KernelInfo(self.local_dims, self.upcasted, self.dont_use_locals, self.group_for_reduces, self.reduce_block,
                       self.use_tensor_cores if self.tensor_core is not None else 0, self.packed)
-    return LazyOp(MetaOps.KERNEL, stores, info)
 
   def _fix_reduce(self, op: LazyOp, src: LazyOp) -> LazyOp:
     axes = tuple(self.reduce_axes())
@@ -294,7 +297,7 @@ class Kernel(KernelShape):
     if getenv("GRAPHUOPS", 0):  # a picture of the UOp graph (codegen/graph_uops.py, imported only then)
       from tilecraft.codegen.graph_uops import maybe_graph
       maybe_graph(self.uops, name)
-    gs, ls = launch_dims(self.get_optimized_ast(), self.opts)
+    gs, ls = launch_dims(KernelLayout(self.full_shape, self.output_shape, self.kernel_info()), self.opts)
     vars_ = sorted(self.ast.vars() | {v for b in self.bufs if isinstance(b, ConstBuffer) and isinstance(b.val, Variable) for v in [b.val]},
                    key=lambda v: v.expr)
     mem = sum(b.dtype.itemsize * b.st.real_size() for b in dedup_by_idx(self.membufs) if b.idx >= 0)

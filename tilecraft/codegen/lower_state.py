@@ -73,10 +73,9 @@ def kernel_layout(ast: LazyOp) -> KernelLayout:
   full = tuple(next((s[d] for s in shapes if s[d] != 1), 1) for d in range(len(out)))
   return KernelLayout(full, out, ast.arg)
 
-def launch_dims(ast: LazyOp, ren: Renderer) -> tuple[Optional[list[sint]], Optional[list[sint]]]:
-  """Global and local launch sizes of an optimized kernel AST (None on targets without workgroups)."""
+def launch_dims(lay: KernelLayout, ren: Renderer) -> tuple[Optional[list[sint]], Optional[list[sint]]]:
+  """Global and local launch sizes of a kernel of this layout (None on targets without workgroups)."""
   if not ren.has_local: return None, None
-  lay = kernel_layout(ast)
   fs, fr = lay.full_shape, lay.first_reduce
   gl = list(fs[:lay.global_dims])
   lc = list(fs[lay.global_dims:fr]) + list(fs[fr:fr + lay.group_for_reduces])

@@ -18,7 +18,7 @@ from tilecraft.codegen.lower_image import ImageLoweringError, check_images, imag
 from tilecraft.codegen.lower_index import _floor_divmod, _subst
 from tilecraft.codegen.lower_pack import lower_packed_load
 from tilecraft.codegen.lower_reduce import lower_reduce
-from tilecraft.codegen.lower_state import LoweringState, _vectorizable, _vector_op_ok, launch_dims  # noqa: F401 - launch_dims: public here
+from tilecraft.codegen.lower_state import LoweringState, _vectorizable, _vector_op_ok
 from tilecraft.codegen.rewrite import graph_rewrite, symbolic_rules
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import ImageDType, dtypes

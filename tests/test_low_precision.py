@@ -183,7 +183,7 @@ def test_acc_dtype_keeps_the_users_choice():
 
 # ---- float32 summation accuracy (issue 28 item 4) -------------------------------------------------
 # One accumulator over n iterations loses about n roundings; the lowering adds blocks of about sqrt(n)
-# iterations in an accumulator of their own (codegen/lowerer.py: _blocked_sum_axis), and var/std/
+# iterations in an accumulator of their own (codegen/lower_state.py: LoweringState._blocked_sum_axis), and var/std/
 # layernorm take two passes over data shifted by its first element.
 
 @pytest.mark.parametrize("device", ["CPU", "LLVM", "OPENCL"])

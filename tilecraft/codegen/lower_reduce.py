@@ -64,7 +64,7 @@ def lower_reduce(s: LoweringState, op: LazyOp, lower_op: LowerOp, barrier: Barri
       continue
     dt = total.dtype
     start = s.earlier_blocks(lane, dt.count) if s.block_range is not None and s.block_in_acc else UOp.const(dt, init)
-    # a blocked sum (Lowerer._blocked_sum_axis): an accumulator per block loop, whose sum is added to
+    # a blocked sum (LoweringState._blocked_sum_axis): an accumulator per block loop, whose sum is added to
     # the accumulator of the loop around it after each block
     cuts = [j for j, r in enumerate(ranges) if len(r.arg) > 2 and r.arg[2] == "block"]
     v, terms = total, group if chain else None

@@ -287,12 +287,13 @@ class Kernel(KernelShape):
   def to_program(self, name_override: Optional[str] = None) -> Program:
     """Render this kernel for its renderer (API)."""
     name = name_override or self.name
+    def render() -> str:
+      self.linearize()
+      return self.opts.render(name, self.uops)
     if getenv("RUN_PROCESS_REPLAY", 0):  # record for `tilecraft replay diff` (tilecraft.testing.replay), with the settings read (imported only then)
       from tilecraft.codegen.replay_record import render_and_record
-      src = render_and_record(self, name)
-    else:
-      self.linearize()
-      src = self.opts.render(name, self.uops)
+      src = render_and_record(self, name, render)
+    else: src = render()
     assert self.uops is not None
     if getenv("GRAPHUOPS", 0):  # a picture of the UOp graph (codegen/graph_uops.py, imported only then)
       from tilecraft.codegen.graph_uops import maybe_graph

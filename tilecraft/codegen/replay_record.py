@@ -7,7 +7,8 @@ replay restores them (testing/replay.py: restored_settings) before it rebuilds t
 records and regenerates them is test tooling (testing/replay.py)."""
 from __future__ import annotations
 import hashlib, os, pickle, sqlite3, time, warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+if TYPE_CHECKING: from tilecraft.codegen.kernel_shape import KernelShape
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS kernels (key TEXT PRIMARY KEY, name TEXT, device TEXT, renderer TEXT, opts TEXT,
   ast BLOB, renderer_obj BLOB, opts_obj BLOB, src TEXT, recorded REAL, settings BLOB)"""
@@ -42,7 +43,7 @@ def _connect(path: str) -> sqlite3.Connection:
     c.commit()
   return c
 
-def settings_snapshot(k: Any, names: set[str]) -> dict[str, tuple]:
+def settings_snapshot(k: KernelShape, names: set[str]) -> dict[str, tuple]:
   """{name: ("set", value) | ("env", raw string) | ("unset",)} for SOURCE_SETTINGS and `names`; TC is
   the kernel's own tensor-core use when it has a TC opt (apply_tensor_cores may have been given one)."""
   from tilecraft.helpers import current_overrides
@@ -52,21 +53,20 @@ def settings_snapshot(k: Any, names: set[str]) -> dict[str, tuple]:
     if n in ov: out[n] = ("set", ov[n])
     elif (raw := os.environ.get(n)) is not None: out[n] = ("env", raw)
     else: out[n] = ("unset",)
-  if getattr(k, "tensor_core", None) is not None: out["TC"] = ("set", int(k.use_tensor_cores))
+  if k.tensor_core is not None: out["TC"] = ("set", int(k.use_tensor_cores))
   return out
 
-def render_and_record(k: Any, name: str) -> str:
-  """Kernel.to_program's lowering and rendering under RUN_PROCESS_REPLAY=1: the source, recorded with
-  the settings read meanwhile (the renderer's settings_key() included)."""
+def render_and_record(k: KernelShape, name: str, render: Callable[[], str]) -> str:
+  """Kernel.to_program's lowering and rendering (`render`) under RUN_PROCESS_REPLAY=1: the source,
+  recorded with the settings read meanwhile (the renderer's settings_key() included)."""
   from tilecraft.helpers import settings_read
   with settings_read() as names:
-    k.linearize()
-    src = k.opts.render(name, k.uops)
+    src = render()
     k.opts.settings_key()
   record(k, name, src, names)
   return src
 
-def record(k: Any, name: str, src: str, names: frozenset[str] | set[str] = frozenset()) -> None:
+def record(k: KernelShape, name: str, src: str, names: frozenset[str] | set[str] = frozenset()) -> None:
   """Store one rendered kernel (called by Kernel.to_program under RUN_PROCESS_REPLAY=1). Recording
   never breaks rendering: a failure is one warning, then recording is off for this process."""
   global _warned
@@ -78,7 +78,7 @@ def record(k: Any, name: str, src: str, names: frozenset[str] | set[str] = froze
     key = hashlib.sha256("\0".join([k.ast.key.hex(), rid, opts_s, name, repr(sorted(settings.items()))]).encode()).hexdigest()
     c = _connect(db_path())
     c.execute(f"INSERT OR REPLACE INTO kernels ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-              (key, name, getattr(ren, "device", ""), rid, opts_s, pickle.dumps(k.ast), pickle.dumps(ren), pickle.dumps(opts), src, time.time(),
+              (key, name, ren.device, rid, opts_s, pickle.dumps(k.ast), pickle.dumps(ren), pickle.dumps(opts), src, time.time(),
                pickle.dumps(settings)))
     c.commit()
   except Exception as e:  # noqa: BLE001

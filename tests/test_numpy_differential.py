@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from tilecraft import Tensor
-from op_checks import _has_f64
+from op_checks import _has_f64, select_rows
 
 DEVICES = ["CPU", "LLVM", "OPENCL", "PYTHON"]
 
@@ -55,9 +55,13 @@ def test_transcendental_chains_into_argmax(device: str, seed: int, size: int) ->
     def chain(t: Tensor, names: list = names) -> Tensor:
       for nm in names: t = CHAIN_OPS[nm](t)
       return t
-    vals = chain(Tensor(x, device=device)).numpy()
-    for op, axis in (("argmax", -1), ("argmin", -1), ("argmax", 0), ("argmin", 0)):
-      got = getattr(chain(Tensor(x, device=device)), op)(axis).numpy()
+    ops = (("argmax", -1), ("argmin", -1), ("argmax", 0), ("argmin", 0))
+    vals_t = chain(Tensor(x, device=device))
+    outs = [getattr(chain(Tensor(x, device=device)), op)(axis) for op, axis in ops]
+    vals_t.realize(*outs)  # (one schedule: its new kernels compile as batches)
+    vals = vals_t.numpy()
+    for (op, axis), out in zip(ops, outs):
+      got = out.numpy()
       size_ax = x.shape[axis]
       assert ((got >= 0) & (got < size_ax)).all(), f"{'.'.join(names)}.{op}({axis}): index out of [0, {size_ax}) in {int(((got < 0) | (got >= size_ax)).sum())} places"
       np.testing.assert_array_equal(got, getattr(np, op)(vals, axis), err_msg=f"{'.'.join(names)}.{op}({axis}) on {device}, seed {seed}")
@@ -89,14 +93,17 @@ def test_mod_and_floordiv_large_quotients(device: str, seed: int, size: int) -> 
     x, y = _divmod_operands(rng, dt, n)
     with np.errstate(all="ignore"): wm, wd = np.mod(x, y), np.floor_divide(x, y)
     tx, ty = Tensor(x, device=device), Tensor(y, device=device)
-    _exact((tx % ty).numpy(), wm, f"{device} {dt.__name__} %, seed {seed}")
-    gd = (tx // ty).numpy()
+    scalars = (float(rng.choice([0.1, -2.3, 7.0, 1e-3])), float(dt(10.0 ** rng.uniform(-3, 3))))
+    mod, div, mods = tx % ty, tx // ty, [tx % s for s in scalars]
+    mod.realize(div, *mods)  # (one schedule: its new kernels compile as batches)
+    _exact(mod.numpy(), wm, f"{device} {dt.__name__} %, seed {seed}")
+    gd = div.numpy()
     with np.errstate(over="ignore"): small = ~(np.abs(wd.astype(np.float64)) >= 2.0 ** 22) | np.isinf(wd)
     _exact(gd[small], wd[small], f"{device} {dt.__name__} //, seed {seed}")
     np.testing.assert_allclose(gd[~small], wd[~small], rtol=4 * np.finfo(dt).eps)
-    for s in (float(rng.choice([0.1, -2.3, 7.0, 1e-3])), float(dt(10.0 ** rng.uniform(-3, 3)))):
+    for s, m in zip(scalars, mods):
       with np.errstate(all="ignore"): want = np.mod(x, dt(s))
-      _exact((tx % s).numpy(), want, f"{device} {dt.__name__} % {s}, seed {seed}")
+      _exact(m.numpy(), want, f"{device} {dt.__name__} % {s}, seed {seed}")
 
 # ---- cumsum with nan and inf ---------------------------------------------------------------------
 
@@ -137,10 +144,11 @@ def test_pow_python_float_exponents(device: str, seed: int, size: int) -> None:
   for dt in (np.float32, np.float64):
     if dt == np.float64 and not _has_f64(device): continue
     x = base.astype(dt)
-    t = Tensor(x, device=device)
-    for e in _exponents(rng, 6 * size if device == "PYTHON" else 12 * size):
+    exps = _exponents(rng, 6 * size if device == "PYTHON" else 12 * size)
+    t = Tensor(x, device=device).reshape(1, -1).expand(len(exps), len(x))
+    rows = select_rows([t ** e for e in exps]).numpy()  # (row i: x ** exps[i], all in one kernel)
+    for e, got in zip(exps, rows):
       with np.errstate(all="ignore"): want = x ** dt(e)
-      got = (t ** e).numpy()
       fin = np.isfinite(want) & (want != 0)
       _exact(got[~fin], want[~fin], f"{device} {dt.__name__} x ** {e}")
       assert (np.signbit(got[fin]) == np.signbit(want[fin])).all(), f"{device} x ** {e}: sign"

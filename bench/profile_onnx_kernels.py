@@ -46,9 +46,40 @@ def _runner(ast: Any, heuristic: Any) -> Any:
   k = heuristic(k.copy())
   return CompiledRunner(k.to_program())
 
-def profile(name: str, reps: int, before: Optional[Any], only: Optional[str]) -> list[dict]:
+def time_side_by_side(items: list, reps: int, before: Optional[Any], only: Optional[str] = None) -> list[dict]:
+  """Each (ast, bufs, var_vals, count) of `items` compiled with the current heuristics and, if `before` (a
+  heuristic module) is given, with its opts too; timed interleaved on `bufs`, best of `reps` each. One row
+  per item: name, count, now/before seconds, GFLOPS, both opts and the outputs' max relative difference."""
   import numpy as np
   from tilecraft.codegen.heuristic import hand_coded_optimizations
+  rows = []
+  for ast, bufs, var_vals, count in items:
+    now = _runner(ast, hand_coded_optimizations)
+    if only and only not in now.p.name: continue
+    old = _runner(ast, before.hand_coded_optimizations) if before is not None else None
+    out_now = out_old = None
+    now(bufs, var_vals)
+    if old is not None:
+      old(bufs, var_vals)
+      out_old = bufs[0].numpy().copy()
+    now(bufs, var_vals)
+    out_now = bufs[0].numpy().copy()
+    t_now, t_old = [], []
+    for _ in range(reps):  # interleaved: load bursts hit both sides
+      t_now.append(now(bufs, var_vals))
+      if old is not None: t_old.append(old(bufs, var_vals))
+    diff = None
+    if out_old is not None:
+      scale = max(float(np.abs(out_now[np.isfinite(out_now)]).max(initial=0.0)), 1e-30)
+      same = out_now == out_old  # (equal infinities: a -inf padding)
+      diff = float(np.where(same, 0.0, np.abs(out_now.astype(np.float64) - out_old)).max()) / scale
+    rows.append({"name": now.p.name, "count": count, "now": min(t_now), "before": min(t_old) if t_old else None,
+                 "gflops": (now.p.op_estimate or 0) / max(min(t_now), 1e-9) / 1e9 if isinstance(now.p.op_estimate, int) else None,
+                 "opts": [f"{o.op.name}{o.axis},{o.amt}" for o in now.p.applied_opts],
+                 "opts_before": [f"{o.op.name}{o.axis},{o.amt}" for o in old.p.applied_opts] if old is not None else None, "diff": diff})
+  return rows
+
+def profile(name: str, reps: int, before: Optional[Any], only: Optional[str]) -> list[dict]:
   from tilecraft.onnx import load
   from tilecraft.onnx.light import light_input, light_model
   from tilecraft.ops import MetaOps
@@ -59,34 +90,22 @@ def profile(name: str, reps: int, before: Optional[Any], only: Optional[str]) ->
   by_ast: dict = {}
   for si in items:
     by_ast.setdefault(si.ast, []).append(si)
-  rows = []
-  for ast, sis in by_ast.items():
-    si = sis[0]
-    bufs = list(si.bufs)
-    now = _runner(ast, hand_coded_optimizations)
-    if only and only not in now.p.name: continue
-    old = _runner(ast, before.hand_coded_optimizations) if before is not None else None
-    out_now = out_old = None
-    now(bufs, si.var_vals)
-    if old is not None:
-      old(bufs, si.var_vals)
-      out_old = bufs[0].numpy().copy()
-    now(bufs, si.var_vals)
-    out_now = bufs[0].numpy().copy()
-    t_now, t_old = [], []
-    for _ in range(reps):  # interleaved: load bursts hit both sides
-      t_now.append(now(bufs, si.var_vals))
-      if old is not None: t_old.append(old(bufs, si.var_vals))
-    diff = None
-    if out_old is not None:
-      scale = max(float(np.abs(out_now[np.isfinite(out_now)]).max(initial=0.0)), 1e-30)
-      same = out_now == out_old  # (equal infinities: a -inf padding)
-      diff = float(np.where(same, 0.0, np.abs(out_now.astype(np.float64) - out_old)).max()) / scale
-    rows.append({"name": now.p.name, "count": len(sis), "now": min(t_now), "before": min(t_old) if t_old else None,
-                 "gflops": (now.p.op_estimate or 0) / max(min(t_now), 1e-9) / 1e9 if isinstance(now.p.op_estimate, int) else None,
-                 "opts": [f"{o.op.name}{o.axis},{o.amt}" for o in now.p.applied_opts],
-                 "opts_before": [f"{o.op.name}{o.axis},{o.amt}" for o in old.p.applied_opts] if old is not None else None, "diff": diff})
-  return rows
+  return time_side_by_side([(ast, list(sis[0].bufs), sis[0].var_vals, len(sis)) for ast, sis in by_ast.items()], reps, before, only)
+
+def print_rows(title: str, rows: list[dict], before: Optional[Any], top: int) -> None:
+  """The rows sorted by time x count, with each one's share of the total (and before/now ratios)."""
+  total = sum(r["now"] * r["count"] for r in rows)
+  total_old = sum(r["before"] * r["count"] for r in rows) if before is not None else None
+  print(f"\n== {title}: {len(rows)} distinct kernels, {sum(r['count'] for r in rows)} launches, sum of kernel times {total * 1e3:.2f} ms"
+        + (f" (before: {total_old * 1e3:.2f} ms, ratio {total_old / total:.2f}x)" if total_old else ""))
+  print(f"{'kernel':42s} {'n':>3s} {'us':>9s} {'share':>6s} {'GFLOPS':>7s}" + (f" {'before':>9s} {'ratio':>6s} {'diff':>8s}" if before else "") + "  opts")
+  for r in sorted(rows, key=lambda r: -r["now"] * r["count"])[:top]:
+    line = f"{r['name'][:42]:42s} {r['count']:3d} {r['now'] * 1e6:9.1f} {100 * r['now'] * r['count'] / total:5.1f}% {r['gflops'] or 0:7.1f}"
+    if before is not None: line += f" {r['before'] * 1e6:9.1f} {r['before'] / r['now']:5.2f}x {r['diff']:8.1e}"
+    line += "  " + " ".join(r["opts"])
+    if before is not None and r["opts_before"] != r["opts"]: line += "  | before: " + " ".join(r["opts_before"])
+    print(line)
+  sys.stdout.flush()
 
 def main() -> None:
   args = _args()
@@ -95,18 +114,7 @@ def main() -> None:
   for name in args.models.split(","):
     t0 = time.perf_counter()
     rows = profile(name, args.reps, before, args.only)
-    total = sum(r["now"] * r["count"] for r in rows)
-    total_old = sum(r["before"] * r["count"] for r in rows) if before is not None else None
-    print(f"\n== {name}: {len(rows)} distinct kernels, {sum(r['count'] for r in rows)} launches, sum of kernel times {total * 1e3:.2f} ms"
-          + (f" (before: {total_old * 1e3:.2f} ms, ratio {total_old / total:.2f}x)" if total_old else "") + f"  [{time.perf_counter() - t0:.0f} s]")
-    print(f"{'kernel':42s} {'n':>3s} {'us':>9s} {'share':>6s} {'GFLOPS':>7s}" + (f" {'before':>9s} {'ratio':>6s} {'diff':>8s}" if before else "") + "  opts")
-    for r in sorted(rows, key=lambda r: -r["now"] * r["count"])[:args.top]:
-      line = f"{r['name'][:42]:42s} {r['count']:3d} {r['now'] * 1e6:9.1f} {100 * r['now'] * r['count'] / total:5.1f}% {r['gflops'] or 0:7.1f}"
-      if before is not None: line += f" {r['before'] * 1e6:9.1f} {r['before'] / r['now']:5.2f}x {r['diff']:8.1e}"
-      line += "  " + " ".join(r["opts"])
-      if before is not None and r["opts_before"] != r["opts"]: line += "  | before: " + " ".join(r["opts_before"])
-      print(line)
-    sys.stdout.flush()
+    print_rows(f"{name} [{time.perf_counter() - t0:.0f} s]", rows, before, args.top)
 
 if __name__ == "__main__":
   main()

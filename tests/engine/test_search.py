@@ -356,7 +356,7 @@ def test_unusable_search_cache_warns_once_like_the_kernel_cache(fake_pool, tmp_p
   """One mechanism, one warning: an unusable cache dir is reported once for the kernel cache and the
   search's database together; an unusable CACHEDB elsewhere once, and the search goes on without it."""
   import warnings
-  from tilecraft import device as device_mod
+  from tilecraft import diskcache as device_mod
   monkeypatch.setattr(device_mod, "_cache_off", {})
   monkeypatch.setattr(device_mod, "_cache_ok", set())
   monkeypatch.delenv(device_mod._OFF_ENV, raising=False)
@@ -414,7 +414,7 @@ def test_worker_build_recompiles_a_cached_binary_that_does_not_load(tmp_path, mo
   """The build job goes through the checked cache entry point (compile_and_load): a cached binary with
   a valid checksum that fails to load is rebuilt, not handed to the timing jobs (where every run of
   the candidate would fail)."""
-  from tilecraft.device import diskcache_get, diskcache_put
+  from tilecraft.diskcache import diskcache_get, diskcache_put
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
   ast = ew_ast(64)
   k = cpu_kernel(ast)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import atexit, fcntl, functools, hashlib, os, shutil, tempfile, weakref
 from typing import Any, Optional
 import numpy as np
-from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable, disk_cache_off
+from tilecraft.device import Allocator, CompileError, Compiled, Compiler, DeviceUnavailable
+from tilecraft.diskcache import disk_cache_off
 from tilecraft.helpers import CACHELEVEL, cache_dir
 
 # ---- PoCL's kernel cache: one directory per process ------------------------------------------------

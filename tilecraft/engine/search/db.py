@@ -20,7 +20,7 @@ Schema history: 1 had no `kind` column; a schema-1 file is upgraded in place (ro
 from __future__ import annotations
 import functools, json, math, os, platform, sqlite3, sys, time, warnings
 from typing import Any, Callable, Iterable, Optional, Sequence
-from tilecraft.device import disk_cache_off, disk_cache_unusable
+from tilecraft.diskcache import disk_cache_off, disk_cache_unusable
 from tilecraft.helpers import cache_dir, getenv
 
 _SCHEMA = 2
@@ -36,7 +36,7 @@ class SearchDB:
   """Search results and per-candidate timings in one sqlite file. A file that is not a database, or
   fails sqlite's quick_check, is moved aside to `<path>.corrupt` with a warning and rebuilt; one that
   can't be used (its directory unwritable, the disk full, locked) is off for the process, reported by
-  the disk cache's one mechanism (tilecraft.device.disk_cache_unusable: one warning, none when the
+  the disk cache's one mechanism (tilecraft.diskcache.disk_cache_unusable: one warning, none when the
   kernel cache already found the directory unusable)."""
   def __init__(self, path: str):
     self.path = path

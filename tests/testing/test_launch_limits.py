@@ -2,14 +2,14 @@
 when the opt is applied, and a refusal names the limit. Threads per workgroup, local memory of a
 grouped reduce (sized by the reduce's dtype, not the output's) and TC use 3's fragment staging.
 The property: an opt list apply_opt accepts never fails at launch on the PYTHON device under
-EMULATE=CUDA, METAL and AMD (tilecraft.testing.fuzz.launch_errors; more sequences in the slow tier)."""
+EMULATE=CUDA, METAL and AMD (tilecraft.testing.launch_check.launch_errors; more sequences in the slow tier)."""
 import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Device
 from tilecraft.dtype import dtypes
 from tilecraft.helpers import Context
-from tilecraft.testing.fuzz import launch_error, launch_errors, launch_kernels
+from tilecraft.testing.launch_check import launch_error, launch_errors, launch_kernels
 
 KERNELS = launch_kernels()
 

@@ -374,6 +374,18 @@ def test_strided_conv_vectors_run_along_packed_output_channels(arch, shape, rng)
     if ws[-1] == 3: assert o[-1][0] is R
     _check_conv(t, x, w, stride, pad)
 
+def test_packed_conv_rows_are_whole_vectors(rng):
+  """A stride-2 3x3 conv with 17-wide output rows takes the packed tile (AVX2); its rows are the output's contiguous
+  axis, along which the accumulators are vectors, so they are 8 (padded to 24), never 6 (no 6-lane vector type:
+  scalar accumulators, 3-5x slower)."""
+  x, w = rng.standard_normal((1, 32, 34, 34), dtype=np.float32), rng.standard_normal((64, 32, 3, 3), dtype=np.float32) * 0.1
+  with Context(CPU_ARCH="haswell"):
+    t, k = _conv_kernel(x, w, 2, 1)
+    o = opts(k)
+    assert (D, 2, 8) in o and (U, 2, 8) in o and (P, 2, 0) in o, o
+    assert "float8 acc" in k.to_program().src and "float acc" not in k.to_program().src
+    _check_conv(t, x, w, 2, 1)
+
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_stem_keeps_vectors_along_output_pixels(arch, rng):
   """A 7x7 stride-2 stem (reduce of 3x7x7 = 147): too short to repay a pack, so the vectors stay

@@ -187,8 +187,12 @@ def _cpu_matmul_tile(k: Any, vw: int) -> bool:
   red = prod(k.full_shape[k.first_reduce:k.first_upcast])
   for n in range(k.first_reduce - 1, -1, -1) if isinstance(red, int) and red >= 256 else ():
     if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int) or k.full_shape[n] % cols or (m := rows_axis(n)) is None: continue
+    # (the rows here are the output's contiguous axis, along which the lowering makes the accumulators vectors: 8 rows are
+    # one float8 per output channel, 6 have no vector type and rendered scalar accumulators, 3-5x slower measured on 3x3
+    # stride-2 convs with 17- and 30-wide outputs, AVX2; so 8 rows, padded, never 6)
     trial = k.copy()
-    if not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)") or not trial.packed: continue
+    if not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
+                              rows=TILE_ROWS if out[m] == 1 else None) or not trial.packed: continue
     for o, why in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=why)
     return True
   # a batched A @ B^T (attention scores, q @ k^T): both operands contiguous along the reduce, B strided along

@@ -32,10 +32,11 @@ from tilecraft.codegen.kernel import Kernel, KernelOptError
 from tilecraft.engine.isolation import Job, Pool, close_pool, get_pool
 from tilecraft.engine.search.actions import get_kernel_actions, opt_wire, opts_from_key, opts_key, signature
 from tilecraft.engine.search.db import SearchDB, get_db, machine_kind
+from tilecraft.engine.search.keys import (SEARCH_VERSION, codegen_identity, compiler_identity, renderer_identity, replayable, result_key,  # noqa: F401
+                                         search_var_vals)
 from tilecraft.engine.search.worker import HANDLER
 from tilecraft.helpers import DEBUG, getenv, prod
 from tilecraft.ops import BufferOps, MemBuffer
-from tilecraft.shape.symbolic import Variable
 
 # A search's default wall-clock budget (budget_s=None): new rounds stop after it, then the verification and
 # the two races against the hand-coded kernel finish (5-15 s on 2 busy cores: a 1x1 conv's search took
@@ -43,7 +44,6 @@ from tilecraft.shape.symbolic import Variable
 # budget_s=math.inf searches until patience or max_rounds end it.
 DEFAULT_BUDGET_S = 40.0
 VERIFY_FRONT = 64  # elements of guard zone before each buffer when verifying (see _Search.verify)
-SEARCH_VERSION = 7  # bump when the action grid, the search's choices or how it times change: old cache rows and timings stop matching
 
 # Failure injection for tests: called with a candidate's opts (tuple of Opt) before it is timed;
 # "segfault" makes the timing worker kill itself with SIGSEGV, "hang" makes it sleep past the
@@ -96,48 +96,6 @@ class SearchReport:
 
 last_report: Optional[SearchReport] = None
 
-def _identity(obj: Any, attrs: Sequence[str]) -> str:
-  parts = [f"{type(obj).__module__}.{type(obj).__qualname__}"]
-  parts += [f"{a}={getattr(obj, a, None)!r}" for a in attrs]
-  parts += [f"{k}={v!r}" for k, v in sorted(getattr(obj, "__dict__", {}).items()) if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple, type(None)))]
-  return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
-
-def _renderer_identity(ren: Any) -> str:
-  return _identity(ren, ("device", "supports_float4", "has_local", "has_shared", "global_max", "local_max", "shared_max", "tensor_cores",
-                         "vector_width"))
-
-_codegen_id: Optional[str] = None
-
-def _codegen_identity() -> str:
-  """A hash of the code generator's source: generated code (so timings and the best opts) may change
-  with it, so cached searches and timings are only reused by the same code generator."""
-  global _codegen_id
-  if _codegen_id is None:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tilecraft/
-    h = hashlib.sha256()
-    for sub in ("codegen", "renderer", "shape", "runtime", ""):
-      d = os.path.join(root, sub)
-      for fn in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-        if fn.endswith(".py") and (sub or fn in ("ops.py", "dtype.py", "device.py")):
-          with open(os.path.join(d, fn), "rb") as f: h.update(fn.encode() + b"\0" + f.read())
-    _codegen_id = h.hexdigest()[:24]
-  return _codegen_id
-
-def _compiler_identity(comp: Any) -> str:
-  return hashlib.sha256(f"{type(comp).__qualname__}|{getattr(comp, 'cachekey', '')}|{' '.join(getattr(comp, 'flags', ()))}".encode()).hexdigest()[:24]
-
-def _var_vals(kernel: Kernel, var_vals: Optional[dict]) -> dict[str, int]:
-  """Values for the kernel's Variables by name: given, else bound, else the maximum (buffers are sized for it)."""
-  given = {getattr(k, "expr", k): int(v) for k, v in (var_vals or {}).items()}
-  out = {}
-  for v in sorted(kernel.ast.vars(), key=lambda v: v.expr):
-    out[v.expr] = given.get(v.expr, v.val if v.is_bound else v.vmax)
-  for b in kernel.bufs:
-    if not isinstance(b, MemBuffer) and isinstance(getattr(b, "val", None), Variable):
-      v = b.val
-      out.setdefault(v.expr, given.get(v.expr, v.val if v.is_bound else v.vmax))
-  return out
-
 def _buffer_specs(kernel: Kernel, bufs: Optional[Sequence[Any]]) -> list[tuple[int, Any]]:
   """(elements, dtype) of each kernel argument, in the program's order (global buffer index)."""
   per_idx: dict[int, tuple[int, Any]] = {}
@@ -171,27 +129,9 @@ def _fmt_t(t: float) -> str:
   if not math.isfinite(t): return "   inf"
   return f"{t*1e3:.3f}ms" if t < 1 else f"{t:.3f}s"
 
-def result_key(kernel: Kernel, amt: int, allow_test_size: bool, vv: dict[str, int], max_upcast: int, max_lanes: int,
-               max_threads: Optional[int], max_uops: int, patience: int, max_rounds: int) -> str:
-  """The search cache key of a search of `kernel` (its AST and the opts it starts from) with these settings
-  on its renderer's device: it covers everything that decides whether the result is right for a machine
-  (see search/db.py). `vv`: the Variable values the search times with (_var_vals)."""
-  from tilecraft.device import Device
-  ren = kernel.opts
-  settings = [SEARCH_VERSION, _codegen_identity(), kernel.ast.key.hex(), ren.device, _renderer_identity(ren), _compiler_identity(Device[ren.device].compiler),
-              amt, bool(allow_test_size), opts_key(tuple(kernel.applied_opts)), max_upcast, max_lanes, max_threads, max_uops, patience, max_rounds,
-              sorted(vv.items())]
-  return hashlib.sha256(json.dumps(settings).encode()).hexdigest()
-
 def _effective_budget(budget_s: Optional[float]) -> Optional[float]:
   """beam_search's budget_s as the search uses it: None -> DEFAULT_BUDGET_S, math.inf -> None (no budget)."""
   return DEFAULT_BUDGET_S if budget_s is None else (None if budget_s == math.inf else budget_s)
-
-def _replayable(row: Sequence[Any], budget_s: Optional[float]) -> bool:
-  """Whether a stored result (db.get_result's row) stands for a search with this effective budget: a
-  complete search always does, one cut by its budget only for searches with no larger budget."""
-  complete, budget = row[4], row[5]
-  return bool(complete) or (budget_s is not None and (budget is None or budget_s <= budget))
 
 class _Search:
   def __init__(self, kernel: Kernel, bufs: Optional[Sequence[Any]], amt: int, allow_test_size: bool, var_vals: Optional[dict],
@@ -210,16 +150,16 @@ class _Search:
     self.max_upcast, self.max_lanes, self.max_threads, self.max_uops = max_upcast, max_lanes, max_threads, max_uops
     self.verify_on, self.min_gain, self.patience = verify, min_gain, patience
     self.n_workers = workers or int(getenv("BEAM_WORKERS", 0)) or min(os.cpu_count() or 1, 8)
-    self.vv = _var_vals(kernel, var_vals)
+    self.vv = search_var_vals(kernel, var_vals)
     self.specs = _buffer_specs(kernel, bufs)
     self.n_out = len(kernel.outbufs)
     self.outs_read = any(x.op is BufferOps.LOAD and isinstance(x.arg, MemBuffer) and 0 <= x.arg.idx < self.n_out for x in kernel.ast.lazyops)
     self.name = kernel.name
     self.ast_hex = kernel.ast.key.hex()
     self.start_opts = tuple(kernel.applied_opts)
-    self.ren_id, self.comp_id = _renderer_identity(self.ren), _compiler_identity(self.dev.compiler)
+    self.ren_id, self.comp_id = renderer_identity(self.ren), compiler_identity(self.dev.compiler)
     self.result_key = result_key(kernel, amt, allow_test_size, self.vv, max_upcast, max_lanes, max_threads, max_uops, patience, max_rounds)
-    self.timing_ctx = hashlib.sha256(json.dumps([SEARCH_VERSION, _codegen_identity(), self.device, self.ren_id, self.comp_id, bool(allow_test_size),
+    self.timing_ctx = hashlib.sha256(json.dumps([SEARCH_VERSION, codegen_identity(), self.device, self.ren_id, self.comp_id, bool(allow_test_size),
                                                  sorted(self.vv.items())]).encode()).hexdigest()[:32]
     self.db = get_db() if use_cache else None
     self.report = SearchReport(name=self.name, device=self.device)
@@ -418,7 +358,7 @@ class _Search:
     row = self.db.get_result(self.result_key)
     if row is None: return None
     opts_s, chose, t, hand_t, complete, budget = row
-    if not _replayable(row, self.budget_s): return None
+    if not replayable(row, self.budget_s): return None
     opts = opts_from_key(opts_s)
     try:
       if chose == "hand":
@@ -637,9 +577,9 @@ def cached_result(kernel: Kernel, amt: int = 2, *, budget_s: Optional[float] = N
     raise TypeError(f"cached_result: {unknown} are not search settings that decide the cache key ({', '.join(_KEY_SETTINGS)})")
   s = {n: settings.get(n, params[n].default) for n in _KEY_SETTINGS}
   if db is None and (db := get_db()) is None: return None
-  row = db.get_result(result_key(kernel, amt, s["allow_test_size"], _var_vals(kernel, var_vals), s["max_upcast"], s["max_lanes"],
+  row = db.get_result(result_key(kernel, amt, s["allow_test_size"], search_var_vals(kernel, var_vals), s["max_upcast"], s["max_lanes"],
                                  s["max_threads"], s["max_uops"], s["patience"], s["max_rounds"]))
-  return row if row is not None and _replayable(row, _effective_budget(budget_s)) else None
+  return row if row is not None and replayable(row, _effective_budget(budget_s)) else None
 
 def close_workers() -> None:
   """Stop the search's worker processes (they are also stopped at exit)."""

@@ -18,7 +18,7 @@ never the faster one, because times measured on different machines aren't compar
 
 Schema history: 1 had no `kind` column; a schema-1 file is upgraded in place (rows kept)."""
 from __future__ import annotations
-import functools, json, math, os, platform, sqlite3, sys, time, warnings
+import functools, json, math, os, platform, sqlite3, time, warnings
 from typing import Any, Callable, Iterable, Optional, Sequence
 from tilecraft.diskcache import disk_cache_off, disk_cache_unusable
 from tilecraft.helpers import cache_dir, getenv
@@ -247,10 +247,8 @@ def machine_kind(device: Optional[str] = None) -> str:
     from tilecraft.host import cpu_arch
     facts["cpu_arch"] = cpu_arch()
   except ValueError: pass
-  # the search's version and the code generator's hash, from beam.py when it is loaded (it is whenever a
-  # search writes; importing it here would be an import cycle: beam.py imports this module)
-  if (beam := sys.modules.get("tilecraft.engine.search.beam")) is not None:
-    facts["search"], facts["codegen"] = beam.SEARCH_VERSION, beam._codegen_identity()
+  from tilecraft.engine.search.keys import SEARCH_VERSION, codegen_identity  # (keys.py imports the codegen: only when a row is written)
+  facts["search"], facts["codegen"] = SEARCH_VERSION, codegen_identity()
   if device: facts["device"] = device
   return json.dumps(facts, sort_keys=True)
 

@@ -194,6 +194,18 @@ def test_window_reduces_pad_their_output_rows_to_vectors(arch, rng):
     if runnable(): np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5)
     else: check_tensor(t, want)
 
+def test_a_short_argmax_keeps_its_window_row_as_the_tile(rng):
+  """An argmax over 44 values (a window-length reduce) of 255 rows: the rows are padded to vectors, and the
+  register-tile rules leave that axis alone. They used to upcast it 3 more times for the broadcast index
+  input: 512 scalar int accumulators and a 50 s gcc compile."""
+  x = rng.standard_normal((255, 44)).astype(np.float32)
+  x[::7, 3] = x[::7].max(1) + 1  # (ties and a known winner in some rows)
+  t = Tensor(x).argmax(-1)
+  k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+  lanes = int(np.prod([s for s in k.full_shape[k.first_upcast:] if isinstance(s, int)]))
+  assert lanes <= 64, (opts(k), k.applied_opts_reasons)
+  np.testing.assert_array_equal(t.numpy(), x.argmax(-1))
+
 def test_grouped_1x1_conv_takes_6_padded_rows_on_avx2(rng):
   """34 output channels per group (ShuffleNet): 8 rows would pad to 40 (over 1/7), so AVX2 takes 6 rows padded
   to 36 (at most 1/16 more work) instead of the general rules' single-vector tile."""

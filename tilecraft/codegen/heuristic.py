@@ -349,8 +349,9 @@ TILE_MAX_VECTORS, UNROLL_MAX_VECTORS = 32, 128
 
 WINDOW_MAX = 49  # the longest reduce _cpu_pad_vector_axis takes for a window (a 7x7 pool)
 
-def _cpu_pad_vector_axis(k: Any, vw: int) -> None:
-  """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it.
+def _cpu_pad_vector_axis(k: Any, vw: int) -> Optional[int]:
+  """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it;
+  returns the axis when it made it a window reduce's vector row (the register-tile rules leave that axis alone).
   - A multiple of half the vector width but not of the width (a conv's 56-wide rows on AVX-512) would run
     half-width vectors: padded to the width where that adds at most 1/7 more work. The padded lanes' loads
     are masked (one masked vector load per row), their stores skipped; conv 3x3 64->64 56^2 on AVX-512:
@@ -359,23 +360,27 @@ def _cpu_pad_vector_axis(k: Any, vw: int) -> None:
     WINDOW_MAX): nothing divides it, so without padding it stays scalar. Padded to the lanes _odd_lanes picks
     (at most 1/4 more work) and made one vector of them here (the reuse rules below need an input broadcast
     along it, which pooling has not). ShuffleNet's depthwise 3x3 at 14^2 and SqueezeNet's 3x3 max-pools
-    (55^2, 27^2, 13^2): 4-10x faster measured (AVX2)."""
-  if not k.reduceops or k.upcasted: return
+    (55^2, 27^2, 13^2): 4-10x faster measured (AVX2). The row is then the tile on that axis: a short
+    argmax (an index input broadcast along it) got 3 more reuse upcasts there, 512 scalar int
+    accumulators and a 50 s gcc compile."""
+  if not k.reduceops or k.upcasted: return None
   out = k.sts[0].real_strides()
   red = prod(k.full_shape[k.first_reduce:k.first_upcast])
   for a in range(k.first_reduce):
     size = k.full_shape[a]
     if out[a] != 1 or not isinstance(size, int) or size % vw == 0: continue
     if size % (vw // 2) == 0:
-      if vw < 16 or not any(rs[a] == 0 for rs in _input_strides(k)) or 7 * round_up(size, vw) > 8 * size: return
+      if vw < 16 or not any(rs[a] == 0 for rs in _input_strides(k)) or 7 * round_up(size, vw) > 8 * size: return None
       _try(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
     elif isinstance(red, int) and red <= WINDOW_MAX and (lanes := _odd_lanes(size, vw)) is not None:
       if _try(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)") and \
-          _try(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector") and \
-          2 <= (rest := round_up(size, lanes) // lanes) <= 4:
-        _try(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
-                                          "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
-    return
+          _try(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector"):
+        if 2 <= (rest := round_up(size, lanes) // lanes) <= 4:
+          _try(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
+                                            "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
+        return a
+    return None
+  return None
 
 def _cpu_matvec(k: Any, vw: int) -> bool:
   """CPU matrix-vector: each row's dot product runs on vector accumulators along the contiguous
@@ -464,7 +469,7 @@ def hand_coded_optimizations(k: Any) -> Any:
   # 7^2 to the scalar general rules (10x slower than its tile, AVX2)
   vw = _vector_width(k) if not gpu else 4
   if not gpu and (_cpu_matmul_tile(k, vw) or _cpu_matvec(k, vw) or _cpu_vecmat(k, vw)): return k
-  if not gpu: _cpu_pad_vector_axis(k, vw)
+  window_axis = _cpu_pad_vector_axis(k, vw) if not gpu else None
   masked = [axis for axis in range(k.first_reduce) if k.full_shape[axis] <= 7 and any(st.axis_is_masked(axis) for st in k.sts)]
   if gpu:
     to_upcast: list[int] = []
@@ -483,6 +488,7 @@ def hand_coded_optimizations(k: Any) -> Any:
     if upcasted_reuse == 2 and not _cpu_third_reuse_fits(k, vw): break
     best = None
     for axis in range(k.first_reduce - k.local_dims if gpu else k.first_reduce):
+      if axis == window_axis: continue
       size = k.full_shape[axis]
       reuse = [st.real_strides()[axis] == 0 for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
       if not any(reuse) or not k.reduceops: continue

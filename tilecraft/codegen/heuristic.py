@@ -6,18 +6,19 @@ reduces and workgroups; CPUs get vector-width upcasts and register tiles.
 """
 from __future__ import annotations
 from typing import Any, Optional
+from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.helpers import TC, TC_OPT, getenv, prod, round_up
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
 from tilecraft.shape.symbolic import Node
 
-def _try(k: Any, opt: Any, reason: str) -> bool:
+def _try(k: KernelShape, opt: Opt, reason: str) -> bool:
   try: k.apply_opt(opt, reason=reason)
   except KernelOptError: return False
   return True
 
-def required_optimizations(k: Any) -> Any:
+def required_optimizations(k: KernelShape) -> KernelShape:
   """Opts a kernel can't run without: image outputs are written a whole texel (4 channels) at a time,
   so the output's unit-stride axis is upcast by 4, unless UPCASTMID already made it lanes of the
   reduce's second stage."""
@@ -31,7 +32,7 @@ def required_optimizations(k: Any) -> Any:
         break
   return k
 
-def _image_mid_reduce(k: Any) -> bool:
+def _image_mid_reduce(k: KernelShape) -> bool:
   """An image output with a small output and a long reduce (GPUs): group the reduce, and keep the
   output's 4 channels as threads through the reduce (UPCASTMID), lanes only in its second stage."""
   ren = k.opts
@@ -47,7 +48,7 @@ def _image_mid_reduce(k: Any) -> bool:
     return False
   return True
 
-def _image_inputs(k: Any) -> None:
+def _image_inputs(k: KernelShape) -> None:
   """Read image inputs a whole texel at a time: the unit-stride axis (by 4) of each image input
   becomes lanes (UPCAST on an output axis, UNROLL on a reduce axis)."""
   for i, b in enumerate(k.bufs):
@@ -59,11 +60,11 @@ def _image_inputs(k: Any) -> None:
     elif a >= k.first_reduce + k.group_for_reduces:
       _try(k, Opt(OptOps.UNROLL, a - k.first_reduce, 4), f"image input {b.idx}: read a whole texel (4 channels along reduce axis {a}) at once")
 
-def _vector_width(k: Any) -> int:
+def _vector_width(k: KernelShape) -> int:
   """Float lanes of the target's vectors: 16 with AVX-512, 8 with AVX2, else 4."""
-  return getattr(k.opts, "vector_width", 4)
+  return k.opts.vector_width
 
-def _is_matvec(k: Any) -> Optional[tuple[int, int]]:
+def _is_matvec(k: KernelShape) -> Optional[tuple[int, int]]:
   """A SUM of MUL(LOAD, LOAD) where one operand doesn't vary along the output axis 0 (the operands may be
   CAST(LOAD): half/bfloat16 widened to the float32 accumulator)."""
   if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.first_reduce != 1: return None
@@ -77,11 +78,11 @@ def _is_matvec(k: Any) -> Optional[tuple[int, int]]:
   if any(st[0] == 0 and st[k.first_reduce] == 1 for st in strides) and any(st[0] != 0 for st in strides): return tuple(idx)  # type: ignore
   return None
 
-def _output_vectorized(k: Any) -> bool:
+def _output_vectorized(k: KernelShape) -> bool:
   """The output already has an upcast unit-stride axis of a multiple of 4 (an image's texel)."""
   return any(a >= k.first_upcast and isinstance(k.full_shape[a], int) and k.full_shape[a] % 4 == 0 for a in k.sts[0].unit_stride_axes())
 
-def _gpu_matvec(k: Any) -> Optional[tuple[int, int, int]]:
+def _gpu_matvec(k: KernelShape) -> Optional[tuple[int, int, int]]:
   """The reference's GPU matrix-vector rule: one SUM of MUL(a, b) of LOADs (or of the frontend's
   CAST(LOAD)s) where `a` is contiguous along the first reduce axis and not both operands are
   broadcast somewhere, with a global axis (a batch axis too) divisible into blocks of rows. Returns
@@ -102,11 +103,11 @@ def _gpu_matvec(k: Any) -> Optional[tuple[int, int, int]]:
   if not isinstance(red, int) or red % threads or _gpu_matvec_axis(k, block * rows) is None: return None
   return threads, block, rows
 
-def _gpu_matvec_axis(k: Any, rows: int) -> Any:
+def _gpu_matvec_axis(k: KernelShape, rows: int) -> Any:
   """The first global axis divisible into blocks of `rows` rows."""
   return next((g for g in range(k.global_dims) if isinstance(k.full_shape[g], int) and k.full_shape[g] % rows == 0), None)
 
-def _tensor_cores(k: Any) -> bool:
+def _tensor_cores(k: KernelShape) -> bool:
   """Lay a matmul-shaped MUL->SUM out for the target's tensor core, trying tc_opt 0 up to the TC_OPT
   setting (more patterns, then padding) and each (N, M, reduce) axis choice in order; then the
   reference's extras: upcast what is left of M, then of N, by the largest of 5, 4, 3, 2 that divides
@@ -114,7 +115,7 @@ def _tensor_cores(k: Any) -> bool:
   left of N a workgroup axis (warps per workgroup)."""
   from tilecraft.codegen.tensor_cores import tc_choices
   use = int(TC)
-  if not use or not getattr(k.opts, "tensor_cores", None) or k.applied_opts: return False
+  if not use or not k.opts.tensor_cores or k.applied_opts: return False
   for tc_opt in range(int(TC_OPT) + 1):
     try: tc, _, _, choices = tc_choices(k, tc_opt)
     except KernelOptError: continue
@@ -153,10 +154,10 @@ TILE_ROWS, TILE_VECTORS = 8, 2
 TILE_ROWS_16_REGS = 6  # 16 vector registers (AVX2, AVX): 6 x 2 accumulators
 COLUMN_BLOCK = 8  # rows per block of a column-style reduce (column sums), see hand_coded_optimizations
 
-def _input_strides(k: Any) -> list[tuple]:
+def _input_strides(k: KernelShape) -> list[tuple]:
   return [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
 
-def _cpu_matmul_tile(k: Any, vw: int) -> bool:
+def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   """CPU kernels with one SUM reduce of a product in which an output axis `n` (the vector axis) and
   another output axis `m` (the rows) are each broadcast by some input (matmul, batched matmul, 1x1
   and strided convs): the rows x (2 vectors) register tile, then reduce blocking. True when the tile applied.
@@ -237,7 +238,7 @@ def _odd_lanes(size: Any, vw: int) -> Optional[int]:
   lanes = vw // 2 if vw >= 16 and round_up(size, vw // 2) < round_up(size, vw) else vw
   return lanes if 4 * (round_up(size, lanes) - size) <= size else None
 
-def _cpu_dot_tile(k: Any, vw: int, red_ax: int, reused: Any, unit: Any) -> bool:
+def _cpu_dot_tile(k: KernelShape, vw: int, red_ax: int, reused: Any, unit: Any) -> bool:
   """The dot-product tile (see _cpu_matmul_tile): the reduce unrolled by the vector width, 4 rows x 2
   columns of vector accumulators. Only where the columns' operand is strided along them."""
   n = k.first_reduce - 1
@@ -250,7 +251,7 @@ def _cpu_dot_tile(k: Any, vw: int, red_ax: int, reused: Any, unit: Any) -> bool:
   _try(k, Opt(OptOps.UPCAST, n, 2), f"dot-product tile: 2 columns (axis {n}) share each load of the rows ({4 * 2} vector accumulators)")
   return True
 
-def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None, rows: Optional[int] = None) -> bool:
+def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None, rows: Optional[int] = None) -> bool:
   """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking. With
   one vector of columns (cols == vw), a `small` output axis (at most 7, one the operands move along as they do
   along n) is upcast whole in place of the second vector, with 2 rows. `rows` overrides _tile_rows."""
@@ -277,7 +278,7 @@ def _apply_matmul_tile(k: Any, n: int, m: int, vw: int, cols: int, why: str = ""
     _try(k, Opt(OptOps.UNROLL, last - k.first_reduce, 0), f"matmul register tile: the short innermost reduce axis ({k.full_shape[last]}) unrolled fully")
   return True
 
-def _tile_rows(k: Any, size: Any, vw: int) -> Optional[int]:
+def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
   """Output rows of the matmul register tile for a row axis of `size`: 8, or 6 with 16 vector
   registers (8-lane vectors on x86: AVX2/AVX) where 6 divides the axis or padding it to a multiple
   of 6 adds at most 1/32 of the work; else 8 where 8 divides it; else 6 (AVX2) where padding adds at most
@@ -294,7 +295,7 @@ def _tile_rows(k: Any, size: Any, vw: int) -> Optional[int]:
   if vw == 8 and (-size) % TILE_ROWS_16_REGS * 16 <= size: return TILE_ROWS_16_REGS
   return TILE_ROWS if 7 * ((-size) % TILE_ROWS) <= size else None
 
-def _cpu_block_reduce(k: Any) -> None:
+def _cpu_block_reduce(k: KernelShape) -> None:
   """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop
   and the column operand's panel (the whole reduce x one tile of columns) is packed into a
   contiguous stack array (PACK), read from L1/L2 by every row tile. Where the panel is too big for
@@ -311,13 +312,13 @@ def _cpu_block_reduce(k: Any) -> None:
   if cols is not None and cols > 0 and k.full_shape[cols] >= 8:
     _try(k, Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: a block of the column operand is reused by every row tile")
 
-def _column_tile_axis(k: Any) -> Optional[int]:
+def _column_tile_axis(k: KernelShape) -> Optional[int]:
   """A global axis along which the row operand (broadcast along the vector axis) is broadcast too."""
   ins, vec = _input_strides(k), k.first_upcast
   rows_op = [rs for rs in ins if rs[vec] == 0]
   return next((a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)), None)
 
-def _cpu_pack_columns(k: Any, what: str) -> bool:
+def _cpu_pack_columns(k: KernelShape, what: str) -> bool:
   """Column tiles outermost, then PACK the input that doesn't vary along the row tiles, if the rules
   (codegen/pack.py: the pack's size, nothing varying inside its scope) allow; tried on a copy so a
   refusal leaves the kernel as it was."""
@@ -335,7 +336,7 @@ def _cpu_pack_columns(k: Any, what: str) -> bool:
   if not any(o.op is OptOps.PACK for o, _ in opts): return False
   return all(_try(k, o, why) for o, why in opts)
 
-def _cpu_third_reuse_fits(k: Any, vw: int) -> bool:
+def _cpu_third_reuse_fits(k: KernelShape, vw: int) -> bool:
   """A third reuse upcast (by 4, else 2) on CPUs, e.g. four output rows of a conv sharing each
   weight broadcast and the shifted image rows: at most 8 vector accumulators so far (TILE_MAX_VECTORS
   bounds what comes after). Measured on conv 3x3 64->64 56^2: 4 rows beat 2 by
@@ -349,7 +350,7 @@ TILE_MAX_VECTORS, UNROLL_MAX_VECTORS = 32, 128
 
 WINDOW_MAX = 49  # the longest reduce _cpu_pad_vector_axis takes for a window (a 7x7 pool)
 
-def _cpu_pad_vector_axis(k: Any, vw: int) -> Optional[int]:
+def _cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
   """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it;
   returns the axis when it made it a window reduce's vector row (the register-tile rules leave that axis alone).
   - A multiple of half the vector width but not of the width (a conv's 56-wide rows on AVX-512) would run
@@ -382,7 +383,7 @@ def _cpu_pad_vector_axis(k: Any, vw: int) -> Optional[int]:
     return None
   return None
 
-def _cpu_matvec(k: Any, vw: int) -> bool:
+def _cpu_matvec(k: KernelShape, vw: int) -> bool:
   """CPU matrix-vector: each row's dot product runs on vector accumulators along the contiguous
   reduce, and 8 rows share each load of the vector: one pass over the matrix, 8 independent
   accumulator chains (enough to hide the FMA latency) and 8 streams for the prefetcher."""
@@ -396,7 +397,7 @@ def _cpu_matvec(k: Any, vw: int) -> bool:
 
 VECMAT_VECTORS = 8  # vector accumulators of a vector-matrix product's column tile
 
-def _cpu_vecmat(k: Any, vw: int) -> bool:
+def _cpu_vecmat(k: KernelShape, vw: int) -> bool:
   """CPU vector-matrix (x @ W with one row of x: a classifier head at batch 1): the output axis is
   contiguous in W and x is broadcast along it. Each thread takes VECMAT_VECTORS vectors of columns
   (4 cache lines of each W row on AVX2) and walks all of W's rows: 8 independent accumulators, whole
@@ -416,7 +417,7 @@ def _cpu_vecmat(k: Any, vw: int) -> bool:
                                                  f"({VECMAT_VECTORS} independent accumulators, whole cache lines of each matrix row)")
   return True
 
-def hand_coded_optimizations(k: Any) -> Any:
+def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # NOLOCALS=1 on a target with workgroups: no local axes, so no grouped reduces or tensor cores (their
   # threads are local ids) either; the rules below lay the kernel out over global ids only
   if getenv("NOLOCALS", 0) and k.opts.has_local and not k.dont_use_locals and k.local_dims == 0 and k.group_for_reduces == 0:
@@ -530,7 +531,7 @@ def hand_coded_optimizations(k: Any) -> Any:
     axis = unit[-1] if unit else k.first_reduce - 1
     # lanes of a dtype the target has no vectors for are scalar copies: a full vector width of them
     # only multiplies the code (and its generation time)
-    simd = all(b.dtype.scalar() in getattr(ren, "vector_dtypes", ()) for b in k.bufs)
+    simd = all(b.dtype.scalar() in ren.vector_dtypes for b in k.bufs)
     # a row reduce whose vector lanes are already the unrolled reduce: 4 rows give 4 independent
     # accumulator chains, plenty for a memory-bound loop; more rows only add horizontal sums
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]

@@ -40,7 +40,13 @@ class TCState:
   nm_outer: tuple[Optional[int], Optional[int]] = (None, None)  # right after the TC opt: the global axes left of N and M (None: all in the tile)
 
 class KernelShape:
-  """A kernel's views and region counters, starting from the AST with reduce axes last (no opts)."""
+  """A kernel's views and region counters, starting from the AST with reduce axes last (no opts).
+  What opts do is the Kernel's (codegen/kernel.py): `copy`, `apply_opt` and `apply_tensor_cores` are
+  declared here so the heuristics (codegen/heuristic.py, which kernel.py imports) take a typed KernelShape."""
+  def copy(self) -> KernelShape: raise NotImplementedError("Kernel.copy (codegen/kernel.py)")
+  def apply_opt(self, opt: Opt, append_opt: bool = True, reason: str = "") -> None: raise NotImplementedError("Kernel.apply_opt (codegen/kernel.py)")
+  def apply_tensor_cores(self, use_tensor_cores: int = 1, extra_opts: Optional[list[Opt]] = None, axis: int = 0, tc_opt: Optional[int] = None,
+                         reason: str = "") -> bool: raise NotImplementedError("Kernel.apply_tensor_cores (codegen/kernel.py)")
   def __init__(self, ast: LazyOp, opts: Renderer):
     self.opts: Renderer = opts
     self.ast = ast

@@ -25,9 +25,9 @@ def in_ci() -> bool:
   return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 # What `.ci/run` installs on CI's machine: missing there is a failure, not a skip. (apt: PoCL for OPENCL,
-# clang-15 for the HIP compile checks; pip extras: pytest-timeout, NVRTC ("nvrtc") for the CUDA ones.
+# clang-15 for the HIP compile checks; pip extras: pytest-timeout, NVRTC ("nvrtc") for the CUDA ones, ray.
 # nvcc is not installed there: a test needing nvcc itself skips in CI too.)
-CI_INSTALLS = frozenset({"CPU", "OPENCL", "clang-15", "nvrtc", "pytest-timeout"})
+CI_INSTALLS = frozenset({"CPU", "OPENCL", "clang-15", "nvrtc", "pytest-timeout", "ray"})
 
 def require_or_skip(name: str, reason: str) -> None:
   """`name` (a device or tool) is missing because of `reason`: skip the test, or in CI, where

@@ -62,4 +62,6 @@ def test_ci_installs_what_ci_installs_lists(conftest) -> None:
   pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
   assert "nvidia-cuda-nvrtc" in next(l for l in pyproject.splitlines() if l.startswith("gpucheck"))
   assert "pytest-timeout" in next(l for l in pyproject.splitlines() if l.startswith("test ="))
-  assert conftest.CI_INSTALLS == {"CPU", "OPENCL", "clang-15", "nvrtc", "pytest-timeout"}
+  pip = next(l for l in run.splitlines() if "pip install" in l)
+  assert ",ray]" in pip and "ray==" in pip  # ray (the ray extra, pinned: the tests use its 2.60 CLI)
+  assert conftest.CI_INSTALLS == {"CPU", "OPENCL", "clang-15", "nvrtc", "pytest-timeout", "ray"}

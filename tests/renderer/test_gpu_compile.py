@@ -8,7 +8,8 @@ import functools
 import pytest
 from tilecraft.testing.gpu_compile import compile_in_chunks, coverage, fuzzed_kernels, unique_programs
 
-CHUNKS = 2  # batches per (target, arch): the two test workers share them out
+CHUNKS = 2  # batches per (target, arch)
+pytestmark = pytest.mark.xdist_group("gpu_compile")  # one worker renders each target's programs once (~5 s a target)
 
 @functools.lru_cache(maxsize=None)
 def programs(target):

@@ -25,7 +25,7 @@ DEFAULT_MAX_LEN = {"CPU": 3, "OPENCL": 1}
 # (tests/testing/test_fuzz.py) covers the same space in the default tier, so this tier samples it thinly
 # (on OPENCL every PoCL compile takes 0.3-3 s cold: its whole space is in the slow tier, and the
 # default tier's OPENCL fuzz covers it thinly)
-DEFAULT_MAX_CHECKED = {"CPU": 12, "OPENCL": 0}
+DEFAULT_MAX_CHECKED = {"CPU": 8, "OPENCL": 0}
 
 def _params() -> list:
   return [pytest.param(name, d, id=f"{d}-{name}",

@@ -15,7 +15,7 @@ from tilecraft.testing.corpus import CorpusEntry, corpus
 from tilecraft.testing.fuzz import _seeded, sample_opt_sequences, stable_name
 
 # EMULATE target -> (seed, opt sequences per corpus kernel) of the emulator's default fuzz run
-EMULATOR_FUZZ: dict[str, tuple[int, int]] = {"": (0, 7), "CUDA": (1, 7), "METAL": (2, 7), "AMD": (3, 7)}
+EMULATOR_FUZZ: dict[str, tuple[int, int]] = {"": (0, 5), "CUDA": (1, 5), "METAL": (2, 5), "AMD": (3, 5)}
 
 def renders_on(entry: CorpusEntry, ren: Renderer) -> bool:
   """Whether the target has every dtype the kernel uses (Metal has no float64)."""

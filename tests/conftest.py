@@ -35,7 +35,7 @@ def require_or_skip(name: str, reason: str) -> None:
   if in_ci() and name in CI_INSTALLS: pytest.fail(f"{name} is required in CI (.ci/run installs it) but is not usable: {reason}", pytrace=False)
   pytest.skip(f"{name} can't be used here ({reason})")
 
-@pytest.fixture(name="require_or_skip")
+@pytest.fixture(name="require_or_skip", scope="session")
 def _require_or_skip_fixture():
   """The require_or_skip function, for tests (conftest isn't importable under --import-mode=importlib)."""
   return require_or_skip

@@ -26,7 +26,7 @@ try: import ray
 except ImportError: ray = None
 pytestmark = pytest.mark.xdist_group("ray_cluster")
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def _needs_ray(require_or_skip) -> None:
   """Skips without ray; fails in CI, which installs it (.ci/run, tests/conftest.py: CI_INSTALLS)."""
   if ray is None: require_or_skip("ray", "ray is not installed (pip install 'tilecraft[ray]')")
@@ -131,7 +131,7 @@ class LocalCluster:
     shutil.rmtree(self.dir, ignore_errors=True)
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(_needs_ray):
   """The file's cluster, with this process's driver attached to it."""
   if ray.is_initialized(): ray.shutdown()
   c = LocalCluster()

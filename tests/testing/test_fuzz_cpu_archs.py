@@ -8,7 +8,7 @@ import pytest
 from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
-from tilecraft.host import _arch_target, find_c_compiler, missing_features
+from tilecraft.host import _CODEGEN_FEATURES, _arch_target, find_c_compiler, missing_features
 from tilecraft.testing.corpus import corpus, known_bug
 from tilecraft.testing.fuzz import IsolatedRunner, check_opts, entry_inputs, fuzz_entry, prebuild
 
@@ -22,6 +22,16 @@ def _skip_unless_runnable(arch: str) -> None:
   except (ValueError, RuntimeError) as e: pytest.skip(f"CPU_ARCH={arch}: {e}")
   if (missing := missing_features(target)): pytest.skip(f"this host can't execute CPU_ARCH={arch} (lacks {', '.join(missing)})")
 
+def _skip_if_native_is_named(arch: str) -> None:
+  """CPU_ARCH=native enables exactly the extensions a kernel can use of a named arch in ARCHS (znver3 on a
+  Zen 3, haswell on a Haswell): the same code, already fuzzed under that name. (On hosts beyond the
+  named ones, AVX-512 among them, native runs.)"""
+  if arch != "native": return
+  cc = find_c_compiler()
+  codegen = lambda a: frozenset(f for f in _arch_target(cc, a).features if f.startswith(_CODEGEN_FEATURES))
+  if (same := next((a for a in ARCHS if a != "native" and codegen(a) == codegen("native")), None)) is not None:
+    pytest.skip(f"CPU_ARCH=native is {same} here (the same ISA extensions): fuzzed as {same}")
+
 @pytest.fixture(scope="module")
 def iso():
   with IsolatedRunner() as r: yield r
@@ -31,6 +41,7 @@ def iso():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_masked_kernels_fuzzed_at_each_arch(arch, device, iso):
   _skip_unless_runnable(arch)
+  _skip_if_native_is_named(arch)
   pairs, failures = 0, []
   with Context(CPU_ARCH=arch):
     for e in MASKED:
@@ -46,6 +57,7 @@ def test_masked_kernels_fuzzed_at_each_arch(arch, device, iso):
 def test_hand_coded_opts_at_each_arch(arch, device):
   """The heuristics' kernels for this arch's vector width, against the unoptimized kernel."""
   _skip_unless_runnable(arch)
+  _skip_if_native_is_named(arch)
   bad = []
   with Context(CPU_ARCH=arch):
     tuned = {e.name: Kernel(e.ast, Device[device].renderer).hand_coded_optimizations().applied_opts

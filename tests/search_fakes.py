@@ -1,6 +1,21 @@
 """A stand-in for the beam search's worker pool (isolation.Pool), shared by the search tests: builds are
 instant and each candidate's time comes from a table (tests' `pythonpath` makes this importable)."""
-from tilecraft.engine.search import actions
+from tilecraft.dtype import dtypes
+from tilecraft.engine.search import actions, beam
+from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps
+from tilecraft.shape.shapetracker import ShapeTracker
+
+def ew_ast(n: int, op: BinaryOps = BinaryOps.ADD) -> LazyOp:
+  """out[i] = a[i] <op> b[i], float32, n elements: a kernel the fake pool searches in no time."""
+  st = ShapeTracker.from_shape((n,))
+  ld = lambda i: LazyOp(BufferOps.LOAD, (), MemBuffer(i, dtypes.float32, st))
+  return LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (LazyOp(op, (ld(1), ld(2))),), MemBuffer(0, dtypes.float32, st)),))
+
+def install_fake_pool(monkeypatch, times) -> "FakePool":
+  """A FakePool with `times` as the beam search's worker pool for this test."""
+  p = FakePool(times)
+  monkeypatch.setattr(beam, "get_pool", lambda handler: p)
+  return p
 
 class _FakeWorker:
   def __init__(self): self.prepared = None

@@ -10,25 +10,18 @@ import json, pickle
 import pytest
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
-from tilecraft.dtype import dtypes
 from tilecraft.engine import search
 from tilecraft.engine.search import beam, db, distributed
 from tilecraft.engine.search.actions import opts_key
 from tilecraft.helpers import Context
-from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps
-from tilecraft.shape.shapetracker import ShapeTracker
-from search_fakes import FakePool
+from tilecraft.ops import BinaryOps, LazyOp
+from search_fakes import FakePool, ew_ast as fakes_ew_ast, install_fake_pool
 
-def ew_ast(n: int) -> LazyOp:
-  st = ShapeTracker.from_shape((n,))
-  ld = lambda i: LazyOp(BufferOps.LOAD, (), MemBuffer(i, dtypes.float32, st))
-  return LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (LazyOp(BinaryOps.MUL, (ld(1), ld(2))),), MemBuffer(0, dtypes.float32, st)),))
+def ew_ast(n: int) -> LazyOp: return fakes_ew_ast(n, BinaryOps.MUL)
 
 @pytest.fixture
 def pool(monkeypatch):
-  p = FakePool(lambda opts: 1e-3 / (1 + len(opts)))  # more opts, faster: the search picks a beam kernel
-  monkeypatch.setattr(beam, "get_pool", lambda handler: p)
-  return p
+  return install_fake_pool(monkeypatch, lambda opts: 1e-3 / (1 + len(opts)))  # more opts, faster: the search picks a beam kernel
 
 def _kernel(n: int = 64) -> Kernel: return Kernel(ew_ast(n), Device["CPU"].renderer)
 

@@ -8,24 +8,17 @@ import pytest
 from tilecraft.__main__ import main
 from tilecraft.codegen.kernel import Kernel
 from tilecraft.device import Device
-from tilecraft.dtype import dtypes
 from tilecraft.engine import search
 from tilecraft.engine.search import beam, db
 from tilecraft.helpers import Context
-from search_fakes import FakePool
-from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps
-from tilecraft.shape.shapetracker import ShapeTracker
+from search_fakes import ew_ast as fakes_ew_ast, install_fake_pool
+from tilecraft.ops import BinaryOps, LazyOp
 
-def ew_ast(n: int) -> LazyOp:
-  st = ShapeTracker.from_shape((n,))
-  ld = lambda i: LazyOp(BufferOps.LOAD, (), MemBuffer(i, dtypes.float32, st))
-  return LazyOp(MetaOps.KERNEL, (LazyOp(BufferOps.STORE, (LazyOp(BinaryOps.ADD, (ld(1), ld(2))),), MemBuffer(0, dtypes.float32, st)),))
+def ew_ast(n: int) -> LazyOp: return fakes_ew_ast(n, BinaryOps.ADD)
 
 @pytest.fixture
 def pool(monkeypatch):
-  p = FakePool(lambda opts: 1e-3)  # every candidate equally fast: the hand-coded floor wins
-  monkeypatch.setattr(beam, "get_pool", lambda handler: p)
-  return p
+  return install_fake_pool(monkeypatch, lambda opts: 1e-3)  # every candidate equally fast: the hand-coded floor wins
 
 def _search(n: int = 64) -> search.SearchReport:
   search.beam_search(Kernel(ew_ast(n), Device["CPU"].renderer), None, 1, progress=False)

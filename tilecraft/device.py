@@ -5,7 +5,7 @@ import atexit, bisect, importlib, os, re, subprocess, warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
-from tilecraft.diskcache import diskcache_drop, diskcache_get, diskcache_put, disk_cache_off
+from tilecraft.diskcache import diskcache_drop, diskcache_get, diskcache_has, diskcache_put, disk_cache_off
 from tilecraft.helpers import CACHELEVEL, DEBUG, SettingError, getenv, megabytes_setting, prod, settings_memo
 
 if TYPE_CHECKING:
@@ -92,6 +92,9 @@ class Compiler:
   def cache_key(self, src: str) -> str:
     """The full key of src's binary: compiler identity, flags and the source itself."""
     return "\0".join([self.cachekey or "", " ".join(self.flags), src])
+  def is_cached(self, src: str) -> bool:
+    """Whether src's binary is in the disk cache already (compile_cached would read it, not compile)."""
+    return self.cachekey is not None and diskcache_has("binaries", self.cache_key(src))
   def compile_cached(self, src: str) -> bytes:
     if self.cachekey is None: return self.compile(src)
     key = self.cache_key(src)

@@ -144,3 +144,8 @@ def diskcache_drop(table: str, key: str) -> None:
   if disk_cache_off(): return
   try: os.unlink(_diskcache_path(table, key))
   except OSError: pass
+
+def diskcache_has(table: str, key: str) -> bool:
+  """Whether (table, key) has an entry (not read or checked: diskcache_get still may miss on it)."""
+  if CACHELEVEL <= 0 or disk_cache_off(): return False
+  return os.path.exists(_diskcache_path(table, key))

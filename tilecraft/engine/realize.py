@@ -84,7 +84,9 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 # builds them together; get_runner then loads what was built here. Compilers that can put many kernels
 # in one translation unit (Compiler.batch_renames) get them in batches of up to AHEAD_BATCH kernels
 # (Compiler.compile_batch: one run of gcc or PoCL for the batch, ~1/3 of the CPU time of a run per
-# kernel; the binary is disk-cached under the batch's source), and where the compiler is a separate
+# kernel; the binary is disk-cached under the batch's source: a later schedule that makes another
+# batch of some of the same kernels builds them again, while a kernel whose own binary is on disk is
+# left out and loaded from there), and where the compiler is a separate
 # process (Compiler.parallel_compile: the CPU's C compiler) the batches, at least one per core, compile
 # on every core at once. PoCL (Compiler.batch_builds: a build costs the same whatever it holds) builds
 # its batches one after the other. Not under BEAM: the search times each kernel on the buffers the
@@ -121,7 +123,13 @@ def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[
   jobs: list[list[tuple]] = []
   for device in dict.fromkeys(key[1] for key in todo):
     comp = Device[device].compiler
-    jobs += [b for b in _batches([key for key in todo if key[1] == device], comp) if len(b) > 1 or comp.parallel_compile]
+    keys = []
+    for key in (k for k in todo if k[1] == device):
+      if not comp.is_cached(progs[key].src): keys.append(key)
+      else:  # its own binary is on disk (built alone before): loaded from there, not built again in a batch
+        try: _built_ahead[key] = (made[key], progs[key], comp.compile_cached(progs[key].src), None)
+        except Exception: pass  # noqa: BLE001 -- (reported by get_runner)
+    jobs += [b for b in _batches(keys, comp) if len(b) > 1 or comp.parallel_compile] if keys else []
   def build(batch: list[tuple]) -> Optional[bytes]:
     comp = Device[batch[0][1]].compiler
     try: return comp.compile_batch([progs[key].src for key in batch]) if len(batch) > 1 else comp.compile_cached(progs[batch[0]].src)

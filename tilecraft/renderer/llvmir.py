@@ -474,7 +474,7 @@ class _Writer:
   # integer arithmetic without; double -> float rounds to odd first, so the second rounding (to half,
   # 13 bits shorter) is the one correctly rounded result.
   def half_cast(self, x: str, src: DType, dst: DType) -> str:
-    n, s, d = dst.count, src.scalar(), dst.scalar()
+    n, s = dst.count, src.scalar()
     f32 = vdt(dtypes.float32, n)
     if s == dtypes.float16:
       f = self.val(f"fpext {ltype(src)} {x} to {ltype(f32)}") if self.f16c else self.f16_to_f32(x, n)

@@ -320,7 +320,6 @@ def _softmax_stats(rows: int, cols: int, special: bool = False) -> CorpusEntry:
 def _variance_rows() -> CorpusEntry:
   """A dependent reduce with a scaled inner reduce: sum((x - mean)^2) / n per row over axis 0 of a
   permuted (column-major) input, the mean a post-reduce value broadcast into the second sum."""
-  shape = (9, 13)
   x = ld(1, _F, ST((13, 9)).permute((1, 0)))
   mean = alu(BinaryOps.MUL, red(ReduceOps.SUM, x, (1,)), const(1 / 13, _F, ST((9, 1))))
   d = alu(BinaryOps.ADD, x, alu(UnaryOps.NEG, mean))

@@ -116,7 +116,7 @@ def _convnd(x: Tensor, w: Tensor, st: tuple, dl: tuple, groups: int) -> Tensor:
   if nd == 2: return x.conv2d(w, stride=st, dilation=dl, groups=groups)
   if nd == 1:
     return x.unsqueeze(2).conv2d(w.unsqueeze(2), stride=(1, st[0]), dilation=(1, dl[0]), groups=groups).squeeze(2)
-  N, cin = x.shape[0], x.shape[1]
+  N = x.shape[0]
   cout, cpg = w.shape[0], w.shape[1]
   k = tuple(w.shape[2:])
   win = x._pool(k, st, dl)  # N, cin, *o, *k

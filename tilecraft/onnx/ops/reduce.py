@@ -186,7 +186,7 @@ def _groupnorm(n: Node, i: list) -> Tensor:
   g = int(n.attr("num_groups"))
   eps = n.attr("epsilon", 1e-5)
   if n.opset < 21: raise unsupported(n, "opset 18 GroupNormalization (per-group scale, deprecated)")
-  N, C = x.shape[0], x.shape[1]
+  N = x.shape[0]
   w = (x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)).reshape(N, g, -1)
   y = ((w - w.mean(2, keepdim=True)) * (w.var(2, keepdim=True) + eps).rsqrt()).reshape(x.shape)
   return (y * _bshape(scale.cast(y.dtype), x.ndim) + _bshape(b.cast(y.dtype), x.ndim)).cast(x.dtype)

@@ -98,7 +98,6 @@ def _resize_axis(x: Tensor, a: int, W: np.ndarray, invalid: np.ndarray, nearest:
 
 def _resize(n: Node, x: Tensor, mode: str, ctm: str, scales: Optional[list[float]], sizes: Optional[list[int]], roi: Optional[list[float]], axes: list[int]) -> Tensor:
   if mode not in ("nearest", "linear", "cubic"): raise unsupported(n, f"mode {mode}")
-  nd = x.ndim
   in_sh = [x.shape[a] for a in axes]
   if sizes is not None:
     policy = n.attr("keep_aspect_ratio_policy", "stretch")

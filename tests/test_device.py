@@ -255,14 +255,14 @@ def test_fresh_binary_that_fails_to_load_raises_and_is_not_cached(cache_home):
   assert diskcache_get("binaries", c.cache_key("a")) is None
 
 @pytest.fixture
-def fresh_runners(monkeypatch):
-  """No in-process runners (every dict of them in realize): each kernel goes through the compiler's
-  disk cache again. Calling the fixture's value forgets the runners made since."""
-  from tilecraft.engine import realize
-  caches = {name: {} for name in dir(realize) if name.startswith("_runners") and isinstance(getattr(realize, name), dict)}
-  assert caches, "realize has no runner caches: update this fixture"
-  for name, d in caches.items(): monkeypatch.setattr(realize, name, d)
-  return lambda: [d.clear() for d in caches.values()]
+def fresh_runners():
+  """No in-process runners (engine/plan_cache.py cleared): each kernel goes through the compiler's
+  disk cache again. Calling the fixture's value forgets the runners made since; the test's runners
+  are forgotten after it too."""
+  from tilecraft.engine import plan_cache
+  plan_cache.clear()
+  yield plan_cache.clear
+  plan_cache.clear()
 
 def test_swapped_kernel_binaries_give_the_right_answer(cache_home, fresh_runners):
   """The issue's repro: the cached binary of a*2 copied over the one of a+1 made a+1 return [0,2,4,6]."""

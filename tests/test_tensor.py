@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tilecraft import Context, Tensor, Variable, dtypes
 from tilecraft.device import Device, DeviceUnavailable
-from tilecraft.engine import realize as realize_mod
+from tilecraft.engine import plan_cache
 from tilecraft.ops import MetaOps, UnaryOps
 
 def same(got: Any, want: np.ndarray) -> None:
@@ -268,10 +268,10 @@ def test_symbolic_shrink_reuses_one_kernel(device: str) -> None:
   n = Variable("n", 1, 8)
   def f(v: int) -> Tensor: return (X.shrink(((0, 5), (0, n.bind(v)))) * 2 + 1).sum(1)
   same(f(3), (x[:, :3] * 2 + 1).sum(1))
-  before = len(realize_mod._runners)
+  before = plan_cache.counts.runner_misses
   for v in (5, 8, 1):
     same(f(v), (x[:, :v] * 2 + 1).sum(1))
-  assert len(realize_mod._runners) == before, "a new value of the Variable compiled a new kernel"
+  assert plan_cache.counts.runner_misses == before, "a new value of the Variable compiled a new kernel"
 
 def test_symbolic_reshape_and_numpy() -> None:
   n = Variable("m", 1, 8)
@@ -281,10 +281,10 @@ def test_symbolic_reshape_and_numpy() -> None:
   assert isinstance(t.shape[0], Variable) and t.shape[1] == 3
   same(t.sum(0), np.arange(12, dtype=np.float32).reshape(4, 3).sum(0))
   same(t * 2, np.arange(12, dtype=np.float32).reshape(4, 3) * 2)  # numpy() uses the bound value
-  before = len(realize_mod._runners)
+  before = plan_cache.counts.runner_misses
   same(g(7).sum(0), np.arange(21, dtype=np.float32).reshape(7, 3).sum(0))
   same(g(7) * 2, np.arange(21, dtype=np.float32).reshape(7, 3) * 2)
-  assert len(realize_mod._runners) == before
+  assert plan_cache.counts.runner_misses == before
   same(g(5).mean(0), np.arange(15, dtype=np.float32).reshape(5, 3).mean(0))  # the count is the Variable
   unbound = base.shrink(((0, Variable("k", 1, 8) * 3),))
   with pytest.raises(ValueError, match="bind"): unbound.numpy()
@@ -295,9 +295,9 @@ def test_symbolic_matmul() -> None:
   A, B = Tensor(a), Tensor(b)
   def mm(v: int) -> Tensor: return A.shrink(((0, 4), (0, n.bind(v)))) @ B.shrink(((0, n.bind(v)), (0, 3)))
   np.testing.assert_allclose(mm(5).numpy(), a[:, :5] @ b[:5], rtol=1e-5)
-  before = len(realize_mod._runners)
+  before = plan_cache.counts.runner_misses
   np.testing.assert_allclose(mm(2).numpy(), a[:, :2] @ b[:2], rtol=1e-5)
-  assert len(realize_mod._runners) == before
+  assert plan_cache.counts.runner_misses == before
 
 def test_variable_as_value() -> None:
   v = Variable("c", 0, 10)

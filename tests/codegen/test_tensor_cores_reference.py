@@ -111,11 +111,11 @@ def test_frontend_half_matmul_gets_a_tensor_core(vendor, rng):
   """a @ b of half tensors (float32 products of the half values, summed in float32: SUM(MUL(CAST(LOAD),
   CAST(LOAD)))) takes the half -> float core with the default settings (TC=1, TC_OPT=0) on every vendor,
   and is as accurate as numpy's float32-accumulating matmul (within 1e-3 of the exact product)."""
-  from tilecraft.engine import realize
+  from tilecraft.engine import plan_cache
   a, b = rng.uniform(-1, 1, (64, 256)).astype(np.float16), rng.uniform(-1, 1, (256, 48)).astype(np.float16)
   with Context(EMULATE=vendor):
     out = (Tensor(a, device="PYTHON") @ Tensor(b, device="PYTHON")).numpy()
-    progs = [r.p for r in realize._runners.values() if r.p.device == "PYTHON" and r.p.applied_opts and r.p.applied_opts[0].op is OptOps.TC
+    progs = [r.p for r in plan_cache.runners.values() if r.p.device == "PYTHON" and r.p.applied_opts and r.p.applied_opts[0].op is OptOps.TC
              and r.p.applied_opts[0] == Opt(OptOps.TC, 0, 0) and any(u.op is UOps.WMMA and "half_float" in u.arg[0] for u in r.p.uops)]
   assert progs, f"no half -> float WMMA program ran on {vendor}"
   exact = a.astype(np.float64) @ b.astype(np.float64)

@@ -65,10 +65,9 @@ def test_a_kernel_built_alone_before_is_loaded_not_batched_again(rng: np.random.
   """compile_ahead leaves out of its batches a kernel whose own binary is in the disk cache (built alone
   by an earlier schedule): that one is read from the cache, only the new kernels are compiled."""
   from tilecraft.device import Device
-  from tilecraft.engine import realize
+  from tilecraft.engine import plan_cache, realize
   monkeypatch.setattr(realize, "_cores", lambda: 2)
-  for name in [n for n in dir(realize) if n.startswith("_runners") and isinstance(getattr(realize, n), dict)]:
-    monkeypatch.setattr(realize, name, {})  # (no loaded runners: every kernel goes through the disk cache)
+  plan_cache.clear()  # (no loaded runners: every kernel goes through the disk cache)
   x = rng.standard_normal((5, 9)).astype(np.float32)
   alone = Tensor(x) * 2.71875  # a scale no other test uses: a new kernel, built alone (one kernel, no batch)
   alone.realize()
@@ -79,7 +78,7 @@ def test_a_kernel_built_alone_before_is_loaded_not_batched_again(rng: np.random.
     srcs.append(src)
     return cached(self, src)  # type: ignore[arg-type]
   monkeypatch.setattr(type(comp), "compile_cached", spy)
-  for name in [n for n in dir(realize) if n.startswith("_runners") and isinstance(getattr(realize, n), dict)]: getattr(realize, name).clear()
+  plan_cache.clear()
   outs = [Tensor(x) * 2.71875, (Tensor(x) * 2.84375).exp(), (Tensor(x) * 2.96875).exp2(), (Tensor(x) * 3.03125).sqrt()]
   outs[0].realize(*outs[1:])
   batches = [s for s in srcs if "__b1" in s]
@@ -109,7 +108,8 @@ def test_a_schedules_new_opencl_kernels_build_as_one_program(rng: np.random.Gene
   for i, o in enumerate(outs):
     e = np.exp(x * (2.0625 + i) - (x * (2.0625 + i)).max(-1, keepdims=True))
     np.testing.assert_allclose(o.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
-  names = {r.p.name for r in get_runner.__globals__["_runners"].values() if r.dname == "OPENCL"}
+  from tilecraft.engine import plan_cache
+  names = {r.p.name for r in plan_cache.runners.values() if r.dname == "OPENCL"}
   assert not any("__b" in n for n in names), "runners keep the kernels' own names"
   def broken(self: object, src: str) -> bytes:
     if "__kernel" in src and src.count("__kernel") > 1: raise CompileError("batch broken on purpose", src, "")
@@ -144,8 +144,9 @@ def _np_layernorm(x: np.ndarray) -> np.ndarray:
   return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
 
 def _plans_of(t: Tensor) -> dict:
-  from tilecraft.engine.schedule import replayed_walk
-  hit = replayed_walk(t.lazydata.base)
+  from tilecraft.engine.plan_cache import replayed_walk
+  from tilecraft.engine.schedule import fuse_reduces
+  hit = replayed_walk(t.lazydata.base, fuse_reduces())
   assert hit is not None, "not a replayed graph with a remembered walk"
   return hit[0].plans
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from tilecraft import Context, Tensor, dtypes
 from tilecraft.ops import BufferOps, MetaOps, ReduceOps, UnaryOps
+from tilecraft.engine import plan_cache
 
 def T(rng: np.random.Generator, *shape: int) -> tuple[Tensor, np.ndarray]:
   a = rng.uniform(-2, 2, shape).astype(np.float32)
@@ -236,12 +237,12 @@ def test_dependent_reduces_stay_apart_where_they_cant_fuse(rng: np.random.Genera
   # on a device with workgroups (there the separate reduces can be grouped); rows over FUSE_REDUCE_MAX
   assert n_kernels(Tensor(xn, device="PYTHON").softmax(1)) == 3
   monkeypatch.setattr(schedule, "FUSE_REDUCE_MAX", 32)
-  schedule._templates.clear()
+  plan_cache.clear()
   out = x.softmax(1)
   assert n_kernels(out) == 3
   close(out, want)
   monkeypatch.undo()
-  schedule._templates.clear()
+  plan_cache.clear()
   # the max is also read flipped after the reduce: not something the fused kernel can give, so it is loaded
   m = x.max(1, keepdim=True)
   s = (x - m).exp().sum(1) + m[::-1].reshape(6)
@@ -273,7 +274,6 @@ def test_fuse_reduces_setting_takes_effect_at_once(rng: np.random.Generator) -> 
         close(var, xn.var(1))
 
 def test_fused_schedule_is_cached_and_reruns_right(rng: np.random.Generator) -> None:
-  from tilecraft.engine import schedule
   for _ in range(3):
     (x, xn) = T(rng, 4, 24)
     out = x.softmax(1)
@@ -281,7 +281,7 @@ def test_fused_schedule_is_cached_and_reruns_right(rng: np.random.Generator) -> 
     assert len(sched) == 2 and len(sched[0].outputs) == 2
     e = np.exp(xn - xn.max(1, keepdims=True))
     close(out, e / e.sum(1, keepdims=True))
-  assert any(len(it[2]) == 2 for t in schedule._templates.values() for it in t.items)
+  assert any(len(it[2]) == 2 for t in plan_cache.templates.values() for it in t.items)
 
 # ---- the realize set is settled before any kernel is built (issue 24) -----------------------------------
 
@@ -302,7 +302,7 @@ def _count_builds(monkeypatch: Any) -> list[Any]:
       built.append(o)
       super().__init__(o, *args, **kwargs)
   monkeypatch.setattr(schedule, "_KernelBuilder", Counting)
-  schedule._templates.clear()
+  plan_cache.clear()
   return built
 
 def test_conflicting_reduces_are_settled_in_one_pass(rng: np.random.Generator, monkeypatch: Any) -> None:

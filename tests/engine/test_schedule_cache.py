@@ -1,4 +1,4 @@
-"""The schedule cache (engine/schedule.py): a graph built again with the same structure over new inputs
+"""The schedule cache (engine/schedule.py, its templates in engine/plan_cache.py): a graph built again with the same structure over new inputs
 gets the cached schedule (the same AST objects), which must be exactly the schedule the scheduler
 would build for it; graphs that differ in anything the scheduler reads must not share one."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from tilecraft import Tensor, Variable, dtypes
-from tilecraft.engine import schedule as S
+from tilecraft.engine import plan_cache, schedule as S
 
 def _inputs(rng: np.random.Generator, shapes: list[tuple[int, ...]], dtype: Any = np.float32) -> list[Tensor]:
   return [Tensor(rng.uniform(-2, 2, s).astype(dtype)).realize() for s in shapes]
@@ -23,7 +23,7 @@ def _signature(items: list, ins: list[Tensor]) -> list[tuple]:
 
 def _fresh(fn: Callable, ins: list[Tensor]) -> list:
   """The schedule the scheduler builds without the cache."""
-  S._templates.clear()
+  plan_cache.clear()
   return fn(*ins).schedule()
 
 GRAPHS: dict[str, tuple[list[tuple[int, ...]], Callable]] = {
@@ -43,7 +43,7 @@ GRAPHS: dict[str, tuple[list[tuple[int, ...]], Callable]] = {
 @pytest.mark.parametrize("name", list(GRAPHS))
 def test_cached_schedule_is_the_schedule(name: str, rng: np.random.Generator) -> None:
   shapes, fn = GRAPHS[name]
-  S._templates.clear()
+  plan_cache.clear()
   first = fn(*_inputs(rng, shapes)).schedule()
   ins = _inputs(rng, shapes)
   cached = fn(*ins).schedule()
@@ -54,7 +54,7 @@ def test_cached_schedule_is_the_schedule(name: str, rng: np.random.Generator) ->
 @pytest.mark.parametrize("name", ["relu chain", "shared input", "same graph other input", "reduce read twice", "split reduce"])
 def test_cached_schedule_computes_the_same(name: str, rng: np.random.Generator) -> None:
   shapes, fn = GRAPHS[name]
-  S._templates.clear()
+  plan_cache.clear()
   ins = _inputs(rng, shapes)
   want = fn(*ins).numpy()
   for _ in range(2):  # from the cache: new outputs each call, the same values
@@ -83,7 +83,7 @@ def test_different_structures_do_not_share(name: str, rng: np.random.Generator) 
     assert _signature(got, ins) == _signature(_fresh(fn, ins2), ins2)
 
 def test_negative_zero_survives_the_cache() -> None:
-  S._templates.clear()
+  plan_cache.clear()
   x = Tensor(np.array([1.0, 7.0], np.float32)).realize()
   for _ in range(2):
     assert list(np.signbit((x > 5).where(x, 0.0).numpy())) == [False, False]
@@ -97,7 +97,7 @@ def test_symbolic_graphs_are_not_cached() -> None:
   assert key is None and len(order) >= 1 and len(leaves) == 1
 
 def test_the_cache_keeps_no_buffers_alive(rng: np.random.Generator) -> None:
-  S._templates.clear()
+  plan_cache.clear()
   fn = GRAPHS["relu chain"][1]
   for _ in range(2):
     ins = _inputs(rng, GRAPHS["relu chain"][0])
@@ -107,7 +107,7 @@ def test_the_cache_keeps_no_buffers_alive(rng: np.random.Generator) -> None:
     del ins, out
     gc.collect()
     assert all(r() is None for r in refs)
-  assert S._templates
+  assert plan_cache.templates
 
 REPLAYED = {  # composites frontend/recipes.py replays: realizing one alone skips the walk after the first time
   "softmax": ([(5, 9)], lambda x: x.softmax(-1)),
@@ -121,9 +121,9 @@ REPLAYED = {  # composites frontend/recipes.py replays: realizing one alone skip
 def test_a_replayed_graph_skips_the_walk_for_the_same_schedule(name: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
   from tilecraft import Context
   shapes, fn = REPLAYED[name]
-  for _ in range(2): fn(*_inputs(rng, shapes)).realize()  # recorded, then the walk remembered
   ins = _inputs(rng, shapes)
-  with Context(RECIPES=0): want = _signature(_fresh(fn, ins), ins)
+  with Context(RECIPES=0): want = _signature(_fresh(fn, ins), ins)  # (cold: before the walk is remembered, which clear() forgets)
+  for _ in range(2): fn(*_inputs(rng, shapes)).realize()  # recorded, then the walk remembered
   walks = []
   real_walk = S._walk
   monkeypatch.setattr(S, "_walk", lambda outs: walks.append(1) or real_walk(outs))

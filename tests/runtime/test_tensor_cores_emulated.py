@@ -99,10 +99,10 @@ def test_show_explains_the_tc_opt_and_shows_wmma():
 def test_tensor_matmul_under_each_tc_setting(use, rng):
   """a @ b through the frontend: the hand-coded opts take the tensor core, per the TC setting."""
   from tilecraft import Tensor
-  from tilecraft.engine import realize
+  from tilecraft.engine import plan_cache
   a, b = rng.uniform(-1, 1, (64, 32)).astype(np.float16), rng.uniform(-1, 1, (32, 48)).astype(np.float16)
   with Context(EMULATE="AMD", TC=use):
     out = (Tensor(a, device="PYTHON") @ Tensor(b, device="PYTHON")).numpy()
-    progs = [r.p for r in realize._runners.values() if r.p.device == "PYTHON" and r.p.applied_opts and r.p.applied_opts[0].op is OptOps.TC]
+    progs = [r.p for r in plan_cache.runners.values() if r.p.device == "PYTHON" and r.p.applied_opts and r.p.applied_opts[0].op is OptOps.TC]
   assert progs and any(any(u.op is UOps.WMMA for u in p.uops) == (use == 1) for p in progs)
   np.testing.assert_allclose(out.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), rtol=2e-2, atol=4e-2)

@@ -1,20 +1,19 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
-once per (AST, device) and launched on its buffers."""
+once per (AST, runner settings) and launched on its buffers. The loaded runners, compile_ahead's
+binaries and the plans of replayed graphs live in engine/plan_cache.py."""
 from __future__ import annotations
 import atexit, concurrent.futures, contextvars, operator, os, threading, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import ImageDType, dtypes
-from tilecraft.engine.schedule import _buf_dtype, create_schedule, replayed_walk
+from tilecraft.engine.plan_cache import (OptsMode, RunnerKey, RunnerSettings, Template, built_ahead, counts, loaded_runners, replayed_walk,
+                                         runners)
+from tilecraft.engine.schedule import _buf_dtype, create_schedule, fuse_reduces, instantiate
 from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
-_runners: dict[tuple, CompiledRunner] = {}
-# the same runners by the AST itself (hash and structural ==): a user's loop schedules equal ASTs on
-# every call, and finding them here skips computing each one's content key (a sha256 of its text)
-_runners_by_ast: dict[tuple, CompiledRunner] = {}
 kernel_count = 0  # kernels launched in this process (for DEBUG=1 and tests)
 
 def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
@@ -35,38 +34,41 @@ def optimize(k: Kernel, bufs: Optional[list[Buffer]] = None) -> Kernel:
       warnings.warn(f"BEAM={width}: search of {k.name} failed ({type(e).__name__}: {e}); using hand-coded opts", RuntimeWarning, stacklevel=2)
   return k.copy().hand_coded_optimizations()
 
-def _settings(device: str) -> tuple:
+def _settings(device: str) -> RunnerSettings:
   """What besides the AST picks a device's runner: the renderer (the PYTHON device's follows EMULATE),
   the settings that choose the kernel's opts, and the compiler's flags (CPU_ARCH's -march changes them too).
   Computed again only when one of the settings it reads changes (helpers.settings_memo)."""
   return _device_settings(device, Device[device])
 
 @settings_memo
-def _device_settings(device: str, dev: Any) -> tuple:
-  return (device, dev.renderer, (int(NOOPT), int(BEAM), int(TC), int(TC_OPT), int(getenv("NOLOCALS", 0)), getattr(dev.compiler, "flags", ()),
-                                 dev.renderer.settings_key()))
+def _device_settings(device: str, dev: Any) -> RunnerSettings:
+  return RunnerSettings(device, dev.renderer, OptsMode(int(NOOPT), int(BEAM), int(TC), int(TC_OPT), int(getenv("NOLOCALS", 0))),
+                        getattr(dev.compiler, "flags", ()), dev.renderer.settings_key())
 
 @settings_memo
-def _run_settings(device: str, dev: Any) -> tuple[tuple, int]:
+def _run_settings(device: str, dev: Any) -> tuple[RunnerSettings, int]:
   """(_settings(device), DEBUG): what realizing a replayed graph reads, in one lookup."""
   return _device_settings(device, dev), int(DEBUG)
 
-def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, settings: Optional[tuple] = None) -> CompiledRunner:
+def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, settings: Optional[RunnerSettings] = None) -> CompiledRunner:
   """The loaded runner of `ast` on `device`, optimized and compiled on first use. `settings` is
   `_settings(device)` when the caller has it already (run_schedule asks once per schedule)."""
   if settings is None: settings = _settings(device)
-  if (r := _runners_by_ast.get((ast, *settings))) is not None: return r
-  _, renderer, opts = settings
-  key = (ast.key, device, renderer, opts)
-  if (r := _runners.get(key)) is None:
-    if (ahead := _built_ahead.pop(key, None)) is not None:
+  loaded = loaded_runners(settings)
+  if (r := loaded.get(ast)) is not None: return r
+  key = RunnerKey(ast.key, settings)
+  if (r := runners.get(key)) is not None: counts.runner_hits += 1
+  else:
+    counts.runner_misses += 1
+    if (ahead := built_ahead.pop(key, None)) is not None:
+      counts.built_ahead_loaded += 1
       k, prg, lib, symbol = ahead
       try: r = CompiledRunner(prg, precompiled=lib, symbol=symbol)
       except Exception: r = CompiledRunner(prg)  # noqa: BLE001 -- (a binary that doesn't load: built again, the usual way)
     else:
-      k = optimize(Kernel(ast, renderer), bufs)
+      k = optimize(Kernel(ast, settings.renderer), bufs)
       r = CompiledRunner(k.to_program())
-    _runners[key] = r
+    runners.put(key, r)
     if DEBUG >= 3:  # as the reference: the name, with RAWAST=1 the AST as scheduled, the optimized AST, the opts
       print(k.name)
       if getenv("RAWAST", 0): print(ast)
@@ -75,9 +77,7 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
     if DEBUG >= 4: print(r.p.src)
     if DEBUG >= 5:
       for i, u in enumerate(r.p.uops or []): print(f"{i:4d} {u.op.name:12s} {str(u.dtype):20s} {[(r.p.uops or []).index(s) if s in (r.p.uops or []) else '-' for s in u.src]} {u.arg!r}")
-  if len(_runners_by_ast) >= 4096: _runners_by_ast.clear()
-  _runners_by_ast[(ast, *settings)] = r
-  return r
+  return loaded.put(ast, r)
 
 # ---- compiling a schedule's new kernels at once ---------------------------------------------------
 # A model's first call meets tens of new kernels. run_schedule optimizes and renders them first and
@@ -91,14 +91,13 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 # on every core at once. PoCL (Compiler.batch_builds: a build costs the same whatever it holds) builds
 # its batches one after the other. Not under BEAM: the search times each kernel on the buffers the
 # kernels before it filled, so it runs when its turn comes.
-AHEAD_BATCH = 16
-_built_ahead: dict[tuple, tuple[Kernel, Any, bytes, Optional[str]]] = {}  # runner key -> (kernel, program, binary, symbol in it)
+AHEAD_BATCH = 16  # (what it built waits in engine/plan_cache.py: built_ahead, RunnerKey -> (kernel, program, binary, symbol in it))
 
 def _cores() -> int:
   try: return len(os.sched_getaffinity(0))
   except (AttributeError, OSError): return os.cpu_count() or 1
 
-def _batches(keys: list[tuple], comp: Any) -> list[list[tuple]]:
+def _batches(keys: list[RunnerKey], comp: Any) -> list[list[RunnerKey]]:
   """keys cut into the compiler runs that build them (see above)."""
   if not comp.batch_renames: return [[key] for key in keys]
   n = -(-len(keys) // AHEAD_BATCH)
@@ -106,36 +105,36 @@ def _batches(keys: list[tuple], comp: Any) -> list[list[tuple]]:
   size = -(-len(keys) // n)
   return [keys[i:i + size] for i in range(0, len(keys), size)]
 
-def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[str, tuple]) -> int:
+def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[str, RunnerSettings]) -> int:
   """Build the runners of the (ast, device, bufs) `items` that aren't loaded yet, in batches and in
   parallel (see above); returns how many binaries it made. A kernel that fails to compile here (or
   whose batch does) is left to get_runner, which compiles it alone and raises the error where the kernel runs."""
   if int(BEAM) >= 1: return 0
-  todo: dict[tuple, tuple[LazyOp, list[Buffer], tuple]] = {}
+  todo: dict[RunnerKey, tuple[LazyOp, list[Buffer]]] = {}
   for ast, device, bufs in items:
-    s, comp = settings[device], Device[device].compiler
-    key = (ast.key, device, s[1], s[2])
-    if key in _runners or key in _built_ahead or key in todo: continue
-    if comp.batch_builds or (comp.parallel_compile and (comp.batch_renames or _cores() >= 2)): todo[key] = (ast, bufs, s)
+    comp = Device[device].compiler
+    key = RunnerKey(ast.key, settings[device])
+    if key in runners or key in built_ahead or key in todo: continue
+    if comp.batch_builds or (comp.parallel_compile and (comp.batch_renames or _cores() >= 2)): todo[key] = (ast, bufs)
   if len(todo) < 2: return 0
-  made = {key: optimize(Kernel(ast, s[1]), bufs) for key, (ast, bufs, s) in todo.items()}
+  made = {key: optimize(Kernel(ast, key.settings.renderer), bufs) for key, (ast, bufs) in todo.items()}
   progs = {key: k.to_program() for key, k in made.items()}
-  jobs: list[list[tuple]] = []
-  for device in dict.fromkeys(key[1] for key in todo):
+  jobs: list[list[RunnerKey]] = []
+  for device in dict.fromkeys(key.settings.device for key in todo):
     comp = Device[device].compiler
     keys = []
-    for key in (k for k in todo if k[1] == device):
+    for key in (k for k in todo if k.settings.device == device):
       if not comp.is_cached(progs[key].src): keys.append(key)
       else:  # its own binary is on disk (built alone before): loaded from there, not built again in a batch
-        try: _built_ahead[key] = (made[key], progs[key], comp.compile_cached(progs[key].src), None)
+        try: built_ahead.put(key, (made[key], progs[key], comp.compile_cached(progs[key].src), None))
         except Exception: pass  # noqa: BLE001 -- (reported by get_runner)
     jobs += [b for b in _batches(keys, comp) if len(b) > 1 or comp.parallel_compile] if keys else []
-  def build(batch: list[tuple]) -> Optional[bytes]:
-    comp = Device[batch[0][1]].compiler
+  def build(batch: list[RunnerKey]) -> Optional[bytes]:
+    comp = Device[batch[0].settings.device].compiler
     try: return comp.compile_batch([progs[key].src for key in batch]) if len(batch) > 1 else comp.compile_cached(progs[batch[0]].src)
     except Exception: return None  # noqa: BLE001 -- (reported by get_runner, kernel by kernel)
-  parallel = [b for b in jobs if Device[b[0][1]].compiler.parallel_compile]
-  libs = {id(b): build(b) for b in jobs if not Device[b[0][1]].compiler.parallel_compile}
+  parallel = [b for b in jobs if Device[b[0].settings.device].compiler.parallel_compile]
+  libs = {id(b): build(b) for b in jobs if not Device[b[0].settings.device].compiler.parallel_compile}
   if parallel:
     with concurrent.futures.ThreadPoolExecutor(min(len(parallel), _cores())) as pool:
       futures = {id(b): pool.submit(contextvars.copy_context().run, build, b) for b in parallel}  # (settings are per thread: each compile sees the caller's)
@@ -143,8 +142,8 @@ def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[
   n = 0
   for batch in jobs:
     if (lib := libs[id(batch)]) is None: continue
-    comp = Device[batch[0][1]].compiler
-    for i, key in enumerate(batch): _built_ahead[key] = (made[key], progs[key], lib, comp.batch_name(i, progs[key].name) if len(batch) > 1 else None)
+    comp = Device[batch[0].settings.device].compiler
+    for i, key in enumerate(batch): built_ahead.put(key, (made[key], progs[key], lib, comp.batch_name(i, progs[key].name) if len(batch) > 1 else None))
     n += len(batch)
   return n
 
@@ -182,7 +181,7 @@ class _Plan:
     self.lock = threading.Lock()  # held by the realize using the workspace
 
   @staticmethod
-  def of(t: Any, settings: tuple, order: list, leaves: list) -> Optional["_Plan"]:
+  def of(t: Template, settings: RunnerSettings, order: list, leaves: list) -> Optional["_Plan"]:
     """The plan of template t under settings, or None while one of its runners isn't loaded."""
     device, last = order[-1].device, len(order) - 1
     slot: dict[int, int] = {}
@@ -201,9 +200,9 @@ class _Plan:
       if p not in slot:
         slot[p] = len(slot)
         scratch.append(prod(order[p].shape) * _buf_dtype(order[p]).itemsize)
-    launches = []
+    launches, loaded = [], loaded_runners(settings)
     for ast, pos, _ in t.items:
-      if ast.op is not MetaOps.KERNEL or (r := _runners_by_ast.get((ast, *settings))) is None or r.p.vars: return None
+      if ast.op is not MetaOps.KERNEL or (r := loaded.get(ast)) is None or r.p.vars: return None
       if r.p.globals and len(pos) != len(r.p.globals): return None
       idx = [slot[p] for p in pos]
       launches.append((r.launcher(), operator.itemgetter(*idx) if len(idx) > 1 else lambda h, i=idx[0]: (h[i],)))  # handles -> its arguments
@@ -243,18 +242,21 @@ class _Plan:
 
 def realize_lazy(outs: list) -> None:
   """Compute the LazyBuffers outs: their schedule, run (what Tensor.realize does). A replayed graph
-  whose template ran before under the current settings runs its _Plan."""
-  if len(outs) == 1 and (b := outs[0] if outs[0]._base is None else outs[0]._base).replayed is not None and (hit := replayed_walk(b)) is not None:
+  whose template ran before under the current settings runs its _Plan (engine/plan_cache.py: the chain
+  replayed walk -> Template -> Template.plans[RunnerSettings])."""
+  if len(outs) == 1 and (b := outs[0] if outs[0]._base is None else outs[0]._base).replayed is not None and \
+      (hit := replayed_walk(b, fuse_reduces())) is not None:
     t, order, leaves = hit
     s, debug = _run_settings(order[-1].device, Device[order[-1].device])
     if debug < 2:
-      if (plan := t.plans.get(s)) is not None: return plan.run(order, leaves)
-      run_schedule(t.instantiate(order, leaves))
-      if (plan := _Plan.of(t, s, order, leaves)) is not None:
-        if len(t.plans) >= 8: t.plans.clear()
-        t.plans[s] = plan
+      if (plan := t.plans.get(s)) is not None:
+        counts.plan_hits += 1
+        return plan.run(order, leaves)
+      counts.plan_misses += 1
+      run_schedule(instantiate(t, order, leaves))
+      if (plan := _Plan.of(t, s, order, leaves)) is not None: t.plans.put(s, plan)
       return
-    return run_schedule(t.instantiate(order, leaves))
+    return run_schedule(instantiate(t, order, leaves))
   run_schedule(create_schedule(outs))
 
 @atexit.register
@@ -267,7 +269,7 @@ def run_schedule(schedule: list) -> None:
   leaves the caches cold, so between launches runs as little Python as possible. A runner that isn't
   loaded yet is optimized and compiled when its turn comes (BEAM times it on buffers earlier items filled)."""
   global kernel_count
-  debug, settings = int(DEBUG), {}
+  debug, settings, loaded = int(DEBUG), {}, {}
   plan: list[tuple[Any, Optional[CompiledRunner], Any]] = []
   for si in schedule:
     for b in si.bufs:
@@ -275,8 +277,8 @@ def run_schedule(schedule: list) -> None:
     runner = args = None
     if si.ast.op is not MetaOps.COPY:
       device = si.bufs[0].device
-      if (s := settings.get(device)) is None: s = settings[device] = _settings(device)
-      if (runner := _runners_by_ast.get((si.ast, *s))) is not None: args = runner.launch_args(list(si.bufs), si.var_vals)
+      if (by_ast := loaded.get(device)) is None: by_ast = loaded[device] = loaded_runners(settings.setdefault(device, _settings(device)))
+      if (runner := by_ast.get(si.ast)) is not None: args = runner.launch_args(list(si.bufs), si.var_vals)
     plan.append((si, runner, args))
   if sum(runner is None and si.ast.op is not MetaOps.COPY for si, runner, _ in plan) >= 2:
     compile_ahead([(si.ast, si.bufs[0].device, list(si.bufs)) for si, runner, _ in plan if runner is None and si.ast.op is not MetaOps.COPY], settings)

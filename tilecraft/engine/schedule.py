@@ -27,6 +27,7 @@ from tilecraft.helpers import getenv, prod
 from tilecraft.ops import (UNSAFE_PAD_OPS, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps, TernaryOps,
                            UnaryOps, _const_key, verify_ast)
 from tilecraft.engine.lazy import LazyBuffer
+from tilecraft.engine.plan_cache import GraphKey, Template, counts, remember_walk, replayed_walk, templates, verified
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sym_eval, unbind_all
 from tilecraft.dtype import dtypes
@@ -43,10 +44,10 @@ class ScheduleItem:
   @property
   def inputs(self) -> tuple[Buffer, ...]: return self.bufs[len(self.ast.src):] if self.ast.op is MetaOps.KERNEL else self.bufs[1:]
 
-def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], Optional[tuple]]:
+def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], Optional[GraphKey]]:
   """Every unrealized base reachable from outs, sources before users; the realized bases they read
   (the leaves, in the order first reached); and the graph's structure key for the schedule cache
-  (None when it isn't cacheable)."""
+  (None when it isn't cacheable; see "the schedule cache" below)."""
   order: list[LazyBuffer] = []
   leaves: list[LazyBuffer] = []
   # base -> its index in order (>= 0) or ~its index in leaves; None: not done yet. (LazyBuffers hash
@@ -85,7 +86,7 @@ def _walk(outs: list[LazyBuffer]) -> tuple[list[LazyBuffer], list[LazyBuffer], O
     push((b, True))
     for s in b.srcs: push((s._base or s, False))
   if not cacheable: return order, leaves, None
-  return order, leaves, (tuple(parts), tuple([pos[o.base] for o in outs]), fuse_reduces())
+  return order, leaves, GraphKey(tuple(parts), tuple([pos[o.base] for o in outs]), fuse_reduces())
 
 def _subtree_ops(b: LazyBuffer, realizes: set[int], memo: dict[int, int]) -> int:
   """How many elementwise ops computing b would inline (stops at realized values). Iterative: a
@@ -185,7 +186,7 @@ def _is_expanding(v: LazyBuffer) -> bool:
 FUSE_REDUCE_MAX = 1 << 15  # elements per reduced output
 def fuse_reduces() -> bool:
   """`FUSE_REDUCES` (default 1; 0: every dependent reduce in a kernel of its own), read per schedule.
-  Schedule templates and remembered walks are keyed by it."""
+  Schedule templates and remembered walks are keyed by it (engine/plan_cache.py: GraphKey)."""
   return bool(int(getenv("FUSE_REDUCES", 1)))
 
 def _same_reduce(a: LazyBuffer, b: LazyBuffer) -> bool:
@@ -424,98 +425,59 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   outs = [o for o in outs if not o.base.realized]
   if not outs: return []
   rp = outs[0].base.replayed if len(outs) == 1 else None
-  if rp is not None and (hit := replayed_walk(outs[0].base)) is not None: return hit[0].instantiate(hit[1], hit[2])
+  if rp is not None and (hit := replayed_walk(outs[0].base, fuse_reduces())) is not None:
+    counts.walk_hits += 1
+    return instantiate(*hit)
   order, leaves, key = _walk(outs)
   if key is not None:
-    try: t = _templates.get(key)
+    try: t = templates.get(key)
     except TypeError: key = t = None  # an op argument that can't be part of a key
     if t is not None:
-      if rp is not None: _remember_walk(rp, outs[0].base, order, leaves, t)
-      return t.instantiate(order, leaves)
+      counts.graph_hits += 1
+      if rp is not None: remember_walk(rp, outs[0].base, order, leaves, t)
+      return instantiate(t, order, leaves)
+    if key is not None: counts.graph_misses += 1
   realizes = _decide_realizes(order, outs)
   _realize_reduces(order, realizes)
   items = _build_schedule(order, realizes)
-  if key is not None and (t := _Template.of(items, order, leaves)) is not None:
-    if len(_templates) >= 1024: _templates.clear()
-    _templates[key] = t
-    if rp is not None: _remember_walk(rp, outs[0].base, order, leaves, t)
+  if key is not None and (t := _template_of(items, order, leaves)) is not None:
+    templates.put(key, t)
+    if rp is not None: remember_walk(rp, outs[0].base, order, leaves, t)
   return items
 
-# ---- the schedule cache --------------------------------------------------------------------------
-# A user's loop builds the same graph on every call: new LazyBuffers, the same ops over the same views
-# of inputs of the same kinds. Its schedule is the same too, up to the buffers it reads and writes.
-# _walk keys a graph by its structure: every op, argument, dtype, device, view and forced realize,
-# sources as positions in the walk's order (so shared subgraphs are part of the key) and realized
-# inputs as positions among the leaves. A template remembers, per schedule item, its AST (the very
-# object: runner caches find it by identity) and the positions its buffers come from, so a repeated
-# graph skips fusion, AST building and verification. Not cached: graphs with symbolic shapes or
-# Variables (bound values compare equal), and scheduler-level ops other than CONTIGUOUS (copies, ...).
+# ---- the schedule cache (engine/plan_cache.py: templates) -------------------------------------------
+# A repeated graph's schedule is the same up to the buffers it reads and writes. _walk keys a graph by
+# its structure (GraphKey): every op, argument, dtype, device, view and forced realize, sources as
+# positions in the walk's order (so shared subgraphs are part of the key) and realized inputs as
+# positions among the leaves. A Template remembers, per schedule item, its AST (the very object: runner
+# caches find it by identity) and the positions its buffers come from. Not cached: graphs with symbolic
+# shapes or Variables (bound values compare equal), and scheduler-level ops other than CONTIGUOUS (copies, ...).
 _CACHEABLE = ELEMENTWISE_OPS | set(ReduceOps) | {BufferOps.CONST}
 
-@dataclass(frozen=True)
-class _Template:
-  # per item: its AST, where its buffers come from (>= 0: that node of the order; < 0: leaf ~p), its output nodes
-  items: tuple[tuple[LazyOp, tuple[int, ...], tuple[int, ...]], ...]
-  fused: bool  # FUSE_REDUCES when it was built
-  # the template bound to loaded runners, per runner settings (engine/realize.py: _Plan), once it ran under them
-  plans: dict = field(default_factory=dict, compare=False, repr=False)
-  @staticmethod
-  def of(items: list[ScheduleItem], order: list[LazyBuffer], leaves: list[LazyBuffer]) -> Optional["_Template"]:
-    """The template of a schedule just built for (order, leaves), or None if it can't be one."""
-    where: dict[int, int] = {}
-    for pos, lb in [(i, b) for i, b in enumerate(order)] + [(~j, b) for j, b in enumerate(leaves)]:
-      if lb.buffer is not None:
-        if id(lb.buffer) in where: return None  # two values in one buffer: not a structure this can describe
-        where[id(lb.buffer)] = pos
-    node_pos = {id(b): i for i, b in enumerate(order)}
-    out = []
-    for si in items:
-      if si.var_vals or not si.outputs or any(id(o) not in node_pos for o in si.outputs) or any(id(b) not in where for b in si.bufs): return None
-      out.append((si.ast, tuple(where[id(b)] for b in si.bufs), tuple(node_pos[id(o)] for o in si.outputs)))
-    return _Template(tuple(out), fuse_reduces())
-  def instantiate(self, order: list[LazyBuffer], leaves: list[LazyBuffer]) -> list[ScheduleItem]:
-    return [ScheduleItem(ast, tuple(_buffer_for(order[p], {}) if p >= 0 else leaves[~p].buffer for p in pos), {}, tuple(order[o] for o in outs))
-            for ast, pos, outs in self.items]
+def _template_of(items: list[ScheduleItem], order: list[LazyBuffer], leaves: list[LazyBuffer]) -> Optional[Template]:
+  """The template of a schedule just built for (order, leaves), or None if it can't be one."""
+  where: dict[int, int] = {}
+  for pos, lb in [(i, b) for i, b in enumerate(order)] + [(~j, b) for j, b in enumerate(leaves)]:
+    if lb.buffer is not None:
+      if id(lb.buffer) in where: return None  # two values in one buffer: not a structure this can describe
+      where[id(lb.buffer)] = pos
+  node_pos = {id(b): i for i, b in enumerate(order)}
+  out = []
+  for si in items:
+    if si.var_vals or not si.outputs or any(id(o) not in node_pos for o in si.outputs) or any(id(b) not in where for b in si.bufs): return None
+    out.append((si.ast, tuple(where[id(b)] for b in si.bufs), tuple(node_pos[id(o)] for o in si.outputs)))
+  return Template(tuple(out), fuse_reduces())
 
-_templates: dict[tuple, _Template] = {}
-
-# A graph a frontend recipe replayed (frontend/recipes.py) has the recorded structure, so realizing
-# its output alone walks it the same way every time: the walk's order and leaves are remembered as
-# node indices of the recipe, with the template they found, and later replays skip the walk and the
-# key. Valid while every node is as it was walked: unrealized, with the same forced realizes (the
-# only things that change a node after it is made). The replayed nodes leave out the output's base
-# (and its view), which is the walk's last node.
-def _remember_walk(rp: tuple, base: LazyBuffer, order: list[LazyBuffer], leaves: list[LazyBuffer], t: _Template) -> None:
-  recipe, made = rp
-  where = {n: i for i, n in enumerate(made) if n is not None}
-  where[base] = recipe.base
-  if order and order[-1] is base and all(b in where for b in order) and all(b in where for b in leaves):
-    recipe.walk = (tuple([where[b] for b in order]), tuple([where[b] for b in leaves]), tuple([b.forced_realize for b in order]), t)
-
-def replayed_walk(base: LazyBuffer) -> Optional[tuple["_Template", list[LazyBuffer], list[LazyBuffer]]]:
-  """For the unrealized base of a replayed graph whose walk is remembered and still valid: its
-  template, the walk's order and its leaves (what `_Template.instantiate` takes); else None."""
-  if (rp := base.replayed) is None: return None
-  recipe, made = rp
-  if (w := recipe.walk) is None: return None
-  order_idx, leaf_idx, forced, t = w
-  if t.fused is not fuse_reduces(): return None  # built under another FUSE_REDUCES
-  order = [made[i] for i in order_idx[:-1]]
-  order.append(base)
-  for b, f in zip(order, forced):
-    if b.op is None or b.forced_realize is not f: return None
-  leaves = [made[i] for i in leaf_idx]
-  for b in leaves:
-    if b.op is not None or b.buffer is None: return None
-  return t, order, leaves
-
-_verified: dict[LazyOp, None] = {}  # kernels verify_ast accepted (a user's loop schedules the same ones every call)
+def instantiate(t: Template, order: list[LazyBuffer], leaves: list[LazyBuffer]) -> list[ScheduleItem]:
+  """Template t's schedule for the graph walked as (order, leaves)."""
+  return [ScheduleItem(ast, tuple(_buffer_for(order[p], {}) if p >= 0 else leaves[~p].buffer for p in pos), {}, tuple(order[o] for o in outs))
+          for ast, pos, outs in t.items]
 
 def _verify_once(ast: LazyOp) -> None:
-  if ast in _verified: return
+  """verify_ast, once per kernel (a user's loop schedules the same ones every call)."""
+  if ast in verified: return
   verify_ast(ast)
-  if len(_verified) >= 4096: _verified.clear()
-  _verified[ast] = None
+  verified.put(ast, None)
 
 def _fusable(order: list[LazyBuffer], realizes: set[int]) -> set[int]:
   """Realized reduced values a later kernel with a reduce like theirs may compute itself (see FUSE_REDUCE_MAX)."""

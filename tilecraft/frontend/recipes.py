@@ -47,7 +47,7 @@ class _Recipe:
   def __init__(self, nodes: list[tuple], out: int):
     self.nodes, self.out = nodes, out
     self.base = nodes[out][1] if nodes[out][0] == "view" else out  # the output's base node
-    self.walk: Any = None  # the scheduler's walk of this graph, by node index (engine/schedule.py: replayed_walk)
+    self.walk: Any = None  # the scheduler's walk of this graph, by node index (engine/plan_cache.py: ReplayedWalk)
     shared: list[int] = []
     for i, n in enumerate(nodes):
       if i == out or i == self.base: continue

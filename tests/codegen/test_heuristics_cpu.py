@@ -247,6 +247,40 @@ def test_block_matches_numpy(seq, rng):
   assert k.reduce_block
   check(k, [a, b], a @ b, rtol=1e-4)
 
+EPILOGUES = {  # (tilecraft, numpy) of what a kernel computes from a matmul's sum
+  "relu": (lambda m, c: m.relu(), lambda m, c: np.maximum(m, 0)),
+  "bias+gelu": (lambda m, c: (m + c).gelu(), lambda m, c: (lambda x: 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3))))(m + c)),
+  "residual*2-1": (lambda m, c: (m + c) * 2 - 1, lambda m, c: (m + c) * 2 - 1),
+}
+
+@pytest.mark.parametrize("epi", list(EPILOGUES))
+@pytest.mark.parametrize("seq", [[(B, 0, 16)], [(U, 1, 4), (B, 0, 8), (S, 0, 1)], [(R, 0, 4), (B, 0, 4)], [(U, 0, 4), (B, 0, 4), (R, 1, 4)],
+                                 [(B, 0, 8), (OptOps.PADTO, 0, 5)]], ids=["plain", "tile", "vector-reduce-lanes", "unrolled", "padded"])
+def test_block_with_an_epilogue(epi, seq, rng):
+  """BLOCK where the kernel computes more than the sum: the blocks before the last store bare partial
+  sums, the last applies the epilogue (bias, activation, residual) to the whole sum. Against numpy and
+  against the same kernel without opts."""
+  M, N, K = 12, 16, 64
+  a, b, c = rng.random((M, K), dtype=np.float32) - 0.5, rng.random((K, N), dtype=np.float32) - 0.5, rng.random((M, N), dtype=np.float32)
+  tc, ref = EPILOGUES[epi]
+  t = tc(Tensor(a) @ Tensor(b), Tensor(c).realize() if epi != "bias+gelu" else Tensor(c[0]).realize())
+  si = t.schedule()[-1]
+  want = ref(a.astype(np.float64) @ b, c if epi != "bias+gelu" else c[0])
+  for b_ in si.bufs:
+    if not b_.is_allocated(): b_.allocate()
+  outs = []
+  for opt_seq in ([], seq):
+    k = Kernel(si.ast, Device["CPU"].renderer)
+    for o in opt_seq: k.apply_opt(Opt(*o))
+    assert k.reduce_block == bool(opt_seq)
+    if not runnable():
+      assert Device["CPU"].compiler.compile(k.to_program().src)
+      return
+    CompiledRunner(k.to_program())(list(si.bufs), si.var_vals)
+    outs.append(si.bufs[0].numpy().reshape(M, N).copy())
+  np.testing.assert_allclose(outs[1], want, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
 def test_block_on_conv_cin(rng):
   k = Kernel(bench.conv3x3_ast(16, 8, 6, 6), Device["CPU"].renderer)
   for o in [(U, 2, 2), (B, 0, 4), (R, 2, 0)]: k.apply_opt(Opt(*o))
@@ -265,10 +299,10 @@ def test_block_refusals():
   refused([(B, 0, 8), (B, 1, 2)], "already blocked")
   refused([(B, 0, 8), (R, 0, 2)], "block axis")
   refused([(B, 0, 8)], "CPU", OpenCLRenderer())
-  # elementwise ops after the reduce: the output can't hold partial sums
-  t = (Tensor.empty(16, 64) @ Tensor.empty(64, 16)).relu()
+  # an epilogue whose output can't hold the float partial sums (a half result)
+  t = Tensor.empty(16, 64, dtype=dtypes.half) @ Tensor.empty(64, 16, dtype=dtypes.half)
   k = Kernel(t.schedule()[-1].ast, Device["CPU"].renderer)
-  with pytest.raises(KernelOptError, match="store the reduce itself"): k.apply_opt(Opt(B, 0, 8))
+  with pytest.raises(KernelOptError, match="must hold the partial sums"): k.apply_opt(Opt(B, 0, 8))
   k = Kernel(Tensor.empty(16, 64).max(1).schedule()[-1].ast, Device["CPU"].renderer)
   with pytest.raises(KernelOptError, match="SUM"): k.apply_opt(Opt(B, 0, 8))
 

@@ -74,6 +74,8 @@ def lower_reduce(s: LoweringState, op: LazyOp, lower_op: LowerOp, barrier: Barri
   if s.vax is not None and s.vax in s.magenta:  # the vector lanes were reduce lanes: combine them
     for lane, v in res.items():
       if v.dtype.count > 1: res[lane] = _horizontal(s, op.op, v)
+      # BLOCK, where the accumulators couldn't start from the earlier blocks' sums: add those now
+      if s.block_range is not None and not s.block_in_acc: res[lane] = s.combine(op.op, res[lane], s.earlier_blocks(lane, res[lane].dtype.count))
   return res
 def _accumulate(s: LoweringState, op: LazyOp, start: UOp, ranges: list[UOp], total: UOp, terms: Optional[list[UOp]]) -> UOp:
   """An accumulator from `start` that combines `total` (or each of `terms`, one by one) in every

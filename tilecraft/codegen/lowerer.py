@@ -54,10 +54,27 @@ def lower_store(s: LoweringState, op: LazyOp) -> list[UOp]:
       s.mid = combo
     try:
       val = lower_op(s, op.src[0], inner=False)
+      if s.block_range is not None and op.src[0].op not in ReduceOps: val = _last_block_epilogue(s, op.src[0], val)
       if image: elems += image_elems(s, mb, val)
       else: out += _store_lanes(s, mb, val)
     finally: s.idx_vars, s.mid = saved
   return image_stores(s, mb, elems) if image else out
+
+def _last_block_epilogue(s: LoweringState, value: LazyOp, val: dict[tuple, UOp]) -> dict[tuple, UOp]:
+  """BLOCK with an epilogue (kernel.py: _block): the blocks before the last store the bare partial sum
+  (the next block starts from it), the last one the value computed from the whole sum."""
+  red = next(x for x in value.lazyops if x.op in ReduceOps)
+  raw = lower_op(s, red, inner=False)
+  assert s.block_range is not None and s.block_axis is not None
+  last = UOp.alu(BinaryOps.CMPLT, s.block_range, UOp.const(dtypes.int32, s.shape[s.block_axis] - 1))
+  out = {}
+  for lane, v in val.items():
+    r = raw[lane]
+    if r.dtype.count < v.dtype.count: r = UOp(UOps.VECTORIZE, r.dtype.vec(v.dtype.count), (r,) * v.dtype.count)
+    if v.dtype.count < r.dtype.count: v = UOp(UOps.VECTORIZE, v.dtype.vec(r.dtype.count), (v,) * r.dtype.count)
+    cond = last if v.dtype.count == 1 else UOp(UOps.VECTORIZE, dtypes.bool.vec(v.dtype.count), (last,) * v.dtype.count)
+    out[lane] = UOp.alu(TernaryOps.WHERE, cond, r, v)
+  return out
 
 def _store_lanes(s: LoweringState, mb: MemBuffer, val: dict[tuple, UOp]) -> list[UOp]:
   buf = s.buf_uop(mb)
@@ -69,7 +86,6 @@ def _store_lanes(s: LoweringState, mb: MemBuffer, val: dict[tuple, UOp]) -> list
     v = val[lane]
     idx, valid = s.index(mb.st, lane)
     kind, data = s.vec_form(idx, valid, masked=masked and v.dtype.count > 1)
-    if s.block_range is not None and not s.block_in_acc: v = s.combine(ReduceOps.SUM, v, s.earlier_blocks(lane, v.dtype.count))
     if kind == "masked" and (gate := s.masked_gate(data[1])) is not None:
       out.append(UOp(UOps.STORE, dtypes.void, (buf, s.ix.sym_to_uop(data[0], dtypes.int32), v, gate)))
       continue

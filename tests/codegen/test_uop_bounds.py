@@ -193,3 +193,13 @@ def test_the_lowerers_index_width_never_wraps(shape):
   assert max(bound(a).vmax for a in addrs) >= shape[0] * shape[1] - lanes
   wrapped = [u for a in addrs for u in a.toposort() if (dtypes.is_int(u.dtype) or u.dtype.scalar() == dtypes.bool) and bound(u).wraps]
   assert not wrapped, wrapped
+
+def test_needs_int64_with_headroom():
+  """The closed-form count of a masked arange sum (lower_reduce._count) subtracts two bounds: each must
+  fit int32 twice over, so the one int32 check (lower_index.IndexUOps.needs_int64) takes a headroom."""
+  from tilecraft.codegen.lower_index import IndexUOps
+  ix = IndexUOps()
+  big = Variable("b", 0, 2**30 + 5)
+  assert not ix.needs_int64(2**30) and ix.needs_int64(2**30, headroom=2) and not ix.needs_int64(2**30 - 1, headroom=2)
+  assert not ix.needs_int64(big) and ix.needs_int64(big, headroom=2) and not ix.needs_int64(Variable("s", 0, 1000), headroom=2)
+  assert ix.needs_int64(-(2**31)) and ix.needs_int64(2**31)

@@ -81,7 +81,10 @@ class IndexUOps:
       return UOp.alu(BinaryOps.CMPNE, self.lt(x.terms[0][0]), UOp.const(dtypes.bool, True))
     u = self.sym_to_uop(x, dtypes.int32)
     return UOp.alu(BinaryOps.CMPNE, u, UOp.const(u.dtype, 0))
-  def needs_int64(self, x: sint) -> bool:
+  def needs_int64(self, x: sint, headroom: int = 1) -> bool:
+    """Whether x (or any step of computing it) leaves int32; with headroom n, also whether n times
+    its magnitude does (a difference or sum of such values is computed in the same type)."""
+    if headroom != 1 and headroom * _maxabs(x) > INT32_MAX: return True
     if isinstance(x, int): return not -INT32_MAX <= x <= INT32_MAX
     if (r := self.memo.get(("i64", x))) is None: r = self.memo[("i64", x)] = _needs_int64(x)
     return r

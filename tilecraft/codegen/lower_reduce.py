@@ -6,7 +6,7 @@ Functions of the LoweringState (lower_state.py). A reduce's source is lowered by
 first stage is a local STORE lowered behind a barrier by the caller's `barrier`."""
 from __future__ import annotations
 from typing import Any, Callable, Optional
-from tilecraft.codegen.lower_index import INT32_MAX, _ceil, _maxabs, _subst
+from tilecraft.codegen.lower_index import _ceil, _subst
 from tilecraft.codegen.lower_state import LowerOp, LoweringState
 from tilecraft.codegen.lower_wmma import lower_wmma
 from tilecraft.codegen.uops import UOp, UOps
@@ -166,7 +166,7 @@ def _count(s: LoweringState, valid: sint, loop_vars: dict[Variable, int]) -> Opt
     else: (hi if negated else lo).append(rest - lt.b + 1)
   # the count is at most the product of the loop sizes; top - bot at most the sum of their magnitudes
   total = prod(_ceil(s.shape[a]) for a in loop_vars.values())
-  wide = total > INT32_MAX or 2 * max(_maxabs(x) for x in lo + hi) > INT32_MAX or any(s.ix.needs_int64(x) for x in lo + hi)
+  wide = s.ix.needs_int64(total) or any(s.ix.needs_int64(x, headroom=2) for x in lo + hi)
   dt = dtypes.int64 if wide else dtypes.int32
   if r is None: n: UOp = UOp.const(dt, 1)
   else:

@@ -289,8 +289,35 @@ def sym_div(a: sint, b: sint) -> sint:
   # common factor: (g*x + g*y) // (g*m) == (x + y) // m
   g = math.gcd(b, c, *rest.values())
   if g > 1: return sym_div(_make_sum({t: k // g for t, k in rest.items()}, c // g), b // g)
-  # the remainder terms alone stay within one quotient: (x*k + small) // b where small can't carry
+  # the small terms stay within one quotient of a factor f of b: (f*X + R) // (f*m) == (X + q) // m
+  if (split := _split_factor(rest, c, b)) is not None:
+    f, big, q, _ = split
+    m = b // f  # (whole multiples of m leave the quotient as they leave sym_mod's remainder: the two recombine)
+    return sym_sum((sym_div(sym_sum((big, q % m)), m), q // m))
   return Div(a, b)
+
+def _split_factor(terms: dict[Node, int], c: int, b: int) -> Optional[tuple[int, sint, int, sint]]:
+  """For a = sum(k*t) + c and an int divisor b: the largest f with 1 < f < b, f | b, that splits a
+  into f*X + R (X: the terms whose coefficient f divides, over f; R: the rest with c) where R // f is
+  one value q over R's range, as (f, X, q, R); None if there is none. Then, in floor semantics and for
+  every value (negative ones too), a // b == (X + q) // (b/f) and a mod b == f*((X + q) mod (b/f)) +
+  R - f*q: floor(a / (f*m)) == floor(floor(a / f) / m), and floor((f*X + R) / f) == X + q.
+  The f tried are the gcds of b with the coefficients and with each other (a factor shared by
+  several terms is found too). R may be the constant alone: (4*x + 3) // 8 == x // 2. It takes a
+  channel shuffle out of a depthwise conv's index: (c*784 + R) // 3136 with R in [0, 784) is c // 4."""
+  cands = {g for k in terms.values() if 1 < (g := math.gcd(b, k)) < b}
+  if not cands: return None
+  todo = list(cands)
+  while todo:  # close under gcd: a factor common to a subset of the terms
+    x = todo.pop()
+    for y in list(cands):
+      if (g := math.gcd(x, y)) > 1 and g not in cands: cands.add(g); todo.append(g)
+  for f in sorted(cands, reverse=True):
+    big = {t: k // f for t, k in terms.items() if k % f == 0}
+    r = _make_sum({t: k for t, k in terms.items() if k % f}, c)
+    lo, hi = _bounds(r)
+    if (q := lo // f) == hi // f: return f, _make_sum(big, 0), q, r
+  return None
 
 def _has_factor(t: Node, f: Node) -> bool: return t == f or (isinstance(t, Prod) and (t.a == f or t.b == f))
 def _drop_factor(t: Node, f: Node) -> sint: return 1 if t == f else (t.b if t.a == f else t.a)  # type: ignore[attr-defined]
@@ -322,6 +349,10 @@ def sym_mod(a: sint, b: sint) -> sint:
   # common factor: (g*x) mod (g*m) == g * (x mod m)
   g = math.gcd(b, c, *reduced.values())
   if g > 1: return sym_mul(sym_mod(_make_sum({t: k // g for t, k in reduced.items()}, c // g), b // g), g)
+  # the same split as sym_div's: (f*X + R) mod (f*m) == f*((X + q) mod m) + R - f*q
+  if (split := _split_factor(reduced, c % b, b)) is not None:
+    f, big, q, r = split
+    return sym_sum((sym_mul(sym_mod(sym_sum((big, q % (b // f))), b // f), f), r, -f * q))
   return Mod(a, b)
 
 def sym_lt(a: sint, b: sint) -> sint:

@@ -9,7 +9,14 @@ from tilecraft.host import cpu_arch, cpu_target
 from op_checks import require_arch
 
 def _host_has(flag: str) -> bool:
-  with open("/proc/cpuinfo") as f: return flag in next((l for l in f if l.startswith("flags")), "").split()
+  """Whether the CPU running this process has `flag`, as its cpuid says (what gcc's -march=native
+  reads). Not /proc/cpuinfo: under qemu-user (scripts/as-cpu) that still describes the physical CPU."""
+  from tilecraft.host import find_c_compiler
+  try: cc = find_c_compiler()
+  except RuntimeError: return False
+  out = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True, text=True).stdout
+  macro = {"avx512f": "__AVX512F__", "avx2": "__AVX2__", "fma": "__FMA__", "avx": "__AVX__"}[flag]
+  return f"#define {macro} " in out
 
 def test_default_is_native():
   assert cpu_arch() == "native"

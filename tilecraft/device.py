@@ -1,12 +1,12 @@
 """Devices: the registry (`Device`), memory (`Allocator`, `Buffer`), compilers (binaries cached by
 diskcache.py), and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
-import atexit, bisect, importlib, os, re, subprocess, warnings
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+import atexit, bisect, concurrent.futures, contextvars, importlib, os, re, subprocess, warnings
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
 from tilecraft.diskcache import diskcache_drop, diskcache_get, diskcache_has, diskcache_put, disk_cache_off
-from tilecraft.helpers import CACHELEVEL, DEBUG, SettingError, getenv, megabytes_setting, prod, settings_memo
+from tilecraft.helpers import CACHELEVEL, DEBUG, SettingError, getenv, megabytes_setting, prod, settings_memo, usable_cores
 
 if TYPE_CHECKING:
   from tilecraft.dtype import DType
@@ -121,6 +121,42 @@ class Compiler:
       if not bad: raise
       raise CompileError(f"{len(bad)} of {len(srcs)} kernels in a batch failed to compile (kernels {bad[:10]}); the first one's source:",
                          srcs[bad[0]], e.stderr) from None
+  def build_many(self, progs: Sequence[tuple[str, str]], max_batch: int, parallel: bool = False,
+                 singles: bool = True) -> list[Optional[tuple[bytes, Optional[str]]]]:
+    """Build many programs ((source, kernel name) each) in few compiler runs: batches of up to
+    max_batch (compile_batch, where the compiler can batch: else one run each). With `parallel`, a
+    compiler that runs as a separate process (parallel_compile) gets at least one batch per core (of
+    two kernels or more) and builds them in threads at once, each under the caller's settings. A
+    program whose own binary is in the disk cache is read from there, not built again in a batch.
+    Returns per program (binary, the kernel's symbol in it or None for its own name), or None where
+    its batch failed to build (compiled alone, the failing one reports its error with its source) or,
+    without `singles`, where it would have been built alone."""
+    out: list[Optional[tuple[bytes, Optional[str]]]] = [None] * len(progs)
+    todo = []
+    for i, (src, _) in enumerate(progs):
+      if not self.is_cached(src): todo.append(i)
+      else:
+        try: out[i] = (self.compile_cached(src), None)
+        except Exception: pass  # noqa: BLE001 -- (compiled alone later, which reports it)
+    if self.batch_renames:  # (C dialects: each kernel's symbol in the batch is batch_name's)
+      n = -(-len(todo) // max_batch) if todo else 0
+      if parallel and self.parallel_compile: n = max(n, min(usable_cores(), len(todo) // 2))
+      size = -(-len(todo) // max(n, 1))
+      batches = [todo[i:i + size] for i in range(0, len(todo), size)] if todo else []
+    else: batches = [[i] for i in todo]
+    if not singles: batches = [b for b in batches if len(b) > 1]
+    def build(batch: list[int]) -> Optional[bytes]:
+      try: return self.compile_batch([progs[i][0] for i in batch]) if len(batch) > 1 else self.compile_cached(progs[batch[0]][0])
+      except Exception: return None  # noqa: BLE001 -- (see above)
+    if parallel and self.parallel_compile and len(batches) > 1:
+      ctxs = [contextvars.copy_context() for _ in batches]  # (settings are per thread: each compile sees the caller's)
+      with concurrent.futures.ThreadPoolExecutor(min(len(batches), usable_cores())) as pool:
+        libs = list(pool.map(lambda cb: cb[0].run(build, cb[1]), zip(ctxs, batches)))
+    else: libs = [build(b) for b in batches]
+    for batch, lib in zip(batches, libs):
+      if lib is None: continue
+      for j, i in enumerate(batch): out[i] = (lib, self.batch_name(j, progs[i][1]) if len(batch) > 1 else None)
+    return out
   def batch_part(self, i: int, src: str) -> str:
     """src as the i-th kernel of a batch (see compile_batch)."""
     src = src.rstrip("\n")

@@ -146,6 +146,11 @@ DEBUG, NOOPT, BEAM, TC, TC_OPT = _Setting("DEBUG", 0), _Setting("NOOPT", 0), _Se
 CACHELEVEL = _Setting("CACHELEVEL", 2)
 IMAGE = _Setting("IMAGE", 0)  # 1: conv/matmul weights in OpenCL images, 2: their inputs too (frontend/image.py)
 
+def usable_cores() -> int:
+  """The CPU cores this process may run on (its affinity mask, where the OS has one)."""
+  try: return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError): return os.cpu_count() or 1
+
 def cache_dir() -> str:
   """Where compiled binaries and the search database live (XDG cache dir by default). Only the path:
   whoever writes there creates it, and treats an OSError as "no cache" (the directory may be

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from tilecraft import Context, Tensor
 from tilecraft.engine.realize import get_runner, run_schedule
+import tilecraft.device as device_module
 
 def test_a_failing_kernel_leaves_the_earlier_ones_realized(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
   x = rng.standard_normal((8, 16)).astype(np.float32)
@@ -30,7 +31,8 @@ def test_a_schedules_new_kernels_compile_at_once_on_every_core(rng: np.random.Ge
   from tilecraft.device import CompileError, Device, defined_functions
   from tilecraft.engine import realize
   from tilecraft.host import cpu_arch
-  monkeypatch.setattr(realize, "_cores", lambda: 2)
+  monkeypatch.setattr(realize, "usable_cores", lambda: 2)
+  monkeypatch.setattr(device_module, "usable_cores", lambda: 2)
   comp = Device["CPU"].compiler
   seen: list[tuple[str, str, int]] = []  # (thread, CPU_ARCH, kernels) per compiler run
   real, cached = type(comp).compile, type(comp).compile_cached
@@ -66,7 +68,8 @@ def test_a_kernel_built_alone_before_is_loaded_not_batched_again(rng: np.random.
   by an earlier schedule): that one is read from the cache, only the new kernels are compiled."""
   from tilecraft.device import Device
   from tilecraft.engine import plan_cache, realize
-  monkeypatch.setattr(realize, "_cores", lambda: 2)
+  monkeypatch.setattr(realize, "usable_cores", lambda: 2)
+  monkeypatch.setattr(device_module, "usable_cores", lambda: 2)
   plan_cache.clear()  # (no loaded runners: every kernel goes through the disk cache)
   x = rng.standard_normal((5, 9)).astype(np.float32)
   alone = Tensor(x) * 2.71875  # a scale no other test uses: a new kernel, built alone (one kernel, no batch)

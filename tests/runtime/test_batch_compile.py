@@ -4,6 +4,7 @@ helpers and have the same name are isolated from each other, each runs from the 
 the results it has when built alone, and a broken kernel is named."""
 import numpy as np
 import pytest
+from tilecraft import Context
 from tilecraft.device import CompileError, Device, defined_functions
 from tilecraft.testing import fuzz
 from tilecraft.testing.corpus import corpus
@@ -36,7 +37,8 @@ def test_prebuilt_kernels_share_one_binary_and_match_kernels_built_alone(device:
   assert len({p.name for p in progs}) < len(progs) and len({p.src for p in progs}) == len(progs)
   assert set.intersection(*[set(defined_functions(p.src)) - {p.name} for p in progs])
   fuzz._runner_cache.clear()
-  assert fuzz.prebuild([(e.ast, o) for o in lists], device) == len(progs)
+  with Context(CACHELEVEL=0):  # (a kernel whose own binary is on disk, from an earlier run, would be read from there)
+    assert fuzz.prebuild([(e.ast, o) for o in lists], device) == len(progs)
   runners = [fuzz.get_runner(p) for p in progs]
   assert len({id(r.lib) for r in runners}) == 1  # one compiler run, one binary ...
   assert len({id(r.clprg.lib if device == "CPU" else r.clprg.prg) for r in runners}) == 1  # ... loaded once
@@ -57,3 +59,29 @@ def test_a_broken_kernel_in_a_batch_is_named():
   with pytest.raises(CompileError, match=r"1 of 3 kernels in a batch failed to compile \(kernels \[1\]\)") as ei:
     Device["CPU"].compiler.compile_batch([good, broken, good])
   assert "undeclared_thing" in ei.value.src
+
+def test_build_many_batches_reads_cached_and_isolates_a_failure(tmp_path, monkeypatch):
+  """Compiler.build_many, which both the schedule's compile_ahead and the fuzzer's prebuild use: new
+  programs in batches (at least one per core in parallel), a program whose own binary is on disk read
+  from there, and a batch that fails to build reported as None for each of its programs."""
+  import tilecraft.device as device_module
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  monkeypatch.setattr(device_module, "usable_cores", lambda: 2)
+  comp = Device["CPU"].compiler
+  def kernel(i: int) -> tuple[str, str]:
+    return f"void k_{i}(float* restrict data0) {{ data0[0] = {i}.5f; }}\n", f"k_{i}"
+  progs = [kernel(i) for i in range(6)]
+  with Context(CACHELEVEL=2):
+    lone = comp.compile_cached(progs[0][0])  # built alone before
+    runs: list[str] = []
+    real = type(comp).compile
+    monkeypatch.setattr(type(comp), "compile", lambda self, src: (runs.append(src), real(self, src))[1])
+    built = comp.build_many(progs, max_batch=16, parallel=True)
+    assert built[0] == (lone, None)
+    assert len(runs) == 2 and all("k_0" not in r for r in runs)  # 5 new kernels: two batches (two cores), the cached one not rebuilt
+    assert len({b[0] for b in built[1:] if b is not None}) == 2
+    for b, (_, name) in zip(built[1:], progs[1:]):
+      assert b is not None and b[1] is not None and b[1].startswith(name + "__b") and b[1].encode() in b[0]  # its symbol, in its batch's binary
+    broken = [kernel(10), ("void k_11(float* restrict data0) { undeclared = 1; }\n", "k_11"), kernel(12)]
+    out = comp.build_many(broken, max_batch=16)
+    assert out == [None, None, None]  # one batch, which failed: each is compiled alone at its turn

@@ -2,7 +2,7 @@
 once per (AST, runner settings) and launched on its buffers. The loaded runners, compile_ahead's
 binaries and the plans of replayed graphs live in engine/plan_cache.py."""
 from __future__ import annotations
-import atexit, concurrent.futures, contextvars, operator, os, threading, warnings
+import atexit, operator, threading, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
@@ -10,7 +10,7 @@ from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.engine.plan_cache import (OptsMode, RunnerKey, RunnerSettings, Template, built_ahead, counts, loaded_runners, replayed_walk,
                                          runners)
 from tilecraft.engine.schedule import _buf_dtype, create_schedule, fuse_reduces, instantiate
-from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo
+from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo, usable_cores
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
@@ -93,21 +93,9 @@ def get_runner(ast: LazyOp, device: str, bufs: Optional[list[Buffer]] = None, se
 # kernels before it filled, so it runs when its turn comes.
 AHEAD_BATCH = 16  # (what it built waits in engine/plan_cache.py: built_ahead, RunnerKey -> (kernel, program, binary, symbol in it))
 
-def _cores() -> int:
-  try: return len(os.sched_getaffinity(0))
-  except (AttributeError, OSError): return os.cpu_count() or 1
-
-def _batches(keys: list[RunnerKey], comp: Any) -> list[list[RunnerKey]]:
-  """keys cut into the compiler runs that build them (see above)."""
-  if not comp.batch_renames: return [[key] for key in keys]
-  n = -(-len(keys) // AHEAD_BATCH)
-  if comp.parallel_compile: n = max(n, min(_cores(), len(keys) // 2))  # (a batch of two kernels or more per core)
-  size = -(-len(keys) // n)
-  return [keys[i:i + size] for i in range(0, len(keys), size)]
-
 def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[str, RunnerSettings]) -> int:
   """Build the runners of the (ast, device, bufs) `items` that aren't loaded yet, in batches and in
-  parallel (see above); returns how many binaries it made. A kernel that fails to compile here (or
+  parallel (Compiler.build_many; see above); returns how many kernels it built or found on disk. A kernel that fails to compile here (or
   whose batch does) is left to get_runner, which compiles it alone and raises the error where the kernel runs."""
   if int(BEAM) >= 1: return 0
   todo: dict[RunnerKey, tuple[LazyOp, list[Buffer]]] = {}
@@ -115,36 +103,20 @@ def compile_ahead(items: list[tuple[LazyOp, str, list[Buffer]]], settings: dict[
     comp = Device[device].compiler
     key = RunnerKey(ast.key, settings[device])
     if key in runners or key in built_ahead or key in todo: continue
-    if comp.batch_builds or (comp.parallel_compile and (comp.batch_renames or _cores() >= 2)): todo[key] = (ast, bufs)
+    if comp.batch_builds or (comp.parallel_compile and (comp.batch_renames or usable_cores() >= 2)): todo[key] = (ast, bufs)
   if len(todo) < 2: return 0
   made = {key: optimize(Kernel(ast, key.settings.renderer), bufs) for key, (ast, bufs) in todo.items()}
   progs = {key: k.to_program() for key, k in made.items()}
-  jobs: list[list[RunnerKey]] = []
+  n = 0
   for device in dict.fromkeys(key.settings.device for key in todo):
     comp = Device[device].compiler
-    keys = []
-    for key in (k for k in todo if k.settings.device == device):
-      if not comp.is_cached(progs[key].src): keys.append(key)
-      else:  # its own binary is on disk (built alone before): loaded from there, not built again in a batch
-        try: built_ahead.put(key, (made[key], progs[key], comp.compile_cached(progs[key].src), None))
-        except Exception: pass  # noqa: BLE001 -- (reported by get_runner)
-    jobs += [b for b in _batches(keys, comp) if len(b) > 1 or comp.parallel_compile] if keys else []
-  def build(batch: list[RunnerKey]) -> Optional[bytes]:
-    comp = Device[batch[0].settings.device].compiler
-    try: return comp.compile_batch([progs[key].src for key in batch]) if len(batch) > 1 else comp.compile_cached(progs[batch[0]].src)
-    except Exception: return None  # noqa: BLE001 -- (reported by get_runner, kernel by kernel)
-  parallel = [b for b in jobs if Device[b[0].settings.device].compiler.parallel_compile]
-  libs = {id(b): build(b) for b in jobs if not Device[b[0].settings.device].compiler.parallel_compile}
-  if parallel:
-    with concurrent.futures.ThreadPoolExecutor(min(len(parallel), _cores())) as pool:
-      futures = {id(b): pool.submit(contextvars.copy_context().run, build, b) for b in parallel}  # (settings are per thread: each compile sees the caller's)
-    libs.update({i: f.result() for i, f in futures.items()})
-  n = 0
-  for batch in jobs:
-    if (lib := libs[id(batch)]) is None: continue
-    comp = Device[batch[0].settings.device].compiler
-    for i, key in enumerate(batch): built_ahead.put(key, (made[key], progs[key], lib, comp.batch_name(i, progs[key].name) if len(batch) > 1 else None))
-    n += len(batch)
+    keys = [k for k in todo if k.settings.device == device]
+    # (PoCL, whose builds cost the same whatever they hold, builds a lone kernel when its turn comes)
+    built = comp.build_many([(progs[k].src, progs[k].name) for k in keys], AHEAD_BATCH, parallel=True, singles=comp.parallel_compile)
+    for key, b in zip(keys, built):
+      if b is None: continue
+      built_ahead.put(key, (made[key], progs[key], *b))
+      n += 1
   return n
 
 # ---- replayed graphs: a template bound to its runners ---------------------------------------------

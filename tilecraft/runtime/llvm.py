@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes, functools, itertools, os, queue, threading, time
 from typing import Any, Callable, Optional
 from tilecraft.device import CompileError, Compiled, Compiler
-from tilecraft.helpers import DEBUG, SettingError, getenv
+from tilecraft.helpers import DEBUG, SettingError, getenv, usable_cores
 from tilecraft.host import CPUTarget, check_runnable, cpu_arch, cpu_target
 
 try: import llvmlite
@@ -82,16 +82,12 @@ def thread_count() -> int:
   A count below 1 or over max(256, 8 x the cores) is a SettingError naming the variable."""
   for name in ("LLVM_THREADS", "OMP_NUM_THREADS"):
     if (n := getenv(name, 0)):
-      if n < 1 or (n > 256 and n > 8 * _cores()):
-        cores = _cores()
+      if n < 1 or (n > 256 and n > 8 * usable_cores()):
+        cores = usable_cores()
         raise SettingError(f"{name}={n} is not a usable thread count for LLVM kernels: it must be 1 to {max(256, 8 * cores)} "
                            f"(this machine has {cores} cores)")
       return n
-  return _cores()
-
-def _cores() -> int:
-  try: return len(os.sched_getaffinity(0))
-  except (AttributeError, OSError): return os.cpu_count() or 1
+  return usable_cores()
 
 class ChunkPool:
   """Runs fn(i) for i in range(n) on n threads at once: the caller runs chunk 0, n-1 workers the

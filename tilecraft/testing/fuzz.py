@@ -25,7 +25,7 @@ import numpy as np
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import DType, ImageDType, bf16_bits_from_f32, dtypes
-from tilecraft.helpers import DEBUG, TC, Context, prod
+from tilecraft.helpers import TC, Context, prod
 from tilecraft.engine.isolation import Job, Pool
 from tilecraft.engine.verify import SENTINELS, compare, filled, poison, raw_bytes, shift_ast, shift_st, tolerance  # noqa: F401
 from tilecraft.testing.corpus import CorpusEntry, corpus, image_corpus
@@ -222,19 +222,14 @@ def prebuild(items: Sequence[tuple[LazyOp, Sequence[Opt]]], device: str = "CPU",
     except Exception: continue  # noqa: BLE001 -- (running it reports the error)
     if (key := _runner_key(p)) not in _runner_cache: todo.setdefault(key, p)
   made = 0
-  items = list(todo.items())
-  for c in range(0, len(items), PREBUILD_CHUNK):
-    part = items[c:c + PREBUILD_CHUNK]
-    if len(part) == 1: continue  # (nothing to share)
-    try:
-      lib = comp.compile_batch([p.src for _, p in part])
-      runners = [CompiledRunner(p, precompiled=lib, symbol=comp.batch_name(i, p.name)) for i, (_, p) in enumerate(part)]
-    except Exception as e:  # noqa: BLE001 -- one kernel's error fails its batch: each is then compiled alone
-      if DEBUG >= 2: print(f"fuzz: a batch of {len(part)} kernels failed to build ({type(e).__name__}); compiling them one by one")
-      continue
-    for (key, _), r in zip(part, runners): _lru_put(_runner_cache, key, r)
-    cache_stats.compiles += len(runners)
-    made += len(runners)
+  built = comp.build_many([(p.src, p.name) for p in todo.values()], PREBUILD_CHUNK, singles=False)
+  for (key, p), b in zip(todo.items(), built):
+    if b is None: continue  # (a batch that failed to build: each of its kernels is compiled alone when it runs)
+    try: r = CompiledRunner(p, precompiled=b[0], symbol=b[1])
+    except Exception: continue  # noqa: BLE001 -- (as above)
+    _lru_put(_runner_cache, key, r)
+    made += 1
+  cache_stats.compiles += made
   return made
 
 # ---- running -------------------------------------------------------------------------------------

@@ -36,6 +36,14 @@ def test_cat_odd_sizes_and_dtypes(rng: np.random.Generator) -> None:
   check(lambda x: Tensor.stack(x), lambda x: np.stack([x]), a)
   with pytest.raises(ValueError, match="differ"): Tensor.cat(Tensor(a), Tensor(randf(rng, 2, 3)))
 
+def test_cat_and_stack_called_on_a_tensor_keep_it(rng: np.random.Generator) -> None:
+  """`a.cat(b)` joins a and b, as `Tensor.cat(a, b)` does (a staticmethod took it as `cat(b)`: a was dropped)."""
+  a, b, c = randf(rng, 2, 3), randf(rng, 2, 2), randf(rng, 2, 3)
+  check(lambda x, y: x.cat(y, axis=1), lambda x, y: np.concatenate([x, y], 1), a, b)
+  check(lambda x, y, z: x.cat(y, z, axis=-1), lambda x, y, z: np.concatenate([x, y, z], -1), a, b, c)
+  check(lambda x, y: x.stack(y, axis=1), lambda x, y: np.stack([x, y], 1), a, c)
+  assert Tensor.cat.__doc__ and Tensor(a).cat.__doc__  # (help() shows it either way)
+
 @pytest.mark.slow
 @pytest.mark.parametrize("idx", INDICES, ids=str)
 @pytest.mark.opencl

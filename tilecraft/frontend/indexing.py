@@ -2,10 +2,17 @@
 step), None and Ellipsis as one shrink + stride + reshape of views; cat and stack as sums of padded
 views (each piece is zero outside its own range)."""
 from __future__ import annotations
+import functools
 from typing import TYPE_CHECKING, Any
 import numpy as np
 from tilecraft.dtype import least_upper_dtype
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
+
+class _joins:
+  """A join of tensors callable both ways: `Tensor.cat(a, b)` and `a.cat(b)` (the tensor it is called on
+  is the first piece). A plain staticmethod would take `a.cat(b)` as `cat(b)` and silently drop `a`."""
+  def __init__(self, fn: Any): self.fn, self.__doc__ = fn, fn.__doc__
+  def __get__(self, obj: Any, cls: Any = None) -> Any: return self.fn if obj is None else functools.partial(self.fn, obj)
 
 class IndexingOps:
   __slots__ = ()
@@ -49,8 +56,9 @@ class IndexingOps:
     out_shape += list(x.shape[d:])
     return x.reshape(tuple(out_shape))
 
-  @staticmethod
+  @_joins
   def cat(*ts: Tensor, axis: int = 0) -> Tensor:
+    """The tensors joined along `axis` (`Tensor.cat(a, b, axis=1)` or `a.cat(b, axis=1)`)."""
     if not ts: raise ValueError("cat needs at least one tensor")
     return ts[0].cat_(*ts[1:], axis=axis)
   def cat_(self: Tensor, *others: Tensor, axis: int = 0) -> Tensor:
@@ -69,8 +77,9 @@ class IndexingOps:
       out = piece if out is None else out + piece
       off += t.shape[a]
     return out  # type: ignore[return-value]
-  @staticmethod
+  @_joins
   def stack(*ts: Tensor, axis: int = 0) -> Tensor:
+    """The tensors stacked along a new `axis` (`Tensor.stack(a, b)` or `a.stack(b)`)."""
     if not ts: raise ValueError("stack needs at least one tensor")
     a = axis + ts[0].ndim + 1 if axis < 0 else axis
-    return ts[0].cat(*[t.unsqueeze(a) for t in ts], axis=a)
+    return ts[0].unsqueeze(a).cat_(*[t.unsqueeze(a) for t in ts[1:]], axis=a)

@@ -420,6 +420,23 @@ def test_strided_conv_vectors_run_along_packed_output_channels(arch, shape, rng)
     if ws[-1] == 3: assert o[-1][0] is R
     _check_conv(t, x, w, stride, pad)
 
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("shape", [((1, 1024, 14, 14), (64, 1024, 1, 1), 2), ((1, 1024, 7, 7), (64, 1024, 1, 1), 1)], ids=["1x1s2", "1x1at7"])
+def test_packed_tile_with_a_long_reduce_takes_one_vector_of_columns(arch, shape, rng):
+  """The packed tile's columns are each a vector accumulator of the 8 (padded) pixel rows; with a reduce of
+  >= 1024, 2 vectors' worth of columns spill them on AVX-512 (32 accumulators), so one vector's worth. On AVX2
+  only where the pixel rows are contiguous (stride 1): strided rows are gathers, which 16 columns share."""
+  xs, ws, stride = shape
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32) * 0.05
+  with Context(CPU_ARCH=arch):
+    t, k = _conv_kernel(x, w, stride, 0)
+    o = opts(k)
+    assert o[0] == (U, 0, vw) and (P, 2, 0) in o and (U, 1 if stride == 1 else 2, 8) in o, o
+    assert ((U, 0, 2) in o) == (vw == 8 and stride == 2), o
+    if (U, 0, 2) not in o: assert "2 would spill" in k.applied_opts_reasons[0]
+    _check_conv(t, x, w, stride, 0)
+
 def test_packed_conv_rows_are_whole_vectors(rng):
   """A stride-2 3x3 conv with 17-wide output rows takes the packed tile (AVX2); its rows are the output's contiguous
   axis, along which the accumulators are vectors, so they are 8 (padded to 24), never 6 (no 6-lane vector type:
@@ -479,13 +496,22 @@ def test_fused_matmuls_share_one_tile_with_both_panels_packed(arch, rng):
     check_tensor(t, (h64 / (1 + np.exp(-h64)) * (x.astype(np.float64) @ w3)).astype(np.float32), rtol=1e-4)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_attention_scores_take_the_dot_product_tile(arch, rng):
-  """q @ k^T per head (k strided along the scores' columns, no pack across heads): vector accumulators
-  along the contiguous head dimension, 4 x 2 of them."""
+def test_attention_scores_take_the_matmul_tile_with_k_packed_per_head(arch, rng):
+  """q @ k^T per head: k is strided along the scores' columns and moves along the head loop, so the column tiles go
+  just inside the head loop (SWAP 1, 2) and k's panel is packed per head and column tile (the pack's scope is the
+  column loop): the ordinary matmul tile (3.3x faster than dot products on AVX-512, BERT's 12x128x128x64).
+  v in probs @ v is contiguous along the columns: no pack, no swap (packing it measured slower)."""
   vw = ARCHS[arch]
-  q, kk = rng.standard_normal((3, 16, 32), dtype=np.float32), rng.standard_normal((3, 8, 32), dtype=np.float32)
+  q, kk = rng.standard_normal((3, 48, 32), dtype=np.float32), rng.standard_normal((3, 4 * vw, 32), dtype=np.float32)
   with Context(CPU_ARCH=arch):
     t = Tensor(q) @ Tensor(kk).transpose(-1, -2)
     k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
-    assert opts(k) == [(R, 0, vw), (U, 1, 4), (U, 2, 2)], opts(k)
+    rows = [(U, 1, 8)] if vw == 16 else [(U, 1, 6)]
+    assert opts(k) == [(U, 2, vw)] + rows + [(U, 2, 2), (S, 1, 2), (P, 2, 0)], opts(k)
+    assert "inside the loops the column operand moves along" in k.applied_opts_reasons[3]
     check_tensor(t, q @ kk.transpose(0, 2, 1))
+    p = rng.standard_normal((3, 48, 32), dtype=np.float32)
+    t = Tensor(p) @ Tensor(kk)[:, :32]
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert not any(o[0] in (P, S) for o in opts(k)), opts(k)
+    check_tensor(t, p @ kk[:, :32])

@@ -68,6 +68,31 @@ def test_pack_conv_weights_and_broadcast_elementwise(rng):
   assert k.packed == (2,)
   np.testing.assert_allclose(run(k, [x, y, x], 256).reshape(16, 16), (x + y) * x, rtol=1e-6)
 
+@pytest.mark.parametrize("seq", [
+  [(U, 2, 8), (U, 1, 4), (S, 1, 2), (P, 2, 0)],                     # k^T per head: packed inside the head loop, per column tile
+  [(U, 2, 8), (U, 1, 4), (R, 0, 4), (S, 1, 2), (P, 2, 0)],          # unrolled reduce lanes
+  [(U, 2, 8), (PAD, 1, 12), (U, 1, 12), (S, 1, 2), (P, 2, 0)],       # padded rows (the inner loop)
+  [(S, 1, 2), (P, 2, 0), (U, 1, 8), (U, 2, 4)],                      # opts after PACK re-lay the array
+])
+def test_pack_inside_a_batch_loop_matches_numpy(seq, rng):
+  """A batched A @ B^T (attention's q @ k^T): B moves along the batch loop and the column loop; with the column loop just
+  inside the batch loop, the pack's scope is the column loop (the innermost loop B moves along): the array is refilled for
+  each (batch, column tile) and read by every row tile inside it."""
+  q, kk = rng.random((3, 20, 24), dtype=np.float32), rng.random((3, 16, 24), dtype=np.float32)
+  t = Tensor(q) @ Tensor(kk).transpose(-1, -2)
+  ast = [si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast
+  k = kern(ast, seq)
+  assert k.packed == (2,)
+  src = k.to_program().src
+  assert "pack2[" in src
+  np.testing.assert_allclose(run(k, [q, kk], q.size // 24 * 16).reshape(3, 20, 16), q @ kk.transpose(0, 2, 1), rtol=1e-4)
+  # refused where B's innermost loop has no loop inside it: the columns innermost, or the batch innermost
+  for bad in ([(U, 2, 8), (P, 2, 0)], [(U, 2, 8), (S, 0, 2), (P, 2, 0)]):
+    with pytest.raises(KernelOptError, match="no output loop runs inside"): kern(ast, bad)
+  # refused where a loop outside the scope doesn't move the buffer: a conv's weights (moving along cout only) with the
+  # image rows outermost, the cout loop inside them: each image row would pack the same tile again
+  with pytest.raises(KernelOptError, match="outside the pack's scope"): kern(bench.conv3x3_ast(8, 4, 6, 6), [(S, 0, 1), (P, 2, 0)])
+
 def _tries(k, opt):
   try: k.apply_opt(opt)
   except KernelOptError: return False

@@ -162,9 +162,9 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   another output axis `m` (the rows) are each broadcast by some input (matmul, batched matmul, 1x1
   and strided convs): the rows x (2 vectors) register tile, then reduce blocking. True when the tile applied.
   `n` is the output's contiguous axis where the inputs moving along it move contiguously too (vector
-  loads); where they don't (a strided conv's output pixels: stride 2 in the image), `n` is another
-  axis (the output channels) whose operand PACK lays out contiguously, and the tile is taken only if
-  that pack applies (else its loads would be gathers)."""
+  loads); where they don't, `n` is an axis whose operand PACK lays out contiguously (a strided conv's output
+  channels: its pixels are stride 2 in the image; attention's score columns, k packed per head), and the
+  tile is taken only if that pack applies (else its loads would be gathers)."""
   if not k.reduceops or any(r.op is not ReduceOps.SUM for r in k.reduceops) or k.upcasted or k.first_reduce < 2: return False
   for r in k.reduceops:  # (several: matmuls sharing an operand fused into one kernel, SwiGLU's x @ w1 and x @ w3)
     src = r.src[0]
@@ -186,19 +186,36 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   # the packed tile, tried on a copy and kept only with its pack; not for short reduces (a 7x7 stem's 147:
   # there the pack and the padded image's row masks cost more than the strided vector loads, 4x slower measured)
   red = prod(k.full_shape[k.first_reduce:k.first_upcast])
-  for n in range(k.first_reduce - 1, -1, -1) if isinstance(red, int) and red >= 256 else ():
-    if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int) or k.full_shape[n] % cols or (m := rows_axis(n)) is None: continue
+  masked = any(st.axis_is_masked(a) for st in k.sts for a in range(k.shape_len))
+  for n in range(k.first_reduce - 1, -1, -1) if isinstance(red, int) else ():
+    if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int) or (m := rows_axis(n)) is None: continue
+    # (a short reduce only where the vectors run along the packed operand, the output's contiguous axis, and nothing is
+    # masked: attention's q @ k^T (a reduce of 64), k packed per head and column tile, 3.3x faster than the dot-product
+    # tile on AVX-512, 1.65x on AVX2, BERT's 12x128x128x64)
+    if red < 256 and (out[n] != 1 or masked): continue
     # (the rows here are the output's contiguous axis, along which the lowering makes the accumulators vectors: 8 rows are
     # one float8 per output channel, 6 have no vector type and rendered scalar accumulators, 3-5x slower measured on 3x3
     # stride-2 convs with 17- and 30-wide outputs, AVX2; so 8 rows, padded, never 6)
     trial = k.copy()
-    if not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
-                              rows=TILE_ROWS if out[m] == 1 else None) or not trial.packed: continue
+    if k.full_shape[n] % cols or not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
+                                                         rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True) or not trial.packed: continue
+    # Each of the tile's columns is then one vector accumulator of the 8 rows, fed by a broadcast: 2 vectors' worth of
+    # columns (32 on AVX-512) is 32 accumulators + the rows' vector + a broadcast, more than the 32 registers: gcc spills
+    # 3 accumulators (a store-to-load chain each per step). Where the reduce is long (>= 1024: the 2-vector panel is
+    # >= 128 KB, read from L2) the columns are one vector's worth (16 accumulators on AVX-512); with 16 registers (AVX2)
+    # only where the rows are contiguous loads: strided rows (a stride-2 1x1 conv) are gathers, which 16 columns share.
+    # Measured, 1 thread, AVX-512: ResNet-50's 1x1 s2 1024->2048 at 14^2 1.9x faster, 1x1 2048->512 at 7^2 1.2x; AVX2:
+    # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns, 3x3 convs even)
+    if out[m] == 1 and isinstance(red, int) and red >= 1024 and (vw >= 16 or unit(m)):
+      one = k.copy()
+      if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; one vector's worth of "
+                            "columns: 2 would spill accumulators)", rows=TILE_ROWS, batched_pack=True) and one.packed: trial = one
     for o, why in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=why)
     return True
-  # a batched A @ B^T (attention scores, q @ k^T): both operands contiguous along the reduce, B strided along
-  # the output's columns and no pack (B moves along the batch loop): dot products, with vector accumulators
-  # along the reduce and a 4 x 2 tile of them (0.9 ms -> 0.6 ms on BERT's 12x128x128x64, AVX2)
+  # a batched A @ B^T (q @ k^T) the packed tile above didn't take (B's panel refused, e.g. masked, or a row or column
+  # count no tile fits): both operands contiguous along the reduce, B strided along the output's columns: dot
+  # products, with vector accumulators along the reduce and a 4 x 2 tile of them (0.9 ms -> 0.6 ms on BERT's
+  # 12x128x128x64 against the general rules, AVX2)
   red_ax = k.first_upcast - 1
   if k.first_upcast - k.first_reduce == 1 and isinstance(k.full_shape[red_ax], int) and k.full_shape[red_ax] % vw == 0 and \
       all(rs[red_ax] == 1 for rs in ins if rs[red_ax] != 0) and (dot := _cpu_dot_tile(k, vw, red_ax, reused, unit)): return dot
@@ -251,10 +268,12 @@ def _cpu_dot_tile(k: KernelShape, vw: int, red_ax: int, reused: Any, unit: Any) 
   _try(k, Opt(OptOps.UPCAST, n, 2), f"dot-product tile: 2 columns (axis {n}) share each load of the rows ({4 * 2} vector accumulators)")
   return True
 
-def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None, rows: Optional[int] = None) -> bool:
+def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None, rows: Optional[int] = None,
+                       batched_pack: bool = False) -> bool:
   """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking. With
   one vector of columns (cols == vw), a `small` output axis (at most 7, one the operands move along as they do
-  along n) is upcast whole in place of the second vector, with 2 rows. `rows` overrides _tile_rows."""
+  along n) is upcast whole in place of the second vector, with 2 rows. `rows` overrides _tile_rows; `batched_pack`: see
+  _cpu_pack_columns."""
   if rows is None: rows = _tile_rows(k, k.full_shape[m], vw) if small is None else 2
   assert rows is not None
   if k.full_shape[n] % cols and not _try(k, Opt(OptOps.PADTO, n, cols), f"matmul register tile: pad the {k.full_shape[n]} columns (axis {n}) to a "
@@ -272,7 +291,7 @@ def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: 
   if rows: _try(k, Opt(OptOps.UPCAST, m, rows), f"matmul register tile: {rows} output rows (axis {m}) share each vector load")
   if cols != vw:
     _try(k, Opt(OptOps.UPCAST, n, TILE_VECTORS), f"matmul register tile: {TILE_VECTORS} vectors of columns share each broadcast ({rows}x{TILE_VECTORS} accumulators)")
-  _cpu_block_reduce(k)
+  _cpu_block_reduce(k, batched_pack)
   last = k.first_upcast - 1  # a conv's kernel-width axis: unrolled, so the tile's loop body is the whole kernel row
   if k.first_upcast - k.first_reduce >= 2 and isinstance(k.full_shape[last], int) and k.full_shape[last] <= 7:
     _try(k, Opt(OptOps.UNROLL, last - k.first_reduce, 0), f"matmul register tile: the short innermost reduce axis ({k.full_shape[last]}) unrolled fully")
@@ -295,13 +314,13 @@ def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
   if vw == 8 and (-size) % TILE_ROWS_16_REGS * 16 <= size: return TILE_ROWS_16_REGS
   return TILE_ROWS if 7 * ((-size) % TILE_ROWS) <= size else None
 
-def _cpu_block_reduce(k: KernelShape) -> None:
+def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False) -> None:
   """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop
   and the column operand's panel (the whole reduce x one tile of columns) is packed into a
   contiguous stack array (PACK), read from L1/L2 by every row tile. Where the panel is too big for
   a pack, the reduce runs in blocks (BLOCK) and each block's panel is packed (or, if that fails,
   just stays in cache while every row tile uses it)."""
-  if _cpu_pack_columns(k, "the whole reduce"): return
+  if _cpu_pack_columns(k, "the whole reduce", batched_pack): return
   block = getenv("CPU_REDUCE_BLOCK", 256)
   red = [a for a in range(k.first_reduce, k.first_upcast)]
   if len(red) != 1 or not isinstance(k.full_shape[red[0]], int) or k.full_shape[red[0]] <= block or k.full_shape[red[0]] % block: return
@@ -318,23 +337,31 @@ def _column_tile_axis(k: KernelShape) -> Optional[int]:
   rows_op = [rs for rs in ins if rs[vec] == 0]
   return next((a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)), None)
 
-def _cpu_pack_columns(k: KernelShape, what: str) -> bool:
+def _cpu_pack_columns(k: KernelShape, what: str, batched_pack: bool = False) -> bool:
   """Column tiles outermost, then PACK the input that doesn't vary along the row tiles, if the rules
   (codegen/pack.py: the pack's size, nothing varying inside its scope) allow; tried on a copy so a
-  refusal leaves the kernel as it was."""
+  refusal leaves the kernel as it was. With `batched_pack` (the packed tile, whose column operand is strided along the
+  vectors), where the operand also moves along an outer loop (a batch) the column tiles go just inside that loop."""
   cols = _column_tile_axis(k)
   if cols is None or k.global_dims < 2: return False
-  trial, opts = k.copy(), []
-  if cols > 0:
-    opts.append((Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: one panel of the column operand serves every row tile"))
-    if not _try(trial, *opts[-1]): return False
-  for b, st in zip(trial.bufs, trial.sts):  # every column operand (fused matmuls sharing the row operand have one each); not a bias
-    if not isinstance(b, MemBuffer) or b.idx < len(k.outbufs) or all(st.real_strides()[a] == 0 for a in range(trial.first_reduce, trial.first_upcast)): continue
-    if _try(trial, Opt(OptOps.PACK, b.idx, 0), "probe"):
-      opts.append((Opt(OptOps.PACK, b.idx, 0), f"pack buffer {b.idx}'s panel ({what} x the tile's columns) contiguously: "
-                                                 "no cache-set conflicts or page walks from its row pitch"))
-  if not any(o.op is OptOps.PACK for o, _ in opts): return False
-  return all(_try(k, o, why) for o, why in opts)
+  # the column tiles outermost; with batched_pack, where the column operand also moves along an outer loop (a batch:
+  # attention's k per head) that loop stays outside, the column tiles just inside it (the pack's scope is then the
+  # column loop inside each batch iteration, codegen/pack.py). (Not for operands already contiguous along the vectors:
+  # packing v in attention's probs @ v per head, 16 row tiles per pack, measured 0.9x; a 32x64x64x64 batched matmul
+  # 0.65x on AVX2)
+  for pos in range(cols + 1 if batched_pack else 1):
+    trial, opts = k.copy(), []
+    if pos < cols:
+      where = "outermost" if pos == 0 else f"at loop {pos}, inside the loops the column operand moves along"
+      opts.append((Opt(OptOps.SWAP, pos, cols), f"column tiles (axis {cols}) {where}: one panel of the column operand serves every row tile"))
+      if not _try(trial, *opts[-1]): continue
+    for b, st in zip(trial.bufs, trial.sts):  # every column operand (fused matmuls sharing the row operand have one each); not a bias
+      if not isinstance(b, MemBuffer) or b.idx < len(k.outbufs) or all(st.real_strides()[a] == 0 for a in range(trial.first_reduce, trial.first_upcast)): continue
+      if _try(trial, Opt(OptOps.PACK, b.idx, 0), "probe"):
+        opts.append((Opt(OptOps.PACK, b.idx, 0), f"pack buffer {b.idx}'s panel ({what} x the tile's columns) contiguously: "
+                                                   "no cache-set conflicts or page walks from its row pitch"))
+    if any(o.op is OptOps.PACK for o, _ in opts): return all(_try(k, o, why) for o, why in opts)
+  return False
 
 def _cpu_third_reuse_fits(k: KernelShape, vw: int) -> bool:
   """A third reuse upcast (by 4, else 2) on CPUs, e.g. four output rows of a conv sharing each

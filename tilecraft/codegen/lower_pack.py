@@ -1,5 +1,6 @@
 """Lowering of PACK (see codegen/pack.py): the copy loop that fills a packed stack array inside the
-pack's scope loop, and the loads that read the array instead of the buffer.
+pack's scope loop (the block loop, or the output loop pack.py picks for the buffer), and the loads
+that read the array instead of the buffer.
 
 The copy is a loop nest over the packed reduce axes (fresh loop variables) with the packed lane
 axes unrolled into stores, inside the scope loop; a BARRIER over its stores orders every read of
@@ -10,7 +11,7 @@ so a masked element is stored as 0. Functions of the LoweringState (lower_state.
 from __future__ import annotations
 import itertools
 from tilecraft.codegen.lower_state import LoweringState
-from tilecraft.codegen.pack import pack_axes, pack_inner_axes
+from tilecraft.codegen.pack import pack_axes, pack_inner_axes, pack_scope_axis
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import dtypes
 from tilecraft.helpers import prod
@@ -38,10 +39,13 @@ def _pack(s: LoweringState, mb: MemBuffer) -> tuple[UOp, UOp]:
   if (r := s.memo.get(key)) is not None: return r
   axes, strides = _pack_layout(s, mb)
   local = UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"pack{mb.idx}", prod(s.shape[a] for a in axes)))
-  scope = s.block_range if s.block_range is not None else s.varmap[s.idx_vars[s.loop_axes[0]]]
+  first = next(x.arg for x in s.ast.lazyops if x.op is BufferOps.LOAD and x.arg.idx == mb.idx)
+  scope_axis = pack_scope_axis(first.st, s.shape, s.first_reduce)
+  scope = s.block_range if s.block_range is not None else s.varmap[s.idx_vars[scope_axis]]
   saved = list(s.idx_vars)
   try:
-    for a in pack_inner_axes(s.shape, s.first_reduce, s.info.reduce_block): s.idx_vars[a] = 0  # the buffer doesn't move along them (checked by PACK)
+    # the buffer doesn't move along the inner loops (checked by PACK)
+    for a in pack_inner_axes(first.st, s.shape, s.first_reduce, s.info.reduce_block): s.idx_vars[a] = 0
     parent, vals = scope, {}
     for a in s.red_axes:
       if a == s.block_axis: continue

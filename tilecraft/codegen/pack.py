@@ -1,9 +1,13 @@
 """PACK (CPU): copy the tile of an input that the inner loops of a kernel read into a contiguous
 stack array, once per iteration of the pack's scope loop, and read it from there.
 
-The scope is the block loop when the reduce is blocked (BLOCK), else the outermost output loop;
-the output loops nested inside the scope (the inner loops) must not move the buffer's address or
-validity (stride 0, unmasked), so every inner iteration reads the same tile. The array holds the
+The scope is the block loop when the reduce is blocked (BLOCK); else the innermost output loop
+along which the buffer moves (its address or validity), or the outermost output loop where it moves
+along none: a batched operand (attention's k, moving along the batch and column loops) is packed
+once per column tile of each batch, inside the batch loop. The output loops nested inside the scope
+(the inner loops) must not move the buffer (stride 0, unmasked), so every inner iteration reads the
+same tile, and there must be at least one of them (else nothing reuses the tile); every output loop
+outside the scope must move it (else each of its iterations would pack the same tile again). The array holds the
 buffer's values along the axes that do move them (the reduce axes inside the block and the
 unrolled and upcast axes), row-major with the vector axis innermost; masked elements are stored
 as 0, the value a masked load gives. For matmul's column operand this turns a block of rows
@@ -26,11 +30,23 @@ def output_loops(full_shape: tuple[sint, ...], first_reduce: int) -> list[int]:
   """The output axes that are loops on a CPU, outermost first (the lowering's nesting order)."""
   return [a for a in range(first_reduce) if full_shape[a] != 1]
 
-def pack_inner_axes(full_shape: tuple[sint, ...], first_reduce: int, reduce_block: bool) -> list[int]:
-  """The output loops nested inside the pack's scope loop."""
+def _moves(st: ShapeTracker, rs: tuple, a: int) -> bool:
+  return not (rs[a] == 0 and not st.axis_is_masked(a))
+
+def pack_scope_axis(st: ShapeTracker, full_shape: tuple[sint, ...], first_reduce: int) -> Optional[int]:
+  """Without BLOCK: the output axis whose loop is the pack's scope (see the module docstring); None
+  where the kernel has no output loop."""
   loops = output_loops(full_shape, first_reduce)
-  if reduce_block and len(loops) == 1: return loops  # the block loop runs outside the one output loop
-  return loops[1:]
+  rs = st.real_strides()
+  moving = [a for a in loops if _moves(st, rs, a)]
+  return moving[-1] if moving else (loops[0] if loops else None)
+
+def pack_inner_axes(st: ShapeTracker, full_shape: tuple[sint, ...], first_reduce: int, reduce_block: bool) -> list[int]:
+  """The output loops nested inside the pack's scope loop, for the buffer read through `st`."""
+  loops = output_loops(full_shape, first_reduce)
+  if reduce_block: return loops if len(loops) == 1 else loops[1:]  # (the block loop runs outside a single output loop, else after the first)
+  scope = pack_scope_axis(st, full_shape, first_reduce)
+  return [] if scope is None else loops[loops.index(scope) + 1:]
 
 def pack_axes(st: ShapeTracker, first_reduce: int, reduce_block: bool) -> list[int]:
   """The axes along which the packed array of the buffer read through `st` varies: inner-reduce,
@@ -46,11 +62,19 @@ def pack_refusal(b: MemBuffer, st: ShapeTracker, full_shape: tuple[sint, ...], f
   if isinstance(b.dtype, ImageDType): return f"PACK: buffer {b.idx} is an image"
   if tc_or_grouped: return "PACK: not with tensor cores or grouped reduces"
   if not output_loops(full_shape, first_reduce): return "PACK: the kernel has no output loop to be the pack's scope"
-  inner = pack_inner_axes(full_shape, first_reduce, reduce_block)
-  if not inner: return "PACK: no output loop runs inside the pack's scope, so nothing would reuse the packed tile"
+  inner = pack_inner_axes(st, full_shape, first_reduce, reduce_block)
+  if not inner:
+    if reduce_block: return "PACK: no output loop runs inside the pack's scope, so nothing would reuse the packed tile"
+    return f"PACK: no output loop runs inside the pack's scope (buffer {b.idx} varies along output axis " \
+           f"{pack_scope_axis(st, full_shape, first_reduce)}, the innermost loop), so nothing would reuse the packed tile"
   rs = st.real_strides()
   for a in inner:
-    if not (rs[a] == 0 and not st.axis_is_masked(a)): return f"PACK: buffer {b.idx} varies along output axis {a}, whose loop runs inside the pack's scope"
+    if _moves(st, rs, a): return f"PACK: buffer {b.idx} varies along output axis {a}, whose loop runs inside the pack's scope"
+  if not reduce_block:
+    loops = output_loops(full_shape, first_reduce)
+    for a in loops[:loops.index(pack_scope_axis(st, full_shape, first_reduce))]:
+      if not _moves(st, rs, a):
+        return f"PACK: buffer {b.idx} doesn't vary along output axis {a}, whose loop runs outside the pack's scope: each of its iterations would pack the same tile again"
   elems = prod(full_shape[a] for a in pack_axes(st, first_reduce, reduce_block))
   if not isinstance(elems, int): return f"PACK: buffer {b.idx}'s tile has a symbolic size"
   if elems * b.dtype.itemsize > PACK_MAX_BYTES:

@@ -27,6 +27,7 @@ from tilecraft.helpers import getenv, prod
 from tilecraft.ops import (UNSAFE_PAD_OPS, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, MetaOps, ReduceOps, TernaryOps,
                            UnaryOps, _const_key, verify_ast)
 from tilecraft.engine.lazy import LazyBuffer
+from tilecraft.engine.concat_in_place import write_concats_in_place
 from tilecraft.engine.plan_cache import GraphKey, Template, counts, remember_walk, replayed_walk, templates, verified
 from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import Node, Variable, sym_eval, unbind_all
@@ -439,7 +440,7 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
     if key is not None: counts.graph_misses += 1
   realizes = _decide_realizes(order, outs)
   _realize_reduces(order, realizes)
-  items = _build_schedule(order, realizes)
+  items = write_concats_in_place(_build_schedule(order, realizes), outs)
   if key is not None and (t := _template_of(items, order, leaves)) is not None:
     templates.put(key, t)
     if rp is not None: remember_walk(rp, outs[0].base, order, leaves, t)
@@ -464,7 +465,7 @@ def _template_of(items: list[ScheduleItem], order: list[LazyBuffer], leaves: lis
   node_pos = {id(b): i for i, b in enumerate(order)}
   out = []
   for si in items:
-    if si.var_vals or not si.outputs or any(id(o) not in node_pos for o in si.outputs) or any(id(b) not in where for b in si.bufs): return None
+    if si.var_vals or (not si.outputs and si.ast.op is not MetaOps.KERNEL) or any(id(o) not in node_pos for o in si.outputs) or any(id(b) not in where for b in si.bufs): return None
     out.append((si.ast, tuple(where[id(b)] for b in si.bufs), tuple(node_pos[id(o)] for o in si.outputs)))
   return Template(tuple(out), fuse_reduces())
 

@@ -175,8 +175,8 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   def reused(a: int) -> bool: return any(rs[a] == 0 for rs in ins) and any(rs[a] != 0 for rs in ins)
   def unit(a: int) -> bool: return all(rs[a] == 1 for rs in ins if rs[a] != 0)
   cols = vw * TILE_VECTORS
-  def cols_fit(size: Any) -> bool:  # a multiple of the tile's columns, or padded to one for at most 1/8 more work
-    return isinstance(size, int) and size >= cols and 8 * (round_up(size, cols) - size) <= size
+  def cols_fit(size: Any, c: int = cols) -> bool:  # a multiple of the tile's columns, or padded to one for at most 1/8 more work
+    return isinstance(size, int) and size >= c and 8 * (round_up(size, c) - size) <= size
   def rows_axis(n: int) -> Optional[int]:  # the input broadcast along m must vary along n
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and _tile_rows(k, k.full_shape[a], vw) is not None and
                  not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
@@ -223,13 +223,18 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   # vector load is vw scalar loads, so where the reduce is long enough to repay it (at least 64: a 7x7 stem's 147) the
   # tile takes one vector and twice the rows (12 on AVX2, 16 with 32 registers, padded by at most 1/8): half the loads
   # per FMA; ResNet-50's 7x7 stem 1.4x faster than 6 rows x 2 vectors (AVX2). (A 3x3 stride-2 conv of 3 channels, a
-  # reduce of 27: no gain measured)
-  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and cols_fit(k.full_shape[a])), None)
+  # reduce of 27: no gain measured). With strided loads the one-vector tile needs the columns to fit one vector only: ResNet-50's stem
+  # (112 columns, not a multiple of 2 x 16) took the general rules on AVX-512, 2.6x slower than this tile (1 thread)
+  long_red = isinstance(red, int) and red >= 64
+  def strided(a: int) -> bool:  # an input moves along a by more than 1 (padding masks aside)
+    return any(st.real_strides(ignore_valid=True)[a] not in (0, 1) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs))
+  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and
+            (cols_fit(k.full_shape[a]) or (long_red and strided(a) and cols_fit(k.full_shape[a], vw)))), None)
   if n is not None and (m := rows_axis(n)) is not None:
     rows, size = 2 * (TILE_ROWS_16_REGS if vw == 8 else TILE_ROWS), k.full_shape[m]  # (16 on AVX2 would spill)
-    if isinstance(red, int) and red >= 64 and 8 * ((-size) % rows) <= size:
+    if long_red and 8 * ((-size) % rows) <= size:
       return _apply_matmul_tile(k, n, m, vw, vw, why=" (strided loads: one vector, twice the rows)", rows=rows)
-    return _apply_matmul_tile(k, n, m, vw, cols, why=" (strided loads)")
+    if cols_fit(k.full_shape[n]): return _apply_matmul_tile(k, n, m, vw, cols, why=" (strided loads)")
   # columns that aren't a multiple of half a vector (a padded conv's 55-, 27-, 13- or 7-wide rows), padded to the lanes
   # _odd_lanes picks: the tile's 2 vectors where that pads at most 1/4 (55 -> 64, 27 -> 32, 13 -> 16); else one vector
   # (7 -> 8) and, where another output axis the same operands move along is short (a 7x7 image's rows), that axis

@@ -495,19 +495,22 @@ def test_vector_matrix_takes_column_tiles_of_8_vectors(arch, rng):
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_fused_matmuls_share_one_tile_with_both_panels_packed(arch, rng):
-  """SwiGLU's silu(x @ w1) * (x @ w3) is one kernel of two reduces: the matmul tile with 4 rows (each
-  reduce has its own accumulators) and both column operands packed."""
+  """SwiGLU's silu(x @ w1) * (x @ w3) is one kernel of two reduces: the matmul tile with one vector of columns and
+  8 rows (AVX-512) or 4 (AVX2): each reduce has its own accumulators, 16 or 8 in all, which fit the registers; both
+  column operands packed."""
   vw = ARCHS[arch]
-  x, w1, w3 = (rng.standard_normal(s, dtype=np.float32) * 0.2 for s in ((8, 64), (64, 4 * vw), (64, 4 * vw)))
+  x, w1, w3 = (rng.standard_normal(s, dtype=np.float32) * 0.2 for s in ((16, 64), (64, 4 * vw), (64, 4 * vw)))
   with Context(CPU_ARCH=arch):
     h = Tensor(x) @ Tensor(w1)
     t = h * h.sigmoid() * (Tensor(x) @ Tensor(w3))
     k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
     assert len(k.reduceops) == 2
     o = opts(k)
-    assert o[:3] == [(U, 1, vw), (U, 0, 4), (U, 1, 2)] and sum(op is P for op, _, _ in o) == 2, o
+    assert o[:2] == [(U, 1, vw), (U, 0, 8 if vw == 16 else 4)] and (U, 1, 2) not in o and sum(op is P for op, _, _ in o) == 2, o
     h64 = x.astype(np.float64) @ w1
-    check_tensor(t, (h64 / (1 + np.exp(-h64)) * (x.astype(np.float64) @ w3)).astype(np.float32), rtol=1e-4)
+    want = (h64 / (1 + np.exp(-h64)) * (x.astype(np.float64) @ w3)).astype(np.float32)
+    if runnable(): np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())  # (values near 0)
+    else: check_tensor(t, want)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_attention_scores_take_the_matmul_tile_with_k_packed_per_head(arch, rng):

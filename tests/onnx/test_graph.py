@@ -48,6 +48,79 @@ def test_data_dependent_graph_is_built_each_call() -> None:
     np.testing.assert_array_equal(y, x.reshape(s))
   assert not m._captures
 
+def _two_outputs() -> onnx.ModelProto:
+  # y = relu(x @ w) and z = sum(x, axis 1): two kernels, two outputs
+  w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], np.arange(12, dtype=np.float32) / 7 - 0.5)
+  ax = helper.make_tensor("ax", TensorProto.INT64, [1], [1])
+  nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"]), helper.make_node("ReduceSum", ["x", "ax"], ["z"])]
+  return _model(nodes, [_vi("x", TensorProto.FLOAT, ["n", 3])], [_vi("y", TensorProto.FLOAT, None), _vi("z", TensorProto.FLOAT, None)], [w, ax])
+
+def _check_two(out: dict, x: np.ndarray) -> None:
+  w = np.arange(12, dtype=np.float32).reshape(3, 4) / 7 - 0.5
+  np.testing.assert_allclose(out["y"], np.maximum(x @ w, 0), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out["z"], x.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+def test_rerun_is_the_bound_launches_only(monkeypatch: pytest.MonkeyPatch) -> None:
+  # from the second call on, a call copies the inputs in, launches the bound kernels and copies the outputs
+  # out: no graph building, scheduling, runner lookup, argument check or Tensor.numpy
+  from tilecraft.device import CompiledRunner
+  from tilecraft.tensor import Tensor
+  m = tox.load(_two_outputs())
+  rng = np.random.default_rng(1)
+  for _ in range(2):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    _check_two(m.run({"x": x}), x)
+  def must_not_run(*a: object, **k: object) -> None: raise AssertionError("ran on a rerun")
+  for mod, name in ((realize, "run_schedule"), (realize, "get_runner"), (realize, "compile_ahead"), (tox.graph, "run_schedule")):
+    monkeypatch.setattr(mod, name, must_not_run)
+  for cls, name in ((CompiledRunner, "launch_args"), (CompiledRunner, "__call__"), (Tensor, "numpy"), (Tensor, "schedule"), (type(m), "_build")):
+    monkeypatch.setattr(cls, name, must_not_run)
+  (cap,) = m._captures.values()
+  for _ in range(2):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    k0 = realize.kernel_count
+    _check_two(m.run({"x": x}), x)
+    assert realize.kernel_count - k0 == cap.bound.kernels >= 2
+
+def test_bad_inputs_after_a_build_raise_as_before() -> None:
+  m = tox.load(_two_outputs())
+  x = np.ones((2, 3), np.float32)
+  for _ in range(2): m.run({"x": x})
+  with pytest.raises(ValueError, match=r"matmul: shapes \(2, 4\) and \(3, 4\) don't line up"): m.run({"x": np.ones((2, 4), np.float32)})
+  with pytest.raises(ValueError, match="axis 1 out of range for 1 dims"): m.run({"x": np.ones(3, np.float32)})
+  with pytest.raises(TypeError, match="input 'x' is int32, the graph declares float"): m.run({"x": np.ones((2, 3), np.int32)})
+  with pytest.raises(ValueError, match="missing graph input 'x'"): m.run({})
+  with pytest.raises(ValueError, match="'q' is not an input of the graph"): m.run({"x": x, "q": x})
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  _check_two(m.run({"x": x}), x)  # the built graph is untouched
+  assert len(m._captures) == 1
+
+def test_rerun_follows_settings_and_cache_clear(capsys: pytest.CaptureFixture) -> None:
+  # a rerun under other opts settings binds the kernels built for them; after plan_cache.clear() it binds
+  # again; under DEBUG=2 it runs through run_schedule (per-kernel timings)
+  from tilecraft import Context
+  from tilecraft.engine import plan_cache
+  m = tox.load(_two_outputs())
+  rng = np.random.default_rng(2)
+  def call() -> None:
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    _check_two(m.run({"x": x}), x)
+  call(); call()  # noqa: E702
+  (cap,) = m._captures.values()
+  key = cap.bound.key
+  with Context(NOOPT=1):
+    call()
+    assert cap.bound.key != key
+    noopt_launches = [fn for fn, _ in cap.bound.steps]
+  call()
+  assert cap.bound.key == key and [fn for fn, _ in cap.bound.steps] != noopt_launches
+  plan_cache.clear()
+  call()
+  assert cap.bound.key != key
+  with Context(DEBUG=2):
+    call()
+  assert "***" in capsys.readouterr().out
+
 def _gather(idx_from: str) -> onnx.ModelProto:
   data = _vi("d", TensorProto.FLOAT, [5, 2])
   out = [_vi("y", TensorProto.FLOAT, None)]

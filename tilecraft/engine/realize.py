@@ -1,12 +1,15 @@
 """Running a schedule: each kernel AST is optimized (hand-coded opts, BEAM, or NOOPT), compiled
 once per (AST, runner settings) and launched on its buffers. The loaded runners, compile_ahead's
-binaries and the plans of replayed graphs live in engine/plan_cache.py."""
+binaries and the plans of replayed graphs live in engine/plan_cache.py. A schedule run again and again
+on the same buffers (a model built once, called many times) is a BoundSchedule: its launches bound once
+per runner settings, a rerun is the launches alone."""
 from __future__ import annotations
 import atexit, operator, threading, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import ImageDType, dtypes
+from tilecraft.engine import plan_cache
 from tilecraft.engine.plan_cache import (OptsMode, RunnerKey, RunnerSettings, Template, built_ahead, counts, loaded_runners, replayed_walk,
                                          runners)
 from tilecraft.engine.schedule import _buf_dtype, create_schedule, fuse_reduces, instantiate
@@ -275,3 +278,63 @@ def run_schedule(schedule: list) -> None:
   finally:
     for si, _, _ in plan[:done]:
       for lb in si.outputs: lb.mark_realized()
+
+# ---- a schedule rerun on its own buffers -----------------------------------------------------------
+# A model built once and called many times (tilecraft/onnx/graph.py: a graph built for one input
+# signature) reruns the same schedule on the same Buffers, with new data copied into its inputs.
+# run_schedule would look up every kernel's runner and check its arguments again on every call (~10 us of
+# Python per kernel); a BoundSchedule does that once: per item the runner's launcher (or a COPY) with its
+# memory handles, checked by CompiledRunner.launch_args. A rerun is then one call per item (~1 us of
+# Python for a CPU kernel). The binding holds under the runner settings (and DEBUG) it was made under and
+# until plan_cache.clear(): a rerun under other settings binds again (compiling what isn't loaded, in
+# batches as run_schedule does); DEBUG>=2 (per-kernel timings) takes run_schedule. The Buffers must stay
+# allocated as they are (the schedule holds them; nothing frees a Buffer's memory while it lives).
+
+def _copy_item(dest: Buffer, src: Buffer) -> None: dest.copyin(src.numpy())
+
+def _launch_vars(runner: CompiledRunner, bufs: list[Buffer], var_vals: dict) -> None: runner(bufs, var_vals, wait=False)
+
+class BoundSchedule:
+  """A schedule whose buffers stay the same, rerun with `run()`; see above."""
+  __slots__ = ("schedule", "devices", "key", "steps", "kernels")
+  def __init__(self, schedule: list):
+    self.schedule = schedule
+    self.devices = tuple(dict.fromkeys(si.bufs[0].device for si in schedule if si.ast.op is not MetaOps.COPY))
+    self.key: Any = None  # (plan_cache.generation, per device (RunnerSettings, DEBUG)) the steps were bound under
+    self.steps: tuple = ()
+    self.kernels = sum(si.ast.op is not MetaOps.COPY for si in schedule)
+
+  def _bind(self, key: Any) -> None:
+    settings = {d: s for d, (s, _) in zip(self.devices, key[1])}
+    for si in self.schedule:
+      for b in si.bufs:
+        if not hasattr(b, "_buf"): b.allocate()
+    missing = [(si.ast, si.bufs[0].device, list(si.bufs)) for si in self.schedule
+               if si.ast.op is not MetaOps.COPY and loaded_runners(settings[si.bufs[0].device]).get(si.ast) is None]
+    if len(missing) >= 2: compile_ahead(missing, settings)
+    steps: list[tuple[Any, tuple]] = []
+    for si in self.schedule:
+      if si.ast.op is MetaOps.COPY:
+        steps.append((_copy_item, tuple(si.bufs)))
+        continue
+      device = si.bufs[0].device
+      runner = get_runner(si.ast, device, list(si.bufs), settings[device])
+      handles, _ = runner.launch_args(list(si.bufs), si.var_vals)  # (checks the buffers: count, device, allocated)
+      if runner.p.vars: steps.append((_launch_vars, (runner, list(si.bufs), si.var_vals)))
+      else: steps.append((runner.launcher().launch, tuple(handles)))
+    self.steps, self.key = tuple(steps), key
+
+  def run(self) -> None:
+    """Run the schedule again on its buffers (binding it first when the settings changed)."""
+    global kernel_count
+    key = (plan_cache.generation, tuple([_run_settings(d, Device[d]) for d in self.devices]))
+    if key != self.key:
+      if any(debug >= 2 for _, debug in key[1]): return run_schedule(self.schedule)
+      self._bind(key)
+    done = 0
+    try:
+      for fn, args in self.steps:
+        fn(*args)
+        done += 1
+    finally:
+      kernel_count += self.kernels if done == len(self.steps) else sum(fn is not _copy_item for fn, _ in self.steps[:done])

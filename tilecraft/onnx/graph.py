@@ -10,12 +10,13 @@ kept as numpy alongside their Tensors, anything else is realized to read it.
 
 Reuse: the first call with an input signature (names, shapes, dtypes) builds the graph and keeps it as a
 _Capture: the schedule with its buffers; later calls with that signature copy the inputs into the same
-input buffers and rerun the schedule (no graph building, no scheduling). A graph whose building read a
-value that depends on the inputs' data (a Reshape to a shape given as an input, say) is valid for those
-data only and is built again on every call. Index inputs (Gather and the like) are guarded: out of range
-is an IndexError naming the node, the axis and the index, checked on the host for indices from graph
-inputs and initializers, and from the min and max of computed indices, which the run computes with the
-outputs.
+input buffers, launch the schedule's kernels, bound once to their runners and buffers (engine/realize.py:
+BoundSchedule), and copy the outputs straight out of their buffers: no graph building, no scheduling, no
+per-kernel lookups or checks. A graph whose building read a value that depends on the inputs' data (a
+Reshape to a shape given as an input, say) is valid for those data only and is built again on every call.
+Index inputs (Gather and the like) are guarded: out of range is an IndexError naming the node, the axis
+and the index, checked on the host for indices from graph inputs and initializers, and from the min and
+max of computed indices, which the run computes with the outputs.
 
 Graph-level optimizations (load(..., fold=True), the default): BatchNormalization after a Conv is folded
 into the Conv's weight and bias at load (fold.py); values computed from initializers and constants only
@@ -29,7 +30,8 @@ from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BufferOps
-from tilecraft.engine.realize import run_schedule
+from tilecraft.engine.realize import BoundSchedule, run_schedule
+from tilecraft.helpers import prod
 from tilecraft.onnx.fold import fold_batchnorm
 from tilecraft.onnx.registry import Node, index_error, lookup, since_of, unsupported
 from tilecraft.onnx.types import onnx_dtype
@@ -281,14 +283,20 @@ def _check_host(node: Node, idx: np.ndarray, size: int, axis: int, column: Optio
 
 class _Capture:
   """A graph built for one input signature, after its first run: the input Tensors (realized bases whose
-  buffers take the next call's data), the schedule (its kernels' buffers kept, so a rerun writes the
-  same output buffers), the output Tensors, and the index guards. Rerunning it is: check the indices that
-  come from graph inputs on the host, copy the inputs in, run the schedule, check the computed indices'
-  min and max, read the outputs. Nothing is built or scheduled again; the kernels come from the runner cache."""
-  __slots__ = ("inputs", "schedule", "outputs", "host_guards", "tensor_guards", "names")
+  Buffers take the next call's data), the schedule bound to its launches (engine/realize.py: BoundSchedule;
+  its kernels' buffers kept, so a rerun writes the same output buffers), the outputs and the index guards.
+  Rerunning it is: check the indices that come from graph inputs on the host, copy the inputs into their
+  Buffers, launch the bound kernels, check the computed indices' min and max, copy the outputs out of their
+  Buffers. Nothing is built, scheduled or looked up again: besides the launches, a call's work grows with
+  the graph's inputs, outputs and guards, not with its nodes."""
+  __slots__ = ("inputs", "schedule", "bound", "in_bufs", "outputs", "readers", "host_guards", "tensor_guards", "guard_readers", "names")
   def __init__(self, inputs: list[tuple[str, Tensor]], schedule: list, outputs: list[Tensor], host_guards: list, tensor_guards: list):
     self.inputs, self.schedule, self.outputs = inputs, schedule, outputs
     self.host_guards, self.tensor_guards = host_guards, tensor_guards
+    self.bound: Optional[BoundSchedule] = None  # made at the first rerun (a capture that isn't reusable never reruns)
+    self.in_bufs: list[tuple[str, Any]] = []    # (input name, its Buffer), with bound
+    self.readers = [_reader(t) for t in outputs]
+    self.guard_readers = [_reader(t) for _, t, _, _, _ in tensor_guards]
   def reusable(self) -> bool:
     """Whether every input is a realized base of its own (a buffer the next call's data can go into)."""
     bufs = [t.lazydata.base.buffer for _, t in self.inputs]
@@ -297,24 +305,41 @@ class _Capture:
     for node, nm, size, axis, col in self.host_guards:
       a = feed[nm]
       _check_host(node, a[..., col] if col is not None else a, size, axis, col)
-    for name, t in self.inputs: t.lazydata.buffer.copyin(feed[name].reshape(-1))
-    run_schedule(self.schedule)
+    if self.bound is None:
+      self.bound = BoundSchedule(self.schedule)
+      self.in_bufs = [(name, t.lazydata.buffer) for name, t in self.inputs]
+    for name, buf in self.in_bufs: buf.copyin(feed[name].reshape(-1))
+    self.bound.run()
     return self.read_outputs(None)
   def read_outputs(self, names: Optional[list[str]]) -> dict[str, np.ndarray]:
-    for node, t, size, axis, col in self.tensor_guards:
-      v = int(t.numpy())
+    for (node, _, size, axis, col), read in zip(self.tensor_guards, self.guard_readers):
+      v = int(read())
       if not -size <= v < size: raise index_error(node, v, size, axis, col)
     if names is not None: self.names = names
-    return {name: _out_numpy(r) for name, r in zip(self.names, self.outputs)}
+    return {name: read() for name, read in zip(self.names, self.readers)}
+
+def _reader(t: Tensor) -> Any:
+  """What reads Tensor t as numpy (graph outputs in bfloat16 as ml_dtypes' bfloat16 where it is installed):
+  for a realized base (what the build leaves in a capture), a copy straight out of its Buffer, as
+  Tensor.numpy makes it; for anything else, Tensor.numpy."""
+  lb, shape = t.lazydata, t.shape
+  if not (lb.realized and not lb.is_view and all(isinstance(s, int) for s in shape) and 0 not in shape and lb.base.buffer is not None):
+    return lambda: _out_numpy(t)
+  buf, n, bf16 = lb.base.buffer, prod(shape), t.dtype == dtypes.bfloat16
+  def read() -> np.ndarray:
+    a = buf.numpy()[:n].reshape(shape)
+    return _as_bfloat16(a) if bf16 else a
+  return read
+
+def _as_bfloat16(a: np.ndarray) -> np.ndarray:
+  try:
+    import ml_dtypes
+    return a.astype(ml_dtypes.bfloat16)
+  except ImportError: return a
 
 def _out_numpy(t: Tensor) -> np.ndarray:
   a = t.numpy()
-  if t.dtype == dtypes.bfloat16:
-    try:
-      import ml_dtypes
-      return a.astype(ml_dtypes.bfloat16)
-    except ImportError: return a
-  return a
+  return _as_bfloat16(a) if t.dtype == dtypes.bfloat16 else a
 
 def load(model: Union[str, bytes, os.PathLike, Any], device: Optional[str] = None, fold: bool = True) -> OnnxModel:
   """Load an ONNX model (path, bytes or onnx.ModelProto) for running on `device` (default: the default device).

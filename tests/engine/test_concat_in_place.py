@@ -95,3 +95,17 @@ def test_random_concatenations_of_reduces(seed: int) -> None:
   c, ref = pieces[0].cat(*pieces[1:], axis=int(lead)), np.concatenate(refs, int(lead))
   if rng.random() < 0.5: np.testing.assert_allclose(c.numpy(), ref, rtol=1e-4, atol=1e-5)
   else: np.testing.assert_allclose((c * 3).sum(-1).numpy(), (ref * 3).sum(-1), rtol=1e-4, atol=1e-4)
+
+def test_tensor_cat_is_exact_and_written_in_place(rng: np.random.Generator) -> None:
+  """Tensor.cat selects each piece in its own range (a chain of WHEREs over constants masked like the
+  piece), so -0.0 stays -0.0; the pass takes that form too."""
+  x = -np.abs(rng.standard_normal((1, 3, 4)).astype(np.float32))
+  a = (Tensor(x) @ Tensor(np.ones((4, 2), np.float32))) * 0.0  # (negative) * 0 = -0.0 everywhere, made by a kernel
+  b = Tensor(x) @ Tensor(np.ones((4, 2), np.float32))
+  c = a.cat(b, axis=1)
+  assert len(c.schedule()) == 2 and sorted(offsets(c.schedule())) == [0, 6]
+  got = c.numpy()
+  assert np.signbit(got[:, :3]).all() and (got[:, :3] == 0).all()
+  np.testing.assert_allclose(got[:, 3:], np.broadcast_to(x.sum(-1, keepdims=True), (1, 3, 2)), rtol=1e-6)
+  # a copy kernel (realized inputs, nothing to write in place) keeps -0.0 too
+  assert np.signbit(Tensor(-np.zeros(3, np.float32)).cat(Tensor(np.ones(2, np.float32))).numpy()[:3]).all()

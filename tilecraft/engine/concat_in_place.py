@@ -8,8 +8,9 @@ else reads, the piece's kernel stores straight into its slice of the result inst
 kernel is dropped.
 
 What the pass rewrites, all of it checked on the built schedule items:
-- the copy kernel: one STORE of a contiguous, unmasked view of its output, whose value is a tree of
-  ADDs over LOADs of the same dtype, each LOAD the piece's contiguous buffer padded along one axis
+- the copy kernel: one STORE of a contiguous, unmasked view of its output, whose value picks each element
+  from one of its LOADs (Tensor.cat's chain of selects, or a sum of zero-padded pieces), all of the
+  same dtype, each LOAD the piece's contiguous buffer padded along one axis
   (the same axis for all); the pieces' ranges on that axis are disjoint and cover it;
 - every axis before the concat axis has size 1, so each slice is one contiguous run of the output
   (its store view is the piece's own contiguous view plus an offset);
@@ -23,15 +24,23 @@ from dataclasses import replace
 from typing import Any, Optional
 from tilecraft.dtype import ImageDType
 from tilecraft.helpers import prod
-from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps
+from tilecraft.ops import BinaryOps, BufferOps, LazyOp, MemBuffer, MetaOps, TernaryOps
 from tilecraft.shape.shapetracker import ShapeTracker
 
 def _pieces(value: LazyOp) -> Optional[list[LazyOp]]:
-  """The LOADs an ADD tree sums, or None if it has anything else."""
+  """The LOADs the value picks its elements from, or None if it is anything else than a concatenation
+  of them: a chain of selects `WHERE(True in the piece's range, piece, rest)` (Tensor.cat: the
+  condition is a constant masked exactly as the piece's load), or a tree of ADDs of zero-padded pieces."""
   out, stack = [], [value]
   while stack:
     x = stack.pop()
     if x.op is BinaryOps.ADD: stack.extend(x.src)
+    elif x.op is TernaryOps.WHERE:
+      cond, piece, rest = x.src
+      if cond.op is not BufferOps.CONST or cond.arg.val is not True or piece.op is not BufferOps.LOAD: return None
+      if len(cond.arg.st.views) != 1 or len(piece.arg.st.views) != 1 or cond.arg.st.views[0].mask != piece.arg.st.views[0].mask: return None
+      out.append(piece)
+      stack.append(rest)
     elif x.op is BufferOps.LOAD: out.append(x)
     else: return None
   return out

@@ -1,11 +1,11 @@
 """Indexing and joining Tensor methods (a mixin of Tensor): __getitem__ with ints, slices (any
-step), None and Ellipsis as one shrink + stride + reshape of views; cat and stack as sums of padded
-views (each piece is zero outside its own range)."""
+step), None and Ellipsis as one shrink + stride + reshape of views; cat and stack as a chain of
+selects over padded views (each piece taken in its own range, so every value, -0.0 too, is kept)."""
 from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 import numpy as np
-from tilecraft.dtype import least_upper_dtype
+from tilecraft.dtype import dtypes, least_upper_dtype
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
 class _joins:
@@ -69,12 +69,15 @@ class IndexingOps:
         raise ValueError(f"cat: shapes {[t.shape for t in ts]} differ outside axis {a}")
     dt = least_upper_dtype(*[t.dtype for t in ts])
     total = sum(t.shape[a] for t in ts)
+    if (nonempty := [t for t in ts if t.shape[a] != 0]): ts = tuple(nonempty)
     out, off = None, 0
     for t in ts:
       p = [(0, 0)] * self.ndim
       p[a] = (off, total - off - t.shape[a])
       piece = t.cast(dt).pad(p)
-      out = piece if out is None else out + piece
+      # each piece selected in its own range (a constant True padded with False, no buffer): exact for
+      # every value, where a sum of zero-padded pieces would turn -0.0 into 0.0
+      out = piece if out is None else self.full(t.shape, True, dtypes.bool, t.device).pad(p).where(piece, out)
       off += t.shape[a]
     return out  # type: ignore[return-value]
   @_joins

@@ -63,24 +63,6 @@ def take_static(x: Tensor, idx: Sequence[int], axis: int) -> Tensor:
   return parts[0] if len(parts) == 1 else cat_exact(parts, axis)
 
 def cat_exact(parts: Sequence[Tensor], axis: int) -> Tensor:
-  """Concatenate along axis exactly for every value (Tensor.cat sums padded views: -0.0 + 0 = 0.0, and
-  bools OR): here the pieces are selected with where over padded views."""
-  if len(parts) == 1: return parts[0]
-  total = sum(p.shape[axis] for p in parts)
-  out, off = None, 0
-  nd = parts[0].ndim
-  for p in parts:
-    if p.shape[axis] == 0: continue
-    pad = [(0, 0)] * nd
-    pad[axis] = (off, total - off - p.shape[axis])
-    piece = p.pad(pad)
-    if out is None: out = piece
-    else:
-      mask_shape = [1] * nd
-      mask_shape[axis] = total
-      m = np.zeros(total, dtype=bool); m[off:off + p.shape[axis]] = True
-      mask = Tensor(m.reshape(mask_shape), device=p.device)
-      out = mask.where(piece, out)
-    off += p.shape[axis]
-  if out is None: return Tensor.full(parts[0].shape[:axis] + (0,) + parts[0].shape[axis + 1:], 0, parts[0].dtype, parts[0].device)
-  return out
+  """Concatenate along axis, exactly for every value (-0.0 and bools too): Tensor.cat selects each piece
+  in its own range. Zero-length pieces are left out."""
+  return parts[0] if len(parts) == 1 else Tensor.cat(*parts, axis=axis)

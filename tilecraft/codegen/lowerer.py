@@ -14,14 +14,15 @@ sub-expression it is handed `lower_op` (and `barrier`) as arguments.
 """
 from __future__ import annotations
 import itertools
+from typing import Optional
 from tilecraft.codegen.lower_image import ImageLoweringError, check_images, image_elems, image_load_lane, image_stores  # noqa: F401 - ImageLoweringError: public here
 from tilecraft.codegen.lower_index import _floor_divmod, _subst
 from tilecraft.codegen.lower_pack import lower_packed_load
 from tilecraft.codegen.lower_reduce import lower_reduce
-from tilecraft.codegen.lower_state import LoweringState, _vectorizable, _vector_op_ok
+from tilecraft.codegen.lower_state import LoweringState, _is_zero, _vectorizable, _vector_op_ok
 from tilecraft.codegen.rewrite import graph_rewrite, symbolic_rules
 from tilecraft.codegen.uops import UOp, UOps
-from tilecraft.dtype import ImageDType, dtypes
+from tilecraft.dtype import DType, ImageDType, dtypes
 from tilecraft.ops import INDEX, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
 from tilecraft.shape.symbolic import Node, Variable, sint
@@ -155,8 +156,37 @@ def lower_load(s: LoweringState, op: LazyOp, inner: bool) -> dict[tuple, UOp]:
     if kind == "masked": kind, data = "gather", data[2] or s.lane_forms(data[0], data[1])
     if kind == "scalar": res[lane] = s.load(buf, *data, mb.dtype, after)
     elif kind == "vector": res[lane] = s.load(buf, *data, mb.dtype.vec(s.W), after)
+    elif (pair := _stride_two(s, data)) is not None: res[lane] = _load_stride_two(s, buf, mb.dtype, *pair, after)
     else: res[lane] = UOp(UOps.VECTORIZE, mb.dtype.vec(s.W), tuple(s.load(buf, ix, vl, mb.dtype, after) for ix, vl in data))
   return res
+
+def _stride_two(s: LoweringState, lanes: list[tuple[sint, sint]]) -> Optional[tuple[sint, list[sint]]]:
+  """(base, each lane's validity) of a gather whose lane i reads base + 2*i (a stride-2 window: a
+  pooling or depthwise conv's row) on a CPU, where its lanes share one validity or the target has
+  masked vector loads; else None."""
+  if s.ren.has_local or s.W < 4 or s.W % 2: return None
+  base, valids = lanes[0][0], [vl for _, vl in lanes]
+  if not all(_is_zero(ix - (base + 2 * i)) for i, (ix, _) in enumerate(lanes)) or all(vl == 0 for vl in valids): return None
+  if any(vl != valids[0] for vl in valids) and not s.ren.masked_loads: return None
+  return base, valids
+
+def _load_stride_two(s: LoweringState, buf: UOp, dtype: DType, base: sint, valids: list[sint], after: Optional[UOp]) -> UOp:
+  """Lanes base, base+2, ..., base+2(W-1) from two vector loads that stay inside what the gather reads:
+  [base, base+W-1] holds the first half of the lanes at even positions, [base+W-1, base+2W-2] the second
+  half at odd ones. Where the lanes' validity differs, each element of the two loads is gated by the
+  validity of the first lane at or after its address (so a gated-on element lies between two addresses
+  the gather reads, and an invalid lane reads 0). Two loads and a shuffle instead of W scalar loads."""
+  W = s.W
+  vdt = dtype.vec(W)
+  if all(vl == valids[0] for vl in valids): lo, hi = s.load(buf, base, valids[0], vdt, after), s.load(buf, base + W - 1, valids[0], vdt, after)
+  else:
+    def gated(start: sint, lane_of: list[int]) -> UOp:
+      gate = UOp(UOps.VECTORIZE, dtypes.bool.vec(W), tuple(s.ix.sym_bool(valids[j]) if valids[j] != 1 else UOp.const(dtypes.bool, True) for j in lane_of))
+      src = (buf, s.ix.sym_to_uop(start, dtypes.int32), gate, UOp.const(vdt, 0)) + ((after,) if after is not None else ())
+      return UOp(UOps.LOAD, vdt, src)
+    lo = gated(base, [(k + 1) // 2 for k in range(W)])
+    hi = gated(base + W - 1, [W // 2 + k // 2 for k in range(W)])
+  return UOp(UOps.VECTORIZE, vdt, tuple([lo.gep(2 * i) for i in range(W // 2)] + [hi.gep(2 * i + 1) for i in range(W // 2)]))
 
 def _prefetch_next(s: LoweringState, buf: UOp, idx: sint) -> None:
   """In a dependent reduce's loop (which re-reads a row from cache) the memory is idle: ask for what

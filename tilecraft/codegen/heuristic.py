@@ -180,6 +180,8 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   cols = vw * (TILE_VECTORS if len(k.reduceops) == 1 else 1)
   def cols_fit(size: Any, c: int = cols) -> bool:  # a multiple of the tile's columns, or padded to one for at most 1/8 more work
     return isinstance(size, int) and size >= c and 8 * (round_up(size, c) - size) <= size
+  def strided(a: int) -> bool:  # an input moves along a by more than 1 (padding masks aside)
+    return any(st.real_strides(ignore_valid=True)[a] not in (0, 1) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs))
   def rows_axis(n: int) -> Optional[int]:  # the input broadcast along m must vary along n
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and _tile_rows(k, k.full_shape[a], vw) is not None and
                  not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
@@ -190,8 +192,12 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   # there the pack and the padded image's row masks cost more than the strided vector loads, 4x slower measured)
   red = prod(k.full_shape[k.first_reduce:k.first_upcast])
   masked = any(st.axis_is_masked(a) for st in k.sts for a in range(k.shape_len))
+  def gathered_rows(n: int) -> Optional[int]:  # strided rows (the vector of a transposed tile) that no tile fits: padded to 8 by <= 1/2
+    return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and out[a] == 1 and strided(a) and reused(a) and
+                 isinstance(s := k.full_shape[a], int) and 2 * (round_up(s, TILE_ROWS) - s) <= s and not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
   for n in range(k.first_reduce - 1, -1, -1) if isinstance(red, int) else ():
-    if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int) or (m := rows_axis(n)) is None: continue
+    if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int): continue
+    if (m := rows_axis(n)) is None and (m := gathered_rows(n)) is None: continue
     # (a short reduce only where the vectors run along the packed operand, the output's contiguous axis, and nothing is
     # masked: attention's q @ k^T (a reduce of 64), k packed per head and column tile, 3.3x faster than the dot-product
     # tile on AVX-512, 1.65x on AVX2, BERT's 12x128x128x64)
@@ -201,7 +207,15 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # stride-2 convs with 17- and 30-wide outputs, AVX2; so 8 rows, padded, never 6)
     trial = k.copy()
     if k.full_shape[n] % cols or not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
-                                                         rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True) or not trial.packed: continue
+                                                         rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True) or not trial.packed:
+      # no pack (its panel over CPU_PACK_MAX_BYTES: a 3x3 conv of 512 channels), but the rows are strided, gathers in any tile, and
+      # the columns' operand is broadcast (a scalar per column): the tile without the pack, one vector's worth of columns (2
+      # spill on AVX-512, 5x slower). ResNet-50's 3x3 s2 512->512 at 14^2 1.24x (AVX-512) and 1.5x (AVX2) faster than the
+      # padded-columns tile below, its 17-wide neighbours (3x3 s2 128 at 34^2) 5x faster than the general rules (AVX-512)
+      if not (out[m] == 1 and strided(m) and red >= 256 and k.full_shape[n] % vw == 0): continue
+      trial = k.copy()
+      if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
+                                "2 vectors' panel too big to pack)", rows=TILE_ROWS): continue
     # Each of the tile's columns is then one vector accumulator of the 8 rows, fed by a broadcast: 2 vectors' worth of
     # columns (32 on AVX-512) is 32 accumulators + the rows' vector + a broadcast, more than the 32 registers: gcc spills
     # 3 accumulators (a store-to-load chain each per step). Where the reduce is long (>= 1024: the 2-vector panel is
@@ -209,7 +223,7 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # only where the rows are contiguous loads: strided rows (a stride-2 1x1 conv) are gathers, which 16 columns share.
     # Measured, 1 thread, AVX-512: ResNet-50's 1x1 s2 1024->2048 at 14^2 1.9x faster, 1x1 2048->512 at 7^2 1.2x; AVX2:
     # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns, 3x3 convs even)
-    if out[m] == 1 and isinstance(red, int) and red >= 1024 and (vw >= 16 or unit(m)):
+    elif out[m] == 1 and red >= 1024 and (vw >= 16 or unit(m)):
       one = k.copy()
       if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; one vector's worth of "
                             "columns: 2 would spill accumulators)", rows=TILE_ROWS, batched_pack=True) and one.packed: trial = one
@@ -229,8 +243,6 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   # reduce of 27: no gain measured). With strided loads the one-vector tile needs the columns to fit one vector only: ResNet-50's stem
   # (112 columns, not a multiple of 2 x 16) took the general rules on AVX-512, 2.6x slower than this tile (1 thread)
   long_red = isinstance(red, int) and red >= 64
-  def strided(a: int) -> bool:  # an input moves along a by more than 1 (padding masks aside)
-    return any(st.real_strides(ignore_valid=True)[a] not in (0, 1) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs))
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and
             (cols_fit(k.full_shape[a]) or (long_red and strided(a) and cols_fit(k.full_shape[a], vw)))), None)
   if n is not None and (m := rows_axis(n)) is not None:

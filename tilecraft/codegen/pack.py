@@ -6,10 +6,10 @@ along which the buffer moves (its address or validity), or the outermost output 
 along none: a batched operand (attention's k, moving along the batch and column loops) is packed
 once per column tile of each batch, inside the batch loop. The output loops nested inside the scope
 (the inner loops) must not move the buffer (stride 0, unmasked), so every inner iteration reads the
-same tile, and there must be at least one of them (else nothing reuses the tile); every output loop
-outside the scope must move it (else each of its iterations would pack the same tile again). The array holds the
-buffer's values along the axes that do move them (the reduce axes inside the block and the
-unrolled and upcast axes), row-major with the vector axis innermost; masked elements are stored
+same tile, and there must be at least one of them (else nothing reuses the tile); every output
+loop outside the scope must move it (else each of its iterations would pack the same tile again).
+The array holds the buffer's values along the axes that do move them (the reduce axes inside the
+block and the unrolled and upcast axes), row-major with the vector axis innermost; masked elements are stored
 as 0, the value a masked load gives. For matmul's column operand this turns a block of rows
 4 KB apart (cache-set conflicts, a new page per row) into one L1-sized contiguous run.
 
@@ -65,8 +65,9 @@ def pack_refusal(b: MemBuffer, st: ShapeTracker, full_shape: tuple[sint, ...], f
   inner = pack_inner_axes(st, full_shape, first_reduce, reduce_block)
   if not inner:
     if reduce_block: return "PACK: no output loop runs inside the pack's scope, so nothing would reuse the packed tile"
-    return f"PACK: no output loop runs inside the pack's scope (buffer {b.idx} varies along output axis " \
-           f"{pack_scope_axis(st, full_shape, first_reduce)}, the innermost loop), so nothing would reuse the packed tile"
+    scope, rs = pack_scope_axis(st, full_shape, first_reduce), st.real_strides()
+    where = f" (buffer {b.idx} varies along output axis {scope}, the innermost loop)" if scope is not None and _moves(st, rs, scope) else ""
+    return f"PACK: no output loop runs inside the pack's scope{where}, so nothing would reuse the packed tile"
   rs = st.real_strides()
   for a in inner:
     if _moves(st, rs, a): return f"PACK: buffer {b.idx} varies along output axis {a}, whose loop runs inside the pack's scope"

@@ -222,8 +222,9 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # >= 128 KB, read from L2) the columns are one vector's worth (16 accumulators on AVX-512); with 16 registers (AVX2)
     # only where the rows are contiguous loads: strided rows (a stride-2 1x1 conv) are gathers, which 16 columns share.
     # Measured, 1 thread, AVX-512: ResNet-50's 1x1 s2 1024->2048 at 14^2 1.9x faster, 1x1 2048->512 at 7^2 1.2x; AVX2:
-    # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns, 3x3 convs even)
-    elif out[m] == 1 and red >= 1024 and (vw >= 16 or unit(m)):
+    # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns. Not with a kernel window:
+    # a 3x3 conv's unrolled row is 3 vectors of rows per step, which 32 columns share; 3x3 s2 128 at 56^2 0.85x with 16)
+    elif out[m] == 1 and red >= 1024 and k.first_upcast - k.first_reduce == 1 and (vw >= 16 or unit(m)):
       one = k.copy()
       if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; one vector's worth of "
                             "columns: 2 would spill accumulators)", rows=TILE_ROWS, batched_pack=True) and one.packed: trial = one

@@ -211,8 +211,9 @@ def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       # no pack (its panel over CPU_PACK_MAX_BYTES: a 3x3 conv of 512 channels), but the rows are strided, gathers in any tile, and
       # the columns' operand is broadcast (a scalar per column): the tile without the pack, one vector's worth of columns (2
       # spill on AVX-512, 5x slower). ResNet-50's 3x3 s2 512->512 at 14^2 1.24x (AVX-512) and 1.5x (AVX2) faster than the
-      # padded-columns tile below, its 17-wide neighbours (3x3 s2 128 at 34^2) 5x faster than the general rules (AVX-512)
-      if not (out[m] == 1 and strided(m) and red >= 256 and k.full_shape[n] % vw == 0): continue
+      # padded-columns tile below. Only where one vector holds a whole output row (7 wide): with 14-wide rows (3x3 s2 256 at
+      # 28^2) the padded-columns tile's 16-lane vectors along the row, the image packed, were 1.4x faster (AVX-512)
+      if not (out[m] == 1 and strided(m) and k.full_shape[m] <= TILE_ROWS and red >= 256 and k.full_shape[n] % vw == 0): continue
       trial = k.copy()
       if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
                                 "2 vectors' panel too big to pack)", rows=TILE_ROWS): continue

@@ -455,7 +455,7 @@ def test_strided_conv_tile_without_its_pack_and_with_odd_rows(arch, rng):
     t, k = _conv_kernel(x, w, 2, 1)
     assert opts(k) == [(U, 0, vw), (D, 2, 8), (U, 2, 8)] + ([(P, 2, 0)] if vw == 8 else []) + [(R, 2, 0)], opts(k)
     _check_conv(t, x, w, 2, 1)
-  x, w = rng.standard_normal((1, 128, 34, 34), dtype=np.float32), rng.standard_normal((32, 128, 3, 3), dtype=np.float32) * 0.05
+  x, w = rng.standard_normal((1, 128, 34, 34), dtype=np.float32), rng.standard_normal((64, 128, 3, 3), dtype=np.float32) * 0.05
   with Context(CPU_ARCH=arch):
     t, k = _conv_kernel(x, w, 2, 1)
     o = opts(k)

@@ -3,8 +3,7 @@ strides 1 and 2, groups), timed with the current CPU heuristics and, side by sid
 another version of `tilecraft/codegen/heuristic.py`: a heuristic tuned on one model's shapes must not make
 their neighbours slower.
 
-  git show REV:tilecraft/codegen/heuristic.py > /tmp/h_before.py
-  python bench/bench_conv_neighbours.py --before /tmp/h_before.py [--reps 9] [--threads 2] [-k conv3x3]
+  python bench/bench_conv_neighbours.py --before REV [--reps 9] [--threads 2] [-k conv3x3]   (REV: a git revision)
 
 Each shape is one kernel (the conv's or pool's reduce) on random data; both versions run interleaved on the
 same buffers, best of --reps each; ratio = before / now (above 1: now is faster); `diff` is the max
@@ -36,7 +35,7 @@ SHAPES = [
 
 def _args() -> argparse.Namespace:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--before", default=None, help="another heuristic.py to time side by side")
+  ap.add_argument("--before", default=None, help="another version of the heuristics to time side by side: a git revision, or a heuristic.py file")
   ap.add_argument("--reps", type=int, default=9)
   ap.add_argument("--threads", type=int, default=2)
   ap.add_argument("-k", dest="only", default=None, help="only shapes whose name contains this")

@@ -3,7 +3,7 @@ hand-coded opts of the current heuristics, and optionally those of another versi
 `tilecraft/codegen/heuristic.py` timed side by side in the same run (interleaved, best of --reps).
 
   python bench/profile_onnx_kernels.py --models squeezenet [--threads 2] [--reps 5] [--top 25]
-      [--before FILE.py]   # e.g. `git show HEAD~1:tilecraft/codegen/heuristic.py > /tmp/h_old.py`
+      [--before REV]   # a git revision (e.g. HEAD~1), or an older single heuristic.py file
 
 One call of the model is run with its schedule recorded; each distinct kernel (AST) is then compiled
 with each heuristic and timed on the very buffers the call used (each kernel's inputs hold the real
@@ -12,7 +12,7 @@ all kernels (the current heuristics' times), `ratio` is before / now (above 1: n
 Every kernel's output under the "before" opts is compared with the current one's (max relative diff).
 """
 from __future__ import annotations
-import argparse, importlib.util, os, sys, time
+import argparse, importlib.util, os, subprocess, sys, tempfile, time
 from typing import Any, Optional
 
 def _args() -> argparse.Namespace:
@@ -21,15 +21,33 @@ def _args() -> argparse.Namespace:
   ap.add_argument("--threads", type=int, default=2)
   ap.add_argument("--reps", type=int, default=5, help="timed calls per kernel per heuristic (best counts)")
   ap.add_argument("--top", type=int, default=25, help="rows printed per model")
-  ap.add_argument("--before", default=None, help="another heuristic.py to time side by side")
+  ap.add_argument("--before", default=None, help="another version of the heuristics to time side by side: a git revision, or a heuristic.py file")
   ap.add_argument("--only", default=None, help="only kernels whose name contains this")
   return ap.parse_args()
 
-def _load_module(path: str) -> Any:
-  spec = importlib.util.spec_from_file_location("heuristic_before", path)
-  assert spec is not None and spec.loader is not None
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
+def _load_module(spec: str) -> Any:
+  """The hand-coded heuristics of another version: a git revision (its codegen/heuristic.py and, where it
+  has one, codegen/heuristic_cpu.py, loaded as a pair outside the package), or one heuristic.py file of
+  a version before the CPU rules had their own file."""
+  d = tempfile.mkdtemp(prefix="heuristic_before_")
+  if os.path.exists(spec): path = spec
+  else:
+    def show(f: str) -> Optional[str]:
+      r = subprocess.run(["git", "show", f"{spec}:tilecraft/codegen/{f}"], capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+      return r.stdout if r.returncode == 0 else None
+    if (src := show("heuristic.py")) is None: raise SystemExit(f"--before {spec}: neither a file nor a git revision with tilecraft/codegen/heuristic.py")
+    if (cpu := show("heuristic_cpu.py")) is not None:
+      with open(os.path.join(d, "heuristic_cpu_before.py"), "w") as f: f.write(cpu)
+      src = src.replace("from tilecraft.codegen.heuristic_cpu import", "from heuristic_cpu_before import")
+    path = os.path.join(d, "heuristic_before.py")
+    with open(path, "w") as f: f.write(src)
+  sys.path.insert(0, d)
+  try:
+    mspec = importlib.util.spec_from_file_location("heuristic_before", path)
+    assert mspec is not None and mspec.loader is not None
+    mod = importlib.util.module_from_spec(mspec)
+    mspec.loader.exec_module(mod)
+  finally: sys.path.remove(d)
   return mod
 
 def record_schedule(model: Any, feed: dict) -> list:

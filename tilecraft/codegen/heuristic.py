@@ -7,16 +7,13 @@ reduces and workgroups; CPUs get vector-width upcasts and register tiles.
 from __future__ import annotations
 from typing import Any, Optional
 from tilecraft.codegen.kernel_shape import KernelShape
-from tilecraft.codegen.opt import KernelOptError, Opt, OptOps
+from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNROLL_MAX_VECTORS, cpu_matmul_tile, cpu_matvec, cpu_pad_vector_axis,
+                                          cpu_third_reuse_fits, cpu_vecmat)
+from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
-from tilecraft.helpers import TC, TC_OPT, getenv, prod, round_up
+from tilecraft.helpers import TC, TC_OPT, getenv, prod
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
 from tilecraft.shape.symbolic import Node
-
-def _try(k: KernelShape, opt: Opt, reason: str) -> bool:
-  try: k.apply_opt(opt, reason=reason)
-  except KernelOptError: return False
-  return True
 
 def required_optimizations(k: KernelShape) -> KernelShape:
   """Opts a kernel can't run without: image outputs are written a whole texel (4 channels) at a time,
@@ -28,7 +25,7 @@ def required_optimizations(k: KernelShape) -> KernelShape:
     if any(a in k.upcast_in_mid_reduce_axes or a >= k.first_upcast for a in unit): continue  # already whole texels per thread
     for axis in unit:
       if axis < k.first_reduce and isinstance(k.full_shape[axis], int) and k.full_shape[axis] % 4 == 0:
-        _try(k, Opt(OptOps.UPCAST, axis, 4), f"image output {i}: write 4 channels (one texel) at once (required)")
+        try_opt(k, Opt(OptOps.UPCAST, axis, 4), f"image output {i}: write 4 channels (one texel) at once (required)")
         break
   return k
 
@@ -41,10 +38,10 @@ def _image_mid_reduce(k: KernelShape) -> bool:
   unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce]
   if len(unit) != 1 or k.full_shape[unit[0]] % 4: return False
   for amt in (16, 4):
-    if _try(k, Opt(OptOps.GROUPTOP, 0, amt), f"image output, small output ({prod(k.full_shape[:k.first_reduce])}) with a long reduce: group the reduce by {amt}"):
+    if try_opt(k, Opt(OptOps.GROUPTOP, 0, amt), f"image output, small output ({prod(k.full_shape[:k.first_reduce])}) with a long reduce: group the reduce by {amt}"):
       break
   else: return False
-  if not _try(k, Opt(OptOps.UPCASTMID, unit[0], 4), "image output: its 4 channels are threads through the grouped reduce, one texel write after it"):
+  if not try_opt(k, Opt(OptOps.UPCASTMID, unit[0], 4), "image output: its 4 channels are threads through the grouped reduce, one texel write after it"):
     return False
   return True
 
@@ -56,27 +53,13 @@ def _image_inputs(k: KernelShape) -> None:
     unit = [a for a in k.sts[i].unit_stride_axes() if isinstance(k.full_shape[a], int) and k.full_shape[a] % 4 == 0]
     if not unit or any(a >= k.first_upcast or a in k.upcast_in_mid_reduce_axes for a in unit): continue
     a = unit[0]
-    if a < k.first_reduce: _try(k, Opt(OptOps.UPCAST, a, 4), f"image input {b.idx}: read a whole texel (4 channels along axis {a}) at once")
+    if a < k.first_reduce: try_opt(k, Opt(OptOps.UPCAST, a, 4), f"image input {b.idx}: read a whole texel (4 channels along axis {a}) at once")
     elif a >= k.first_reduce + k.group_for_reduces:
-      _try(k, Opt(OptOps.UNROLL, a - k.first_reduce, 4), f"image input {b.idx}: read a whole texel (4 channels along reduce axis {a}) at once")
+      try_opt(k, Opt(OptOps.UNROLL, a - k.first_reduce, 4), f"image input {b.idx}: read a whole texel (4 channels along reduce axis {a}) at once")
 
 def _vector_width(k: KernelShape) -> int:
   """Float lanes of the target's vectors: 16 with AVX-512, 8 with AVX2, else 4."""
   return k.opts.vector_width
-
-def _is_matvec(k: KernelShape) -> Optional[tuple[int, int]]:
-  """A SUM of MUL(LOAD, LOAD) where one operand doesn't vary along the output axis 0 (the operands may be
-  CAST(LOAD): half/bfloat16 widened to the float32 accumulator)."""
-  if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.first_reduce != 1: return None
-  src = k.reduceops[0].src[0]
-  if src.op is UnaryOps.CAST: src = src.src[0]
-  if src.op is not BinaryOps.MUL: return None
-  ops = [s.src[0] if s.op is UnaryOps.CAST else s for s in src.src]
-  if any(s.op is not BufferOps.LOAD for s in ops): return None
-  idx = [k.bufs.index(s.arg) for s in ops]
-  strides = [k.sts[i].real_strides() for i in idx]
-  if any(st[0] == 0 and st[k.first_reduce] == 1 for st in strides) and any(st[0] != 0 for st in strides): return tuple(idx)  # type: ignore
-  return None
 
 def _output_vectorized(k: KernelShape) -> bool:
   """The output already has an upcast unit-stride axis of a multiple of 4 (an image's texel)."""
@@ -127,354 +110,23 @@ def _tensor_cores(k: KernelShape) -> bool:
         if (ax := outer[name]) is None: continue
         size = k.full_shape[ax]
         amt = next((a for a in (5, 4, 3, 2) if isinstance(size, int) and size % a == 0), None)
-        if amt is None or not _try(k, Opt(OptOps.UPCAST, ax, amt), f"tensor cores: {amt} instructions per warp along {name} (global axis {ax}: fragment reuse)"):
+        if amt is None or not try_opt(k, Opt(OptOps.UPCAST, ax, amt), f"tensor cores: {amt} instructions per warp along {name} (global axis {ax}: fragment reuse)"):
           continue
         if amt == size:  # the axis is gone: the global axes after it move down
           outer = {d: None if a == ax else (a - 1 if a is not None and a > ax else a) for d, a in outer.items()}
       if (n_ax := outer["N"]) is not None:
         for amt in (4, 2):
           if isinstance(k.full_shape[n_ax], int) and k.full_shape[n_ax] % amt == 0:
-            _try(k, Opt(OptOps.LOCAL, n_ax, amt), f"tensor cores: {amt} warps per workgroup along N (global axis {n_ax})")
+            try_opt(k, Opt(OptOps.LOCAL, n_ax, amt), f"tensor cores: {amt} warps per workgroup along N (global axis {n_ax})")
             break
       return True
   return False
-
-# ---- CPU register tiles and cache blocking --------------------------------------------------------
-# The tile the BEAM search finds for matmul on AVX-512: 8 output rows x 2 vectors of output columns,
-# 16 vector accumulators (half the zmm registers). Each step of the reduce loads 2 vectors of B and
-# broadcasts 8 scalars of A. AVX2 has 16 ymm registers and no broadcast memory operand, so 8 x 2
-# accumulators + 2 B vectors + a broadcast don't fit (gcc spills 3 accumulators to the stack, whose
-# store-to-load chains then bound the loop): there the tile has 6 rows (12 accumulators, 15
-# registers, as in BLAS kernels for AVX2), the row axis padded (PADTO) to a multiple of 6 when the
-# padding is small. Matmul 1024 on one thread: 0.73x -> 0.91x of OpenBLAS. Long reduces run in
-# blocks (BLOCK) of CPU_REDUCE_BLOCK, with the output loops swapped so the block of B (block x 2
-# vectors, L1-sized) is reused by every row tile before moving on: this avoids re-reading B from L3
-# for every row tile, and the cache-set conflicts of a power-of-two row pitch.
-TILE_ROWS, TILE_VECTORS = 8, 2
-TILE_ROWS_16_REGS = 6  # 16 vector registers (AVX2, AVX): 6 x 2 accumulators
-COLUMN_BLOCK = 8  # rows per block of a column-style reduce (column sums), see hand_coded_optimizations
-
-def _input_strides(k: KernelShape) -> list[tuple]:
-  return [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
-
-def _cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
-  """CPU kernels with one SUM reduce of a product in which an output axis `n` (the vector axis) and
-  another output axis `m` (the rows) are each broadcast by some input (matmul, batched matmul, 1x1
-  and strided convs): the rows x (2 vectors) register tile, then reduce blocking. True when the tile applied.
-  `n` is the output's contiguous axis where the inputs moving along it move contiguously too (vector
-  loads); where they don't, `n` is an axis whose operand PACK lays out contiguously (a strided conv's output
-  channels: its pixels are stride 2 in the image; attention's score columns, k packed per head), and the
-  tile is taken only if that pack applies (else its loads would be gathers)."""
-  if not k.reduceops or any(r.op is not ReduceOps.SUM for r in k.reduceops) or k.upcasted or k.first_reduce < 2: return False
-  for r in k.reduceops:  # (several: matmuls sharing an operand fused into one kernel, SwiGLU's x @ w1 and x @ w3)
-    src = r.src[0]
-    if src.op is UnaryOps.CAST: src = src.src[0]
-    if src.op is not BinaryOps.MUL: return False
-  if len(k.reduceops) > 1 and k.dependent_reduce(): return False
-  ins, out = _input_strides(k), k.sts[0].real_strides()
-  def reused(a: int) -> bool: return any(rs[a] == 0 for rs in ins) and any(rs[a] != 0 for rs in ins)
-  def unit(a: int) -> bool: return all(rs[a] == 1 for rs in ins if rs[a] != 0)
-  # several fused reduces (SwiGLU's x @ w1 and x @ w3) each keep their own accumulators and column vectors: one vector
-  # of columns per reduce (rows: _tile_rows), else the accumulators spill (4 rows x 2 vectors x 2 reduces and their 4
-  # column vectors on AVX2's 16 registers: SwiGLU's 32x1024x2816 1.4x faster as 4 x 1, 1 thread; 1.2x on AVX-512 as 8 x 1)
-  cols = vw * (TILE_VECTORS if len(k.reduceops) == 1 else 1)
-  def cols_fit(size: Any, c: int = cols) -> bool:  # a multiple of the tile's columns, or padded to one for at most 1/8 more work
-    return isinstance(size, int) and size >= c and 8 * (round_up(size, c) - size) <= size
-  def strided(a: int) -> bool:  # an input moves along a by more than 1 (padding masks aside)
-    return any(st.real_strides(ignore_valid=True)[a] not in (0, 1) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs))
-  def rows_axis(n: int) -> Optional[int]:  # the input broadcast along m must vary along n
-    return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and _tile_rows(k, k.full_shape[a], vw) is not None and
-                 not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
-  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and unit(a) and reused(a) and cols_fit(k.full_shape[a])), None)
-  if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, cols)
-
-  # the packed tile, tried on a copy and kept only with its pack; not for short reduces (a 7x7 stem's 147:
-  # there the pack and the padded image's row masks cost more than the strided vector loads, 4x slower measured)
-  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
-  masked = any(st.axis_is_masked(a) for st in k.sts for a in range(k.shape_len))
-  def gathered_rows(n: int) -> Optional[int]:  # strided rows (the vector of a transposed tile) that no tile fits: padded to 8 by <= 1/2
-    return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and out[a] == 1 and strided(a) and reused(a) and
-                 isinstance(s := k.full_shape[a], int) and 2 * (round_up(s, TILE_ROWS) - s) <= s and not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
-  for n in range(k.first_reduce - 1, -1, -1) if isinstance(red, int) else ():
-    if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int): continue
-    if (m := rows_axis(n)) is None and (m := gathered_rows(n)) is None: continue
-    # (a short reduce only where the vectors run along the packed operand, the output's contiguous axis, and nothing is
-    # masked: attention's q @ k^T (a reduce of 64), k packed per head and column tile, 3.3x faster than the dot-product
-    # tile on AVX-512, 1.65x on AVX2, BERT's 12x128x128x64)
-    if red < 256 and (out[n] != 1 or masked): continue
-    # (the rows here are the output's contiguous axis, along which the lowering makes the accumulators vectors: 8 rows are
-    # one float8 per output channel, 6 have no vector type and rendered scalar accumulators, 3-5x slower measured on 3x3
-    # stride-2 convs with 17- and 30-wide outputs, AVX2; so 8 rows, padded, never 6)
-    trial = k.copy()
-    if k.full_shape[n] % cols or not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
-                                                         rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True) or not trial.packed:
-      # no pack (its panel over CPU_PACK_MAX_BYTES: a 3x3 conv of 512 channels), but the rows are strided, gathers in any tile, and
-      # the columns' operand is broadcast (a scalar per column): the tile without the pack, one vector's worth of columns (2
-      # spill on AVX-512, 5x slower). ResNet-50's 3x3 s2 512->512 at 14^2 1.24x (AVX-512) and 1.5x (AVX2) faster than the
-      # padded-columns tile below. Only where one vector holds a whole output row (7 wide): with 14-wide rows (3x3 s2 256 at
-      # 28^2) the padded-columns tile's 16-lane vectors along the row, the image packed, were 1.4x faster (AVX-512)
-      if not (out[m] == 1 and strided(m) and k.full_shape[m] <= TILE_ROWS and red >= 256 and k.full_shape[n] % vw == 0): continue
-      trial = k.copy()
-      if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
-                                "2 vectors' panel too big to pack)", rows=TILE_ROWS): continue
-    # Each of the tile's columns is then one vector accumulator of the 8 rows, fed by a broadcast: 2 vectors' worth of
-    # columns (32 on AVX-512) is 32 accumulators + the rows' vector + a broadcast, more than the 32 registers: gcc spills
-    # 3 accumulators (a store-to-load chain each per step). Where the reduce is long (>= 1024: the 2-vector panel is
-    # >= 128 KB, read from L2) the columns are one vector's worth (16 accumulators on AVX-512); with 16 registers (AVX2)
-    # only where the rows are contiguous loads: strided rows (a stride-2 1x1 conv) are gathers, which 16 columns share.
-    # Measured, 1 thread, AVX-512: ResNet-50's 1x1 s2 1024->2048 at 14^2 1.9x faster, 1x1 2048->512 at 7^2 1.2x; AVX2:
-    # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns. Not with a kernel window:
-    # a 3x3 conv's unrolled row is 3 vectors of rows per step, which 32 columns share; 3x3 s2 128 at 56^2 0.85x with 16)
-    elif out[m] == 1 and red >= 1024 and k.first_upcast - k.first_reduce == 1 and (vw >= 16 or unit(m)):
-      one = k.copy()
-      if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; one vector's worth of "
-                            "columns: 2 would spill accumulators)", rows=TILE_ROWS, batched_pack=True) and one.packed: trial = one
-    for o, why in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=why)
-    return True
-  # a batched A @ B^T (q @ k^T) the packed tile above didn't take (B's panel refused, e.g. masked, or a row or column
-  # count no tile fits): both operands contiguous along the reduce, B strided along the output's columns: dot
-  # products, with vector accumulators along the reduce and a 4 x 2 tile of them (0.9 ms -> 0.6 ms on BERT's
-  # 12x128x128x64 against the general rules, AVX2)
-  red_ax = k.first_upcast - 1
-  if k.first_upcast - k.first_reduce == 1 and isinstance(k.full_shape[red_ax], int) and k.full_shape[red_ax] % vw == 0 and \
-      all(rs[red_ax] == 1 for rs in ins if rs[red_ax] != 0) and (dot := _cpu_dot_tile(k, vw, red_ax, reused, unit)): return dot
-  # else the output's contiguous axis even with strided loads (the 7x7 stem: 1.9x faster than the general rules). A strided
-  # vector load is vw scalar loads, so where the reduce is long enough to repay it (at least 64: a 7x7 stem's 147) the
-  # tile takes one vector and twice the rows (12 on AVX2, 16 with 32 registers, padded by at most 1/8): half the loads
-  # per FMA; ResNet-50's 7x7 stem 1.4x faster than 6 rows x 2 vectors (AVX2). (A 3x3 stride-2 conv of 3 channels, a
-  # reduce of 27: no gain measured). With strided loads the one-vector tile needs the columns to fit one vector only: ResNet-50's stem
-  # (112 columns, not a multiple of 2 x 16) took the general rules on AVX-512, 2.6x slower than this tile (1 thread)
-  long_red = isinstance(red, int) and red >= 64
-  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and
-            (cols_fit(k.full_shape[a]) or (long_red and strided(a) and cols_fit(k.full_shape[a], vw)))), None)
-  if n is not None and (m := rows_axis(n)) is not None:
-    rows, size = 2 * (TILE_ROWS_16_REGS if vw == 8 else TILE_ROWS), k.full_shape[m]  # (16 on AVX2 would spill)
-    if long_red and 8 * ((-size) % rows) <= size:
-      return _apply_matmul_tile(k, n, m, vw, vw, why=" (strided loads: one vector, twice the rows)", rows=rows)
-    if cols_fit(k.full_shape[n]): return _apply_matmul_tile(k, n, m, vw, cols, why=" (strided loads)")
-  # columns that aren't a multiple of half a vector (a padded conv's 55-, 27-, 13- or 7-wide rows), padded to the lanes
-  # _odd_lanes picks: the tile's 2 vectors where that pads at most 1/4 (55 -> 64, 27 -> 32, 13 -> 16); else one vector
-  # (7 -> 8) and, where another output axis the same operands move along is short (a 7x7 image's rows), that axis
-  # whole with 2 rows, so each broadcast of the rows' operand (a weight) serves the whole image. Without this the
-  # general rules upcast output channels into scalar tiles: SqueezeNet's 3x3 convs at 27^2 and 13^2 6-12x faster,
-  # ResNet-50's 3x3 512->512 at 7^2 10x faster, measured (AVX2). 2 vectors beat one at 55^2, 27^2 and 13^2 by 10-25%;
-  # at 7^2 the whole rows beat 6 rows x 1 vector by 1.3-1.5x (the 9.4 MB of weights are read once, not 7 times)
-  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and _odd_lanes(k.full_shape[a], vw)), None)
-  if n is not None and (m := rows_axis(n)) is not None:
-    size, lanes = k.full_shape[n], _odd_lanes(k.full_shape[n], vw)
-    if 4 * (round_up(size, 2 * lanes) - size) <= size: return _apply_matmul_tile(k, n, m, lanes, 2 * lanes, why=" (padded columns)")
-    small = next((a for a in range(k.first_reduce - 1, -1, -1) if a not in (n, m) and out[a] != 0 and isinstance(k.full_shape[a], int) and
-                  2 <= k.full_shape[a] <= 7 and all((rs[a] == 0) == (rs[n] == 0) for rs in ins)), None)
-    return _apply_matmul_tile(k, n, m, lanes, lanes, why=" (one vector of columns)", small=small)
-  return False
-
-def _odd_lanes(size: Any, vw: int) -> Optional[int]:
-  """Vector lanes for an output axis of `size` that is not a multiple of half the vector width (where it is, the
-  general rules run half-width vectors unpadded): the width, or half of it on AVX-512 where that pads less
-  (55 -> 56, not 64), if padding to it adds at most 1/4 of the work (27 -> 32, 13 -> 16, 7 -> 8; not 11 -> 16).
-  None otherwise."""
-  if not isinstance(size, int) or size % (vw // 2) == 0: return None
-  lanes = vw // 2 if vw >= 16 and round_up(size, vw // 2) < round_up(size, vw) else vw
-  return lanes if 4 * (round_up(size, lanes) - size) <= size else None
-
-def _cpu_dot_tile(k: KernelShape, vw: int, red_ax: int, reused: Any, unit: Any) -> bool:
-  """The dot-product tile (see _cpu_matmul_tile): the reduce unrolled by the vector width, 4 rows x 2
-  columns of vector accumulators. Only where the columns' operand is strided along them."""
-  n = k.first_reduce - 1
-  m = next((a for a in range(n - 1, -1, -1) if reused(a)), None)
-  if not reused(n) or unit(n) or m is None or not all(isinstance(k.full_shape[a], int) for a in (m, n)): return False
-  if k.full_shape[m] % 4 or k.full_shape[n] % 2: return False
-  if not _try(k, Opt(OptOps.UNROLL, red_ax - k.first_reduce, vw), f"dot-product tile: {vw}-lane vector accumulators along the contiguous reduce "
-                                                                     f"(axis {n}'s operand is strided along the output)"): return False
-  _try(k, Opt(OptOps.UPCAST, m, 4), f"dot-product tile: 4 rows (axis {m}) share each load of the other operand")
-  _try(k, Opt(OptOps.UPCAST, n, 2), f"dot-product tile: 2 columns (axis {n}) share each load of the rows ({4 * 2} vector accumulators)")
-  return True
-
-def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None, rows: Optional[int] = None,
-                       batched_pack: bool = False) -> bool:
-  """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking. With
-  one vector of columns (cols == vw), a `small` output axis (at most 7, one the operands move along as they do
-  along n) is upcast whole in place of the second vector, with 2 rows. `rows` overrides _tile_rows; `batched_pack`: see
-  _cpu_pack_columns."""
-  if rows is None: rows = _tile_rows(k, k.full_shape[m], vw) if small is None else 2
-  assert rows is not None
-  if k.full_shape[n] % cols and not _try(k, Opt(OptOps.PADTO, n, cols), f"matmul register tile: pad the {k.full_shape[n]} columns (axis {n}) to a "
-                                          f"multiple of the tile's {cols} (masked lanes): full vectors, no scalar remainder"): return False
-  gone = k.full_shape[n] == vw  # (an upcast that takes an axis whole removes it: the later axes move down)
-  if not _try(k, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why): return False
-  if gone: m, small = (a - 1 if a is not None and a > n else a for a in (m, small))
-  if cols == vw and small is not None:
-    if not _try(k, Opt(OptOps.UPCAST, small, 0), f"matmul register tile: all {k.full_shape[small]} steps of the short axis {small} (the image's "
-                                                 f"rows) in place of a second vector: each broadcast of the other operand serves all of them"):
-      rows = _tile_rows(k, k.full_shape[m], vw) or 2
-    elif m > small: m -= 1
-  if k.full_shape[m] % rows and not _try(k, Opt(OptOps.PADTO, m, rows), f"matmul register tile: pad the {k.full_shape[m]} rows (axis {m}) to a multiple of {rows}"):
-    rows = TILE_ROWS if k.full_shape[m] % TILE_ROWS == 0 else 0
-  if rows: _try(k, Opt(OptOps.UPCAST, m, rows), f"matmul register tile: {rows} output rows (axis {m}) share each vector load")
-  if cols != vw:
-    _try(k, Opt(OptOps.UPCAST, n, TILE_VECTORS), f"matmul register tile: {TILE_VECTORS} vectors of columns share each broadcast ({rows}x{TILE_VECTORS} accumulators)")
-  _cpu_block_reduce(k, batched_pack)
-  last = k.first_upcast - 1  # a conv's kernel-width axis: unrolled, so the tile's loop body is the whole kernel row
-  if k.first_upcast - k.first_reduce >= 2 and isinstance(k.full_shape[last], int) and k.full_shape[last] <= 7:
-    _try(k, Opt(OptOps.UNROLL, last - k.first_reduce, 0), f"matmul register tile: the short innermost reduce axis ({k.full_shape[last]}) unrolled fully")
-  return True
-
-def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
-  """Output rows of the matmul register tile for a row axis of `size`: 8, or 6 with 16 vector
-  registers (8-lane vectors on x86: AVX2/AVX) where 6 divides the axis or padding it to a multiple
-  of 6 adds at most 1/32 of the work; else 8 where 8 divides it (4 with 16 registers: 8 x 2 accumulators spill,
-  SwiGLU's 32x2816x1024 1.3x and a 16x4096x1024 matmul 1.2x faster as 4 x 2, AVX2, 1 thread); else 6 (AVX2) where padding adds at most
-  1/16; else 8 where padding to a multiple of 8 adds at most 1/7 (a strided 1x1 conv's 7-pixel rows: 7 rows
-  unpadded measured 3x slower than 8 padded, AVX2); None
-  when no tile fits. A kernel of several fused reduces (each its own accumulators) takes 16 // reduces rows with 32
-  registers, 8 // reduces with 16 (one vector of columns each)."""
-  if not isinstance(size, int): return None
-  if len(k.reduceops) > 1:  # (one vector of columns each: 16 accumulators in all with 32 registers, 8 with 16)
-    rows = (16 if vw >= 16 else 8) // len(k.reduceops)
-    return rows if rows >= 2 and size % rows == 0 else None
-  if vw == 8 and (size % TILE_ROWS_16_REGS == 0 or (-size) % TILE_ROWS_16_REGS * 32 <= size):
-    return TILE_ROWS_16_REGS
-  if size % TILE_ROWS == 0: return TILE_ROWS if vw != 8 else TILE_ROWS // 2
-  # (AVX2, where 8 doesn't divide either: 6 rows padded by at most 1/16, as ShuffleNet's grouped 1x1 convs of 34 and
-  # 68 output channels per group need: 8 rows padded 34 -> 40 is over the 1/7 bound, 68 -> 72 spills 16 accumulators)
-  if vw == 8 and (-size) % TILE_ROWS_16_REGS * 16 <= size: return TILE_ROWS_16_REGS
-  return TILE_ROWS if 7 * ((-size) % TILE_ROWS) <= size else None
-
-def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False) -> None:
-  """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop
-  and the column operand's panel (the whole reduce x one tile of columns) is packed into a
-  contiguous stack array (PACK), read from L1/L2 by every row tile. Where the panel is too big for
-  a pack, the reduce runs in blocks (BLOCK) and each block's panel is packed (or, if that fails,
-  just stays in cache while every row tile uses it)."""
-  if _cpu_pack_columns(k, "the whole reduce", batched_pack): return
-  block = getenv("CPU_REDUCE_BLOCK", 256)
-  red = [a for a in range(k.first_reduce, k.first_upcast)]
-  if len(red) != 1 or not isinstance(k.full_shape[red[0]], int) or k.full_shape[red[0]] <= block or k.full_shape[red[0]] % block: return
-  if k.global_dims < 2: return
-  if not _try(k, Opt(OptOps.BLOCK, 0, block), f"long reduce ({k.full_shape[red[0]]}): run it in blocks of {block}, each reused by all row tiles from cache"): return
-  if _cpu_pack_columns(k, f"a block of {block}"): return
-  cols = _column_tile_axis(k)
-  if cols is not None and cols > 0 and k.full_shape[cols] >= 8:
-    _try(k, Opt(OptOps.SWAP, 0, cols), f"column tiles (axis {cols}) outermost: a block of the column operand is reused by every row tile")
-
-def _column_tile_axis(k: KernelShape) -> Optional[int]:
-  """A global axis along which the row operand (broadcast along the vector axis) is broadcast too."""
-  ins, vec = _input_strides(k), k.first_upcast
-  rows_op = [rs for rs in ins if rs[vec] == 0]
-  return next((a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)), None)
-
-def _cpu_pack_columns(k: KernelShape, what: str, batched_pack: bool = False) -> bool:
-  """Column tiles outermost, then PACK the input that doesn't vary along the row tiles, if the rules
-  (codegen/pack.py: the pack's size, nothing varying inside its scope) allow; tried on a copy so a
-  refusal leaves the kernel as it was. With `batched_pack` (the packed tile, whose column operand is strided along the
-  vectors), where the operand also moves along an outer loop (a batch) the column tiles go just inside that loop."""
-  cols = _column_tile_axis(k)
-  if cols is None or k.global_dims < 2: return False
-  # the column tiles outermost; with batched_pack, where the column operand also moves along an outer loop (a batch:
-  # attention's k per head) that loop stays outside, the column tiles just inside it (the pack's scope is then the
-  # column loop inside each batch iteration, codegen/pack.py). (Not for operands already contiguous along the vectors:
-  # packing v in attention's probs @ v per head, 16 row tiles per pack, measured 0.9x; a 32x64x64x64 batched matmul
-  # 0.65x on AVX2)
-  for pos in range(cols + 1 if batched_pack else 1):
-    trial, opts = k.copy(), []
-    if pos < cols:
-      where = "outermost" if pos == 0 else f"at loop {pos}, inside the loops the column operand moves along"
-      opts.append((Opt(OptOps.SWAP, pos, cols), f"column tiles (axis {cols}) {where}: one panel of the column operand serves every row tile"))
-      if not _try(trial, *opts[-1]): continue
-    for b, st in zip(trial.bufs, trial.sts):  # every column operand (fused matmuls sharing the row operand have one each); not a bias
-      if not isinstance(b, MemBuffer) or b.idx < len(k.outbufs) or all(st.real_strides()[a] == 0 for a in range(trial.first_reduce, trial.first_upcast)): continue
-      if _try(trial, Opt(OptOps.PACK, b.idx, 0), "probe"):
-        opts.append((Opt(OptOps.PACK, b.idx, 0), f"pack buffer {b.idx}'s panel ({what} x the tile's columns) contiguously: "
-                                                   "no cache-set conflicts or page walks from its row pitch"))
-    if any(o.op is OptOps.PACK for o, _ in opts): return all(_try(k, o, why) for o, why in opts)
-  return False
-
-def _cpu_third_reuse_fits(k: KernelShape, vw: int) -> bool:
-  """A third reuse upcast (by 4, else 2) on CPUs, e.g. four output rows of a conv sharing each
-  weight broadcast and the shifted image rows: at most 8 vector accumulators so far (TILE_MAX_VECTORS
-  bounds what comes after). Measured on conv 3x3 64->64 56^2: 4 rows beat 2 by
-  5-15% on AVX2 and AVX-512, even where the 32 accumulators spill some."""
-  upcast = prod(s for s, o in zip(k.full_shape[k.first_upcast:], k.output_shape[k.first_upcast:]) if s == o)
-  return isinstance(upcast, int) and upcast <= 8 * vw and k.first_upcast - k.first_reduce >= 1
-
-# CPU register tiles are bounded in vectors of the target's width: 32 accumulators (256 lanes on
-# AVX2, 512 on AVX-512), and 128 vector operations per step of an unrolled short reduce
-TILE_MAX_VECTORS, UNROLL_MAX_VECTORS = 32, 128
-
-WINDOW_MAX = 49  # the longest reduce _cpu_pad_vector_axis takes for a window (a 7x7 pool)
-
-def _cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
-  """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it;
-  returns the axis when it made it a window reduce's vector row (the register-tile rules leave that axis alone).
-  - A multiple of half the vector width but not of the width (a conv's 56-wide rows on AVX-512) would run
-    half-width vectors: padded to the width where that adds at most 1/7 more work. The padded lanes' loads
-    are masked (one masked vector load per row), their stores skipped; conv 3x3 64->64 56^2 on AVX-512:
-    30% less time.
-  - Not a multiple of half the width, in a window reduce (pooling, depthwise conv: a reduce of at most
-    WINDOW_MAX): nothing divides it, so without padding it stays scalar. Padded to the lanes _odd_lanes picks
-    (at most 1/4 more work) and made one vector of them here (the reuse rules below need an input broadcast
-    along it, which pooling has not). ShuffleNet's depthwise 3x3 at 14^2 and SqueezeNet's 3x3 max-pools
-    (55^2, 27^2, 13^2): 4-10x faster measured (AVX2). The row is then the tile on that axis: a short
-    argmax (an index input broadcast along it) got 3 more reuse upcasts there, 512 scalar int
-    accumulators and a 50 s gcc compile."""
-  if not k.reduceops or k.upcasted: return None
-  out = k.sts[0].real_strides()
-  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
-  for a in range(k.first_reduce):
-    size = k.full_shape[a]
-    if out[a] != 1 or not isinstance(size, int) or size % vw == 0: continue
-    if size % (vw // 2) == 0:
-      if vw < 16 or not any(rs[a] == 0 for rs in _input_strides(k)) or 7 * round_up(size, vw) > 8 * size: return None
-      _try(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
-    elif isinstance(red, int) and red <= WINDOW_MAX and (lanes := _odd_lanes(size, vw)) is not None:
-      if _try(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)") and \
-          _try(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector"):
-        if 2 <= (rest := round_up(size, lanes) // lanes) <= 4:
-          _try(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
-                                            "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
-        return a
-    return None
-  return None
-
-def _cpu_matvec(k: KernelShape, vw: int) -> bool:
-  """CPU matrix-vector: each row's dot product runs on vector accumulators along the contiguous
-  reduce, and 8 rows share each load of the vector: one pass over the matrix, 8 independent
-  accumulator chains (enough to hide the FMA latency) and 8 streams for the prefetcher."""
-  if (mv := _is_matvec(k)) is None or k.upcasted: return False
-  red = k.full_shape[k.first_reduce]
-  if k.first_upcast - k.first_reduce != 1 or not isinstance(red, int) or red % vw or k.full_shape[0] % TILE_ROWS: return False
-  if not any(k.sts[i].real_strides()[k.first_reduce] == 1 and k.sts[i].real_strides()[0] != 0 for i in mv): return False  # rows must be contiguous
-  if not _try(k, Opt(OptOps.UNROLL, 0, vw), f"matvec: {vw}-lane vector accumulators along each contiguous row"): return False
-  _try(k, Opt(OptOps.UPCAST, 0, TILE_ROWS), f"matvec: {TILE_ROWS} rows share each load of the vector ({TILE_ROWS} independent accumulators)")
-  return True
-
-VECMAT_VECTORS = 8  # vector accumulators of a vector-matrix product's column tile
-
-def _cpu_vecmat(k: KernelShape, vw: int) -> bool:
-  """CPU vector-matrix (x @ W with one row of x: a classifier head at batch 1): the output axis is
-  contiguous in W and x is broadcast along it. Each thread takes VECMAT_VECTORS vectors of columns
-  (4 cache lines of each W row on AVX2) and walks all of W's rows: 8 independent accumulators, whole
-  cache lines, one pass over W. The columns are padded (masked lanes) to the tile where that adds at
-  most 1/8. fc 2048->1000 on AVX2: 2.5-3x faster than the general rules' one-vector tiles."""
-  if len(k.reduceops) != 1 or k.reduceops[0].op is not ReduceOps.SUM or k.upcasted or k.first_reduce != 1: return False
-  if k.first_upcast - k.first_reduce != 1: return False
-  src = k.reduceops[0].src[0]
-  if src.op is UnaryOps.CAST: src = src.src[0]
-  if src.op is not BinaryOps.MUL or any(s.op is not BufferOps.LOAD for s in src.src): return False
-  ins, size, cols = _input_strides(k), k.full_shape[0], VECMAT_VECTORS * vw
-  if k.sts[0].real_strides()[0] != 1 or not isinstance(size, int) or size < cols or 8 * (round_up(size, cols) - size) > size: return False
-  if not (any(rs[0] == 0 and rs[1] != 0 for rs in ins) and any(rs[0] == 1 and rs[1] not in (0, 1) for rs in ins)): return False
-  if size % cols and not _try(k, Opt(OptOps.PADTO, 0, cols), f"vector-matrix: pad the {size} columns to a multiple of {cols} (masked lanes)"): return False
-  if not _try(k, Opt(OptOps.UPCAST, 0, vw), f"vector-matrix: {vw} columns (contiguous in the matrix) are one vector"): return False
-  _try(k, Opt(OptOps.UPCAST, 0, VECMAT_VECTORS), f"vector-matrix: {VECMAT_VECTORS} vectors of columns per thread share each broadcast of x "
-                                                 f"({VECMAT_VECTORS} independent accumulators, whole cache lines of each matrix row)")
-  return True
 
 def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # NOLOCALS=1 on a target with workgroups: no local axes, so no grouped reduces or tensor cores (their
   # threads are local ids) either; the rules below lay the kernel out over global ids only
   if getenv("NOLOCALS", 0) and k.opts.has_local and not k.dont_use_locals and k.local_dims == 0 and k.group_for_reduces == 0:
-    _try(k, Opt(OptOps.NOLOCALS), "NOLOCALS=1: no local (workgroup) axes")
+    try_opt(k, Opt(OptOps.NOLOCALS), "NOLOCALS=1: no local (workgroup) axes")
   image_grouped = _image_mid_reduce(k)
   required_optimizations(k)
   if image_grouped:
@@ -489,9 +141,9 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # matrix-vector on GPUs (batched too): split each row's dot product across threads, several rows per group
   if gpu and not k.dont_use_locals and not sym and (mv := _gpu_matvec(k)) is not None:
     threads, block, rows = mv
-    _try(k, Opt(OptOps.GROUP, 0, threads), "matvec: split each row's reduce across threads")
-    _try(k, Opt(OptOps.LOCAL, mv_axis := _gpu_matvec_axis(k, block * rows), block), f"matvec: {block} rows (global axis {mv_axis}) per workgroup")
-    _try(k, Opt(OptOps.UPCAST, mv_axis, rows), f"matvec: {rows} rows per thread")
+    try_opt(k, Opt(OptOps.GROUP, 0, threads), "matvec: split each row's reduce across threads")
+    try_opt(k, Opt(OptOps.LOCAL, mv_axis := _gpu_matvec_axis(k, block * rows), block), f"matvec: {block} rows (global axis {mv_axis}) per workgroup")
+    try_opt(k, Opt(OptOps.UPCAST, mv_axis, rows), f"matvec: {rows} rows per thread")
     return k
 
   # small output, big reduce on GPUs: group the reduce so many threads share it. As the reference: at
@@ -500,7 +152,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   if gpu and not k.dont_use_locals and k.reduceops and not sym and not k.const_sum_reduce() and k.first_reduce < k.first_upcast and \
       (out_size := prod(k.full_shape[:k.first_reduce])) <= 2048 and len(k.reduceops) == 1 and k.first_reduce <= 2 and not _output_vectorized(k):
     for amt in ((256, 16) if out_size <= 32 else (16,)):
-      if _try(k, Opt(OptOps.GROUPTOP, 0, amt), f"small output ({out_size}) with a long reduce: group the reduce by {amt}"):
+      if try_opt(k, Opt(OptOps.GROUPTOP, 0, amt), f"small output ({out_size}) with a long reduce: group the reduce by {amt}"):
         break
 
   if sym: return k  # symbolic shapes: leave the layout alone (amounts must divide)
@@ -513,7 +165,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     ax = k.first_upcast - 1
     if k.first_reduce + k.group_for_reduces <= ax and k.reduceops[0].op is ReduceOps.SUM and dtypes.is_float(k.reduceops[0].dtype) and \
         not k.const_sum_reduce() and isinstance(size := k.full_shape[ax], int) and size > 32 and size % 4 == 0:
-      _try(k, Opt(OptOps.UNROLL, ax - k.first_reduce, 4), "grouped float sum: 4 accumulators per thread along its serial part (accuracy)")
+      try_opt(k, Opt(OptOps.UNROLL, ax - k.first_reduce, 4), "grouped float sum: 4 accumulators per thread along its serial part (accuracy)")
     return k
 
   # stack/cat: small masked output axes are upcast so each lane picks its source statically (GPUs: every
@@ -522,24 +174,24 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # short output axes too (a 7x7 image's rows), and taking such an axis whole left ResNet-50's 3x3 512->512 at
   # 7^2 to the scalar general rules (10x slower than its tile, AVX2)
   vw = _vector_width(k) if not gpu else 4
-  if not gpu and (_cpu_matmul_tile(k, vw) or _cpu_matvec(k, vw) or _cpu_vecmat(k, vw)): return k
-  window_axis = _cpu_pad_vector_axis(k, vw) if not gpu else None
+  if not gpu and (cpu_matmul_tile(k, vw) or cpu_matvec(k, vw) or cpu_vecmat(k, vw)): return k
+  window_axis = cpu_pad_vector_axis(k, vw) if not gpu else None
   masked = [axis for axis in range(k.first_reduce) if k.full_shape[axis] <= 7 and any(st.axis_is_masked(axis) for st in k.sts)]
   if gpu:
     to_upcast: list[int] = []
     for axis in masked:
       if prod(k.full_shape[k.first_upcast:]) * prod(k.full_shape[a] for a in to_upcast) * k.full_shape[axis] <= 49: to_upcast.append(axis)
-    for axis in reversed(to_upcast): _try(k, Opt(OptOps.UPCAST, axis, 0), f"axis {axis} is small and masked (stack/cat): upcast it whole")
+    for axis in reversed(to_upcast): try_opt(k, Opt(OptOps.UPCAST, axis, 0), f"axis {axis} is small and masked (stack/cat): upcast it whole")
   for axis in masked if not gpu else []:
     if prod(k.full_shape[k.first_upcast:]) * k.full_shape[axis] <= 49:
-      _try(k, Opt(OptOps.UPCAST, axis, 0), f"axis {axis} is small and masked (stack/cat): upcast it whole")
+      try_opt(k, Opt(OptOps.UPCAST, axis, 0), f"axis {axis} is small and masked (stack/cat): upcast it whole")
       break
 
   # CPU, or GPU with data reuse: upcast output axes that some input broadcasts (register tiles)
   tile_max = TILE_MAX_VECTORS * vw if not gpu else 32
   upcasted_reuse = 0
   while prod(k.full_shape[k.first_upcast:]) < tile_max and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3):
-    if upcasted_reuse == 2 and not _cpu_third_reuse_fits(k, vw): break
+    if upcasted_reuse == 2 and not cpu_third_reuse_fits(k, vw): break
     best = None
     for axis in range(k.first_reduce - k.local_dims if gpu else k.first_reduce):
       if axis == window_axis: continue
@@ -555,7 +207,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
           if best is None or score > best[0]: best = (score, axis, amt)
           break
     if best is None: break
-    if not _try(k, Opt(OptOps.UPCAST, best[1], best[2]), f"data reuse: an input doesn't vary along axis {best[1]}, so a {best[2]}-wide register tile reuses each load"): break
+    if not try_opt(k, Opt(OptOps.UPCAST, best[1], best[2]), f"data reuse: an input doesn't vary along axis {best[1]}, so a {best[2]}-wide register tile reuses each load"): break
     upcasted_reuse += 1
 
   # reduce unrolling: short reduces fully, long ones by the vector width along a contiguous input
@@ -567,16 +219,16 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
     contiguous = any(st.real_strides()[ax] == 1 for st in ins)
     if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= (256 if gpu or size > 4 else max(1024, UNROLL_MAX_VECTORS * vw)) and (k.upcasted == 0 or size <= 4):
-      if _try(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully") and gpu and size <= 3 and \
+      if try_opt(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully") and gpu and size <= 3 and \
           k.first_reduce + k.group_for_reduces < k.first_upcast and isinstance(s2 := k.full_shape[k.first_upcast - 1], int) and s2 <= 3:
         # as the reference: a second short reduce dim (a 3x3 window) is unrolled too
-        _try(k, Opt(OptOps.UNROLL, k.first_upcast - 1 - k.first_reduce, 0), f"second short reduce of {s2}: unroll it fully")
+        try_opt(k, Opt(OptOps.UNROLL, k.first_upcast - 1 - k.first_reduce, 0), f"second short reduce of {s2}: unroll it fully")
     elif not contiguous and not gpu and k.first_reduce > 0 and k.sts[0].real_strides()[k.first_reduce - 1] == 1:
       pass  # column-style reduce: more output lanes per row visit beat unrolling the rows (below)
     else:
       for amt in ([vw] if contiguous and k.upcasted == 0 and not gpu else []) + [4, 2]:
         if size % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 512:
-          if _try(k, Opt(OptOps.UNROLL, rel, amt), f"long reduce: unroll by {amt}" + (" (vector accumulators along a contiguous input)" if amt == vw else "")): break
+          if try_opt(k, Opt(OptOps.UNROLL, rel, amt), f"long reduce: unroll by {amt}" + (" (vector accumulators along a contiguous input)" if amt == vw else "")): break
 
   # no output axis upcast yet: vectorize the contiguous output axis
   if not any(k.full_shape[a] == k.output_shape[a] for a in range(k.first_upcast, k.shape_len)) and k.first_reduce > 0:
@@ -592,19 +244,19 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     for amt in ([vw, 4] if not gpu and simd and not vec_reduce else [4]):
       if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0:
         why = f"{amt} rows share the reduce loop (independent vector accumulators)" if vec_reduce else f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"
-        if _try(k, Opt(OptOps.UPCAST, axis, amt), why): break
+        if try_opt(k, Opt(OptOps.UPCAST, axis, amt), why): break
     # a reduce walking rows of the output's axis (e.g. column sums): read many cache lines per row
     if k.reduceops and not gpu and axis < k.first_reduce and k.first_reduce < k.first_upcast:
       # (not after a row reduce got vector accumulators along its contiguous rows: more rows would only spill them)
       if not any(st.real_strides()[k.first_upcast - 1] == 1 for st in ins) and not vec_reduce:
         for amt in (16, 8, 4):
           if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 256:
-            if _try(k, Opt(OptOps.UPCAST, axis, amt), f"strided reduce: {amt}x more output columns per row read"): break
+            if try_opt(k, Opt(OptOps.UPCAST, axis, amt), f"strided reduce: {amt}x more output columns per row read"): break
         # rows in blocks, each block walked across all of a thread's column tiles: a tile reads only a
         # few cache lines of each row (of each page), too few for the prefetcher; a block reads whole rows
         red = k.full_shape[k.first_reduce]
         if k.first_upcast - k.first_reduce == 1 and isinstance(red, int) and red > COLUMN_BLOCK and red % COLUMN_BLOCK == 0:
-          _try(k, Opt(OptOps.BLOCK, 0, COLUMN_BLOCK), f"strided reduce: rows in blocks of {COLUMN_BLOCK}, each read across all column tiles (whole rows)")
+          try_opt(k, Opt(OptOps.BLOCK, 0, COLUMN_BLOCK), f"strided reduce: rows in blocks of {COLUMN_BLOCK}, each read across all column tiles (whole rows)")
 
   # GPU workgroups, as the reference: axes some buffer is broadcast along (expand axes) first, then
   # from the last; each takes the largest of 32 (axis 0 only), 16, 8, 4, 3, 2 that divides it with at
@@ -619,6 +271,6 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     gone = 0  # global axes a LOCAL took whole (the later ones move down)
     for axis, amt in sorted(to_local[:3]):
       whole = k.full_shape[axis - gone] == amt
-      if _try(k, Opt(OptOps.LOCAL, axis - gone, amt), f"workgroup: {amt} threads along global axis {axis - gone}" +
+      if try_opt(k, Opt(OptOps.LOCAL, axis - gone, amt), f"workgroup: {amt} threads along global axis {axis - gone}" +
               (" (an input is broadcast along it)" if any(st.views[-1].strides[axis - gone] == 0 for st in k.sts) else "")) and whole: gone += 1
   return k

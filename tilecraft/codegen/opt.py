@@ -4,7 +4,7 @@ from kernel.py so the heuristics and tensor-core code can name them without impo
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 
 class _Axes(Protocol):
   """What Opt.real_axis reads of a Kernel (named so opt.py needs no import of kernel.py, even for annotations)."""
@@ -23,6 +23,12 @@ class KernelOptError(Exception):
 
 def check(cond: bool, msg: str) -> None:
   if not cond: raise KernelOptError(msg)
+
+def try_opt(k: Any, opt: "Opt", reason: str) -> bool:
+  """Apply opt to kernel k with the reason a heuristic chose it; False (k unchanged) where k refuses it."""
+  try: k.apply_opt(opt, reason=reason)
+  except KernelOptError: return False
+  return True
 
 @dataclass(frozen=True, order=True)
 class Opt:

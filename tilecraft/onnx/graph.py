@@ -123,11 +123,14 @@ class OnnxModel:
       onnx_dtype(init.data_type, f"initializer {init.name!r}")
       self.consts[init.name] = numpy_helper.to_array(init)
     self.inputs: list[tuple[str, DType]] = []
+    self.input_shapes: dict[str, tuple[Optional[int], ...]] = {}
     for vi in g.input:
       if vi.name in self.consts: continue
       tt = vi.type
       if tt.WhichOneof("value") != "tensor_type": raise NotImplementedError(f"tilecraft.onnx: graph input {vi.name!r} is a {tt.WhichOneof('value')}, not a tensor")
       self.inputs.append((vi.name, onnx_dtype(tt.tensor_type.elem_type, f"graph input {vi.name!r}")))
+      if tt.tensor_type.HasField("shape"):  # the declared shape: a fixed size per dim, None for a named (dynamic) one
+        self.input_shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.tensor_type.shape.dim)
     self.outputs: list[tuple[str, Optional[DType]]] = []
     for vi in g.output:
       tt = vi.type
@@ -166,6 +169,9 @@ class OnnxModel:
     for name, dt in self.inputs:
       if name not in inputs: raise ValueError(f"tilecraft.onnx: missing graph input {name!r} (inputs: {[n for n, _ in self.inputs]})")
       feed[name] = _to_numpy_input(inputs[name], dt, name)
+      if (want := self.input_shapes.get(name)) is not None and (len(want) != feed[name].ndim or any(w is not None and w != g for w, g in zip(want, feed[name].shape))):
+        decl = "(" + ", ".join("?" if w is None else str(w) for w in want) + ("," if len(want) == 1 else "") + ")"
+        raise ValueError(f"tilecraft.onnx: input {name!r} has shape {feed[name].shape}, the graph declares {decl} (? : any size)")
     overrides: dict[str, np.ndarray] = {}
     for name in set(inputs) - set(feed):
       if name not in self.consts: raise ValueError(f"tilecraft.onnx: {name!r} is not an input of the graph")

@@ -64,11 +64,12 @@ def test_matmul_tile_and_blocking(arch, rng):
     a, b = rng.random((64, 512), dtype=np.float32), rng.random((512, 256), dtype=np.float32)
     check(k, [a, b], a @ b, rtol=1e-4)
     # a panel over CPU_PACK_MAX_BYTES: the reduce runs in blocks, and a block's panel is packed
-    # (16 rows: padding them to 18 would add 1/8 of the work, so 8 rows, or 4 with AVX2's 16 registers)
-    k = hand(bench.matmul_ast(16, 4 * vw, 8192))
+    # (32 rows: padding them to 36 would add 1/8 of the work, so 8 rows, or 4 with AVX2's 16 registers;
+    # 16 rows would be 2 row tiles per block: no pack, see test_blocks_read_by_one_or_two_row_tiles_...)
+    k = hand(bench.matmul_ast(32, 4 * vw, 8192))
     assert opts(k) == [(U, 1, vw), (U, 0, 8 if vw == 16 else 4), (U, 1, 2), (B, 0, 256), (S, 0, 1), (P, 2, 0)], opts(k)
     assert any("blocks of 256" in r for r in k.applied_opts_reasons)
-    a, b = rng.random((16, 8192), dtype=np.float32), rng.random((8192, 4 * vw), dtype=np.float32)
+    a, b = rng.random((32, 8192), dtype=np.float32), rng.random((8192, 4 * vw), dtype=np.float32)
     check(k, [a, b], a @ b, rtol=1e-4)
     # odd sizes the tile doesn't divide fall back to the general rules
     assert (B, 0, 256) not in opts(hand(bench.matmul_ast(25, 20, 16)))
@@ -286,6 +287,17 @@ def test_block_with_an_epilogue(epi, seq, rng):
     outs.append(si.bufs[0].numpy().reshape(M, N).copy())
   np.testing.assert_allclose(outs[1], want, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
+def test_blocks_read_by_one_or_two_row_tiles_are_unrolled_not_packed(rng):
+  """A decode batch's matmul (16 rows, a long reduce): each block of the column operand is read by only 2
+  row tiles, so it isn't packed; the block's reduce is unrolled by 4 instead (AVX-512: on AVX2 the whole
+  reduce's panel fits a pack and no block is made)."""
+  with Context(CPU_ARCH="skylake-avx512"):
+    k = hand(bench.matmul_ast(16, 64, 4096))
+    assert (B, 0, 256) in opts(k) and (R, 1, 4) in opts(k) and not any(o[0] is P for o in opts(k)), opts(k)
+    a, b = rng.standard_normal((16, 4096), dtype=np.float32), rng.standard_normal((4096, 64), dtype=np.float32)
+    check(k, [a, b], a @ b, rtol=1e-4, atol=1e-3)
+    assert any(o[0] is P for o in opts(hand(bench.matmul_ast(48, 64, 4096)))), "6 row tiles: packed as before"
 
 def test_block_on_conv_cin(rng):
   k = Kernel(bench.conv3x3_ast(16, 8, 6, 6), Device["CPU"].renderer)

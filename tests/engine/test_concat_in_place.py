@@ -69,13 +69,21 @@ def test_left_as_a_copy_where_it_is_not_safe(case: str, rng: np.random.Generator
   np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
   if extra: np.testing.assert_allclose(extra[0].numpy(), cat_ref[:, :4].sum() if case == "piece read elsewhere" else cat_ref[:, :4], rtol=1e-4, atol=1e-4)
 
+def test_one_value_in_two_slices_stays_a_copy(rng: np.random.Generator) -> None:
+  """a.cat(a): one kernel can't store into two slices; the copy kernel stays (it wrote only one slice)."""
+  x, y = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+  a = Tensor(x) @ Tensor(y)
+  c = a.cat(a, (Tensor(x) @ Tensor(y)) * 2, axis=0)
+  assert len(c.schedule()) == 3
+  np.testing.assert_allclose(c.numpy(), np.concatenate([x @ y, x @ y, 2 * (x @ y)]), rtol=1e-5, atol=1e-5)
+
 def test_a_piece_used_again_later_is_recomputed(rng: np.random.Generator) -> None:
   a, b, w3, cat_ref, want = fire(rng)
   np.testing.assert_allclose(a.cat(b, axis=1).conv2d(w3).numpy(), want, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(a.numpy(), cat_ref[:, :4], rtol=1e-4, atol=1e-5)  # a never had a buffer of its own
   np.testing.assert_allclose((b * 2).numpy(), 2 * cat_ref[:, 4:], rtol=1e-4, atol=1e-5)
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_concatenations_of_reduces(seed: int) -> None:
   """Random pieces (matmuls and row sums, some relu'd), concatenated along the first axis or along an
   axis after size-1 ones, read by a reduce or returned: against numpy."""
@@ -90,6 +98,7 @@ def test_random_concatenations_of_reduces(seed: int) -> None:
     if rng.random() < 0.5: t, r = t.relu(), np.maximum(r, 0)
     pieces.append(t)
     refs.append(r)
+  if rng.random() < 0.4: pieces, refs = pieces + [pieces[0]], refs + [refs[0]]  # one value in two slices
   lead = bool(rng.integers(2))
   if lead: pieces, refs = [p.reshape(1, *p.shape) for p in pieces], [r[None] for r in refs]
   c, ref = pieces[0].cat(*pieces[1:], axis=int(lead)), np.concatenate(refs, int(lead))

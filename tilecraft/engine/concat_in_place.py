@@ -1,7 +1,7 @@
 """Concatenations written in place: a schedule pass after the kernels are built (engine/schedule.py).
 
-`Tensor.cat` is a sum of padded pieces, so scheduling it realizes every piece in a buffer of its own
-and then copies them all into the result with one more kernel (a model's fire modules, inception
+`Tensor.cat` selects each piece from a padded view of it, so scheduling it realizes every piece in a
+buffer of its own and then copies them all into the result with one more kernel (a model's fire modules, inception
 blocks and dense blocks pay a read and a write of every concatenated value). Where that copy kernel
 only gathers whole pieces, and each piece's values are made by a kernel of this schedule that nothing
 else reads, the piece's kernel stores straight into its slice of the result instead, and the copy
@@ -68,6 +68,7 @@ def _slices(ast: LazyOp) -> Optional[tuple[int, list[tuple[int, int, int]]]]:
     if mb.st != ShapeTracker.from_shape(piece).pad(pad): return None  # the piece's own buffer, contiguous
     got.append((mb.idx, b, e))
   assert axis is not None
+  if len({idx for idx, _, _ in got}) != len(got): return None  # one buffer in two slices (a.cat(a)): its kernel can store only one
   if prod(shape[:axis]) != 1: return None  # (a slice is one contiguous run of the output only then)
   spans = sorted((b, e) for _, b, e in got)
   if spans[0][0] != 0 or spans[-1][1] != shape[axis] or any(e != b2 for (_, e), (b2, _) in zip(spans, spans[1:])): return None

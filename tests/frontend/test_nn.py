@@ -55,6 +55,24 @@ def test_conv2d(device: str, rng: np.random.Generator, xs: tuple, ws: tuple, str
   check(lambda p, q, r: p.conv2d(q, r, stride=stride, padding=padding, dilation=dilation, groups=groups),
         lambda p, q, r: np_conv2d(p, q, r, stride, padding, dilation, groups), x, w, b, device=device, atol=1e-4, rtol=1e-5)
 
+STRIDED_POINTWISE = [((1, 8, 14, 14), (16, 8, 1, 1), 2, 0, 1), ((2, 6, 9, 7), (5, 6, 1, 1), (2, 3), 0, 1),
+                     ((1, 4, 7, 8), (6, 2, 1, 1), 3, 1, 2), ((1, 3, 5, 5), (4, 3, 1, 1), (1, 2), (2, 1), 1)]
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM"])
+@pytest.mark.parametrize("xs,ws,stride,padding,groups", STRIDED_POINTWISE)
+def test_strided_pointwise_conv_compacts_its_pixels(device: str, rng: np.random.Generator, xs: tuple, ws: tuple, stride: Any, padding: Any, groups: int) -> None:
+  """A strided 1x1 conv on a CPU copies its kept pixels together, then runs as a plain 1x1 conv (frontend/
+  nn.py): right against numpy for odd sizes, unequal strides, padding and groups, and the conv's
+  kernel reads the copy at stride 1 (no gather)."""
+  from tilecraft.ops import MetaOps
+  x, w, b = randf(rng, *xs), randf(rng, *ws), randf(rng, ws[0])
+  check(lambda p, q, r: p.conv2d(q, r, stride=stride, padding=padding, groups=groups),
+        lambda p, q, r: np_conv2d(p, q, r, stride, padding, 1, groups), x, w, b, device=device, atol=1e-5, rtol=1e-5)
+  out = Tensor(x, device=device).conv2d(Tensor(w, device=device), stride=stride, padding=padding, groups=groups)
+  kernels = [si for si in out.schedule() if si.ast.op is MetaOps.KERNEL]
+  copy, conv = kernels  # the copy holds exactly the kept pixels, and the conv reads it
+  assert copy.bufs[0].size == xs[0] * xs[1] * out.shape[2] * out.shape[3] and copy.bufs[0] in conv.bufs
+
 def test_conv2d_errors() -> None:
   x, w = Tensor.ones(1, 3, 5, 5), Tensor.ones(2, 2, 3, 3)
   with pytest.raises(ValueError, match="channels"): x.conv2d(w)

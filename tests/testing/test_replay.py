@@ -92,6 +92,31 @@ def test_replay_cli_errors(tmp_path, capsys):
   assert main(["replay", "diff", "--db", str(tmp_path / "none.db")]) == 2
   assert "no replay database" in capsys.readouterr().err
 
+def test_replay_records_a_models_kernels(tmp_path, monkeypatch, capsys):
+  """`replay record --models M` also records the kernels one call of a light ONNX model runs (here a
+  tiny stand-in for the light models: a conv and a relu); an unknown name is refused before anything
+  is recorded."""
+  onnx = pytest.importorskip("onnx")
+  import numpy as np
+  from onnx import TensorProto, helper, numpy_helper
+  from tilecraft.onnx import light
+  w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+  graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])], "tiny",
+                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 9])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 9, 9])], [w])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+  monkeypatch.setattr(light, "light_model_names", lambda: ["tiny"])
+  monkeypatch.setattr(light, "light_model", lambda name, seed=0, logits=True: model)
+  monkeypatch.setattr(light, "light_input", lambda m, seed=0: {"x": np.ones((1, 3, 9, 9), np.float32)})
+  monkeypatch.setattr(replay, "record_suite", lambda devices, quick=False: 0)  # (the suite's own recording is tested above)
+  db = str(tmp_path / "replay.db")
+  monkeypatch.setenv("REPLAY_DB", db)  # (the command sets both: restored after the test)
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "0")
+  assert main(["replay", "record", "--device", "CPU", "--models", "tiny,bogus", "--db", db]) == 2
+  assert "unknown light model(s) ['bogus']" in capsys.readouterr().err and not os.path.exists(db)
+  assert main(["replay", "record", "--device", "CPU", "--models", "tiny", "--db", db]) == 0
+  rows = replay.recorded(db)
+  assert any(r["name"].startswith("r_") and "CRenderer" in r["renderer"] for r in rows), [r["name"] for r in rows]
+
 # ---- the settings that change the source are recorded and restored (issue 27 item 6) -------------
 
 def test_replay_restores_the_recorded_settings(tmp_path, monkeypatch):

@@ -1,7 +1,9 @@
 """`tilecraft replay`: process replay (tilecraft.testing.replay).
 
-  tilecraft replay record [--device D ...]   record the bench suite's and the fuzz corpus's kernels
-                                             (hand-coded opts) into the replay database
+  tilecraft replay record [--device D ...] [--models resnet50,...]
+                                             record the bench suite's and the fuzz corpus's kernels
+                                             (hand-coded opts) into the replay database, and with
+                                             --models those of light ONNX models' calls
   tilecraft replay diff --against REV        regenerate every recorded kernel at REV and in the working
                                              tree; a unified diff per kernel whose source changed, and
                                              the count
@@ -20,6 +22,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   rec = sub.add_parser("record", help="record the bench suite's and the fuzz corpus's kernels with hand-coded opts")
   rec.add_argument("--device", action="append", help="device whose renderer renders them (repeatable; default CPU, and LLVM where it opens)")
   rec.add_argument("--quick", action="store_true", help="the bench suite's small sizes")
+  rec.add_argument("--models", metavar="M,M", help="also run one call of these light ONNX models (resnet50,shufflenet,...: real model shapes; needs the [onnx] extra) and record their kernels")
   rec.add_argument("--db", help="the replay database (default: REPLAY_DB or the cache dir)")
   d = sub.add_parser("diff", help="regenerate the recorded kernels at REV and in the working tree and diff their source")
   d.add_argument("--against", default="HEAD", metavar="REV", help="git revision to compare with (default HEAD)")
@@ -41,9 +44,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.device:
       try: Device["LLVM"]; devices.append("LLVM")  # noqa: E702
       except DeviceUnavailable: pass
+    models = [m.strip() for m in (args.models or "").split(",") if m.strip()]
+    if models:  # (checked before anything is recorded)
+      try: from tilecraft.onnx.light import light_model_names
+      except ImportError as e: raise CLIError(f"--models needs the onnx package (pip install 'tilecraft[onnx]'): {e}") from None
+      if (unknown := [m for m in models if m not in light_model_names()]):
+        raise CLIError(f"--models: unknown light model(s) {unknown}; the models are {', '.join(light_model_names())}")
     os.environ["RUN_PROCESS_REPLAY"] = "1"
     n = replay.record_suite(devices, args.quick)
     print(f"process replay: recorded {n} kernels ({', '.join(devices)}) into {path}")
+    if models: print(f"process replay: recorded the kernels of {replay.record_models(devices, models)} model call(s) into {path}")
     return 0
   if not os.path.exists(path): raise CLIError(f"no replay database at {path}: record one first (tilecraft replay record, or RUN_PROCESS_REPLAY=1)")
   if args.action == "list":

@@ -4,7 +4,9 @@ the code generator does to the code it generates.
   RUN_PROCESS_REPLAY=1 <any run>     every Kernel.to_program records (AST, renderer, applied opts,
                                      name, source, the settings that change the source) into REPLAY_DB
                                      (default: <cache dir>/process_replay.db)
-  tilecraft replay record            records the bench suite and the fuzz corpus with hand-coded opts
+  tilecraft replay record [--models resnet50,...]
+                                     records the bench suite and the fuzz corpus with hand-coded opts
+                                     (and one call of each named light ONNX model: real model shapes)
   tilecraft replay diff --against REV
                                      regenerates every recorded kernel with the code at REV (a
                                      temporary git worktree) and with the working tree, and prints a
@@ -147,6 +149,22 @@ def format_diff(res: dict[str, Any], max_lines: int = 0) -> str:
   out.append(f"process replay: {len(res['changed'])} of {res['total']} recorded kernels changed against {res['against']}"
              + (f"; {len(res['errors'])} could not be regenerated on one side" if res["errors"] else ""))
   return "\n".join(out)
+
+def record_models(devices: list[str], models: list[str]) -> int:
+  """Run one call of each named light ONNX model (tilecraft.onnx.light: ResNet-50, SqueezeNet, ...) on
+  each device, so that its kernels (real model shapes, hand-coded opts) are recorded under
+  RUN_PROCESS_REPLAY=1; they compile and run, as a model's do. The number of calls made."""
+  from tilecraft.onnx import load
+  from tilecraft.onnx.light import light_input, light_model, light_model_names
+  unknown = [m for m in models if m not in light_model_names()]
+  if unknown: raise ValueError(f"unknown light model(s) {unknown}: the models are {', '.join(light_model_names())}")
+  n = 0
+  for name in models:
+    model = light_model(name)
+    for dev in devices:
+      load(model, device=dev).run(light_input(model))
+      n += 1
+  return n
 
 def record_suite(devices: list[str], quick: bool = False) -> int:
   """Render (and so record, under RUN_PROCESS_REPLAY=1) the bench suite's and the fuzz corpus's kernels

@@ -96,7 +96,7 @@ def test_replay_records_a_models_kernels(tmp_path, monkeypatch, capsys):
   """`replay record --models M` also records the kernels one call of a light ONNX model runs (here a
   tiny stand-in for the light models: a conv and a relu); an unknown name is refused before anything
   is recorded."""
-  onnx = pytest.importorskip("onnx")
+  pytest.importorskip("onnx")
   import numpy as np
   from onnx import TensorProto, helper, numpy_helper
   from tilecraft.onnx import light

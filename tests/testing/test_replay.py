@@ -27,6 +27,12 @@ constant_folding = PatternMatcher([r for r in constant_folding.rules if r[1] is 
 symbolic_rules = constant_folding + algebraic
 '''
 
+# Appended to codegen/heuristic.py in REV2: no hand-coded opts at all.
+NO_HEURISTICS = '''
+def hand_coded_optimizations(k):
+  return k
+'''
+
 NAMES = ["ew_7", "ew_permute_7x25x49", "matmul_16x16x16", "matmul_7x25x49", "pad_2d_5x7", "conv_1x4x8x8_w3x3x3_s1_p1", "sum_axis1_5x7x9",
          "idiv_mod_const_int32", "shrink_flip_stride_pad_8x12", "arith_float", "pad_reduce_exp2_5x7", "sym_ew_nx7"]
 OPTS = {"matmul_16x16x16": [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4)], "pad_2d_5x7": [Opt(OptOps.UPCAST, 0, 0)]}
@@ -70,6 +76,20 @@ def test_replay_diff_reports_exactly_the_changed_kernels(tmp_path, monkeypatch):
     rev = subprocess.run(["git", "-C", wt, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
     out = io.StringIO()
     with contextlib.redirect_stdout(out): assert main(["replay", "diff", "--against", rev, "--db", db]) == 0
+    # REV2: the rule back, and no hand-coded heuristics: the recorded opts hide that; --heuristics shows it, per kernel
+    shutil.copyfile(os.path.join(tree, "tilecraft", "codegen", "rewrite.py"), os.path.join(wt, "tilecraft", "codegen", "rewrite.py"))
+    with open(os.path.join(wt, "tilecraft", "codegen", "heuristic.py"), "a") as f: f.write(NO_HEURISTICS)
+    subprocess.run(git + ["commit", "-q", "-a", "--no-verify", "-m", "replay test: no heuristics"], check=True, capture_output=True)
+    rev2 = subprocess.run(["git", "-C", wt, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    plain, heur = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(plain): assert main(["replay", "diff", "--against", rev2, "--db", db, "--names"]) == 0
+    with contextlib.redirect_stdout(heur): assert main(["replay", "diff", "--against", rev2, "--db", db, "--names", "--heuristics"]) == 0
+  assert f"process replay: 0 of {len(NAMES)} recorded kernels changed against {rev2}" in plain.getvalue(), plain.getvalue()
+  tiled = {n: " ".join(f"{o.op.name}{o.axis},{o.amt}" for o in Kernel(corpus()[n].ast, opts=Device["CPU"].renderer).hand_coded_optimizations().applied_opts)
+           for n in NAMES}
+  lines = {line.split(" on CPU")[0]: line for line in heur.getvalue().splitlines() if " on CPU: " in line}
+  assert set(lines) == {f"replay_{n}" for n, opts in tiled.items() if opts} and len(lines) >= 3, heur.getvalue()
+  assert all(lines[f"replay_{n}"].endswith(f": (none) -> {tiled[n]}") for n in NAMES if tiled[n]), heur.getvalue()
   text = out.getvalue()
   reported = {line.split(": ", 1)[1].split(" on CPU")[0] for line in text.splitlines() if line.startswith("+++ working tree: ")}
   assert reported == expected, text

@@ -6,7 +6,8 @@
                                              --models those of light ONNX models' calls
   tilecraft replay diff --against REV        regenerate every recorded kernel at REV and in the working
                                              tree; a unified diff per kernel whose source changed, and
-                                             the count
+                                             the count (--heuristics: each tree's own hand-coded
+                                             heuristics pick the opts, so heuristic changes show)
   tilecraft replay list                      the recorded kernels (and the settings they were recorded under)
 
 Any run records too with RUN_PROCESS_REPLAY=1. The database is --db, else REPLAY_DB, else
@@ -29,6 +30,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   d.add_argument("--db", help="the replay database (default: REPLAY_DB or the cache dir)")
   d.add_argument("--max-lines", type=int, default=0, metavar="N", help="at most N diff lines per kernel (0: all)")
   d.add_argument("--names", action="store_true", help="only the names of the changed kernels, no diffs")
+  d.add_argument("--heuristics", action="store_true", help="each side's hand-coded heuristics choose the opts (not the recorded ones): shows what a heuristic change does")
   ls = sub.add_parser("list", help="list the recorded kernels")
   ls.add_argument("--db", help="the replay database (default: REPLAY_DB or the cache dir)")
 
@@ -60,10 +62,10 @@ def run(args: argparse.Namespace) -> int:
     rows = [[k["name"], k["device"], k["opts"], k["settings"], len(k["src"].splitlines())] for k in replay.recorded(path)]
     print(format_table(["kernel", "device", "opts", "settings", "lines"], rows, "llllr"))
     return 0
-  try: res = replay.diff(args.against, path)
+  try: res = replay.diff(args.against, path, heuristics=args.heuristics)
   except RuntimeError as e: raise CLIError(str(e)) from None
   if args.names:
-    for c in res["changed"]: print(f"{c['name']} on {c['device']}")
+    for c in res["changed"]: print(f"{c['name']} on {c['device']}" + (f": {c['old_opts'] or '(none)'} -> {c['new_opts'] or '(none)'}" if args.heuristics else ""))
     print(f"process replay: {len(res['changed'])} of {res['total']} recorded kernels changed against {args.against}")
   else: print(replay.format_diff(res, args.max_lines))
   return 0

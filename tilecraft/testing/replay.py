@@ -11,6 +11,8 @@ the code generator does to the code it generates.
                                      regenerates every recorded kernel with the code at REV (a
                                      temporary git worktree) and with the working tree, and prints a
                                      unified diff per kernel whose source differs, then the count
+  tilecraft replay diff --heuristics  the same with each side's own hand-coded heuristics choosing the opts
+                                     (a heuristic change shows, with each changed kernel's old and new opts)
 
 Regeneration runs in one subprocess per tree with only that tree's code importable. The subprocess
 runs this very file as a script: it imports nothing of tilecraft at module level and regenerates
@@ -61,9 +63,10 @@ def restored_settings(settings: dict[str, tuple]) -> Iterator[None]:
       if old is None: os.environ.pop(n, None)
       else: os.environ[n] = old
 
-def regenerate(path: str) -> dict[str, Any]:
-  """{key: {"src": ..., "error": ...}} for every recorded kernel, rendered by the tilecraft importable
-  here under the settings it was recorded with (none for records older than that)."""
+def regenerate(path: str, heuristics: bool = False) -> dict[str, Any]:
+  """{key: {"src": ..., "opts": ..., "error": ...}} for every recorded kernel, rendered by the tilecraft
+  importable here under the settings it was recorded with (none for records older than that): with its
+  recorded opts, or with `heuristics` the opts this tree's hand-coded heuristics choose for it."""
   from tilecraft.codegen.kernel import Kernel
   from tilecraft.device import Device
   c = sqlite3.connect(path, timeout=60)
@@ -78,19 +81,21 @@ def regenerate(path: str) -> dict[str, Any]:
         try: ren = pickle.loads(ren_b)
         except Exception: ren = Device[device].renderer  # noqa: BLE001 - a renderer class this tree doesn't have: the device's own
         k = Kernel(ast, opts=ren)
-        for o in opts: k.apply_opt(o)
-        out[key] = {"src": k.to_program(name_override=name).src, "error": None}
+        if heuristics: k = k.hand_coded_optimizations()
+        else:
+          for o in opts: k.apply_opt(o)
+        out[key] = {"src": k.to_program(name_override=name).src, "opts": " ".join(f"{o.op.name}{o.axis},{o.amt}" for o in k.applied_opts), "error": None}
     except Exception as e:  # noqa: BLE001 - reported per kernel
-      out[key] = {"src": None, "error": f"{type(e).__name__}: {e}"}
+      out[key] = {"src": None, "opts": None, "error": f"{type(e).__name__}: {e}"}
   return out
 
-def regenerate_in(tree: str, path: str, timeout: float = 900) -> dict[str, Any]:
+def regenerate_in(tree: str, path: str, timeout: float = 900, heuristics: bool = False) -> dict[str, Any]:
   """regenerate() in a subprocess that imports tilecraft from `tree` only."""
   with tempfile.TemporaryDirectory(prefix="tilecraft-replay-") as tmp:
     script, out = os.path.join(tmp, "replay_regenerate.py"), os.path.join(tmp, "out.json")
     shutil.copyfile(os.path.abspath(__file__), script)
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree), RUN_PROCESS_REPLAY="0", PYTHONDONTWRITEBYTECODE="1")
-    r = subprocess.run([sys.executable, script, "regenerate", os.path.abspath(path), out], cwd=tree, env=env, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, script, "regenerate-heuristics" if heuristics else "regenerate", os.path.abspath(path), out], cwd=tree, env=env, capture_output=True, text=True,
                        timeout=timeout)
     if r.returncode != 0 or not os.path.exists(out):
       raise RuntimeError(f"regenerating in {tree} failed (exit {r.returncode}):\n{(r.stderr or r.stdout)[-3000:]}")
@@ -120,24 +125,28 @@ def worktree(repo: str, rev: str) -> Iterator[str]:
     shutil.rmtree(tmp, ignore_errors=True)
     with contextlib.suppress(RuntimeError): _git(repo, "worktree", "prune")
 
-def diff(against: str, path: Optional[str] = None, tree: Optional[str] = None) -> dict[str, Any]:
-  """Regenerate the recorded kernels at `against` and in `tree` (default: code_tree()); the changes."""
+def diff(against: str, path: Optional[str] = None, tree: Optional[str] = None, heuristics: bool = False) -> dict[str, Any]:
+  """Regenerate the recorded kernels at `against` and in `tree` (default: code_tree()); the changes. With
+  `heuristics` each side lays every kernel out with its own hand-coded heuristics instead of the recorded
+  opts, so a change to the heuristics shows too (on a database `replay record` made, whose opts are the
+  heuristics')."""
   path, tree = path or db_path(), tree or code_tree()
   kernels = {k["key"]: k for k in recorded(path)}
-  with worktree(tree, against) as old_tree: old = regenerate_in(old_tree, path)
-  new = regenerate_in(tree, path)
+  with worktree(tree, against) as old_tree: old = regenerate_in(old_tree, path, heuristics=heuristics)
+  new = regenerate_in(tree, path, heuristics=heuristics)
   changed, errors = [], []
   for key, k in kernels.items():
     a, b = old.get(key, {"src": None, "error": "missing"}), new.get(key, {"src": None, "error": "missing"})
     if a["error"] or b["error"]: errors.append({**k, "old_error": a["error"], "new_error": b["error"]})  # not comparable
-    elif a["src"] != b["src"]: changed.append({**k, "old": a["src"], "new": b["src"]})
-  return {"against": against, "total": len(kernels), "changed": changed, "errors": errors}
+    elif a["src"] != b["src"]: changed.append({**k, "old": a["src"], "new": b["src"], "old_opts": a.get("opts"), "new_opts": b.get("opts")})
+  return {"against": against, "total": len(kernels), "changed": changed, "errors": errors, "heuristics": heuristics}
 
 def format_diff(res: dict[str, Any], max_lines: int = 0) -> str:
   """A unified diff per changed kernel (at most max_lines lines each when > 0), then the count."""
   out = []
   for c in res["changed"]:
-    head = f"{c['name']} on {c['device']} (opts {c['opts']})"
+    head = f"{c['name']} on {c['device']} (opts {c['opts']})" if not res.get("heuristics") else \
+           f"{c['name']} on {c['device']} (opts {c['old_opts'] or '(none)'} -> {c['new_opts'] or '(none)'})"
     lines = list(difflib.unified_diff(c["old"].splitlines(), c["new"].splitlines(), f"{res['against']}: {head}", f"working tree: {head}", lineterm=""))
     if max_lines and len(lines) > max_lines: lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more diff lines)"]
     out += lines
@@ -190,8 +199,8 @@ def record_suite(devices: list[str], quick: bool = False) -> int:
   return n
 
 if __name__ == "__main__":
-  if len(sys.argv) == 4 and sys.argv[1] == "regenerate":
-    res = regenerate(sys.argv[2])
+  if len(sys.argv) == 4 and sys.argv[1] in ("regenerate", "regenerate-heuristics"):
+    res = regenerate(sys.argv[2], heuristics=sys.argv[1] == "regenerate-heuristics")
     with open(sys.argv[3], "w") as f: json.dump(res, f)
     sys.exit(0)
   print(__doc__)

@@ -124,3 +124,16 @@ def test_pack_refusals():
   k = kern(big, [(S, 0, 1)])
   with pytest.raises(KernelOptError, match="CPU_PACK_MAX_BYTES"): k.apply_opt(Opt(P, 2, 0))
   k.apply_opt(Opt(B, 0, 1024)); k.apply_opt(Opt(P, 2, 0))  # blocked: one block's panel fits
+
+@pytest.mark.parametrize("K,block", [(64, 8), (72, 12), (96, 32)])
+def test_pack_blocked_single_output_loop_matches_numpy(K, block, rng):
+  """BLOCK with one output loop: the block loop (the pack's scope) runs outside the parallel output loop, so the kernel is
+  one OpenMP region in which every thread fills its own private array once per block and shares out the output loop. As
+  a plain `parallel for private(pack1)` inside the block loop it read the threads' uninitialized copies (NaN, garbage)."""
+  M, N = 64, 49
+  a, b = rng.random((M, K), dtype=np.float32) - 0.5, rng.random((K, N), dtype=np.float32) - 0.5
+  k = kern(bench.matmul_ast(M, N, K), [(U, 0, 16), (B, 0, block), (U, 0, 4), (P, 1, 0)])
+  assert k.packed == (1,)
+  src = k.to_program().src
+  assert "#pragma omp parallel private(pack1)" in src and "#pragma omp for schedule(static) nowait" in src
+  np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-5)

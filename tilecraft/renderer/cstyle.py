@@ -206,8 +206,10 @@ class CStyleLanguage(Renderer):
     """(the RANGE the parallel region opens at, the parallel RANGE), when the kernel runs one region
     (region_pragmas): the parallel loop nested in serial loops (a BLOCKed reduce with one output
     loop), or streaming stores. Every thread runs the serial loops around the parallel one, so what
-    they hold outside it must be thread-safe: index math and loads of buffers nobody writes. None:
-    a plain parallel loop (a new team each time it runs)."""
+    they hold outside it must be thread-safe: index math, loads of buffers nobody writes, and the
+    copy into a stack array (DEFINE_LOCAL: private to each thread, so each thread fills its own, as
+    a PACK of a BLOCKed reduce's panel does once per block). None: a plain parallel loop (a new team
+    each time it runs)."""
     if self.region_pragmas is None: return None
     stack: list[UOp] = []
     opener, inner = None, None
@@ -225,8 +227,9 @@ class CStyleLanguage(Renderer):
       elif u is opener: inside = True
       elif u.op is UOps.ENDRANGE and u.src[0] is opener: break
       elif u.op is UOps.ENDRANGE and u.src[0] is inner: inside = True
-      elif inside and (u.op not in (UOps.RANGE, UOps.ENDRANGE, UOps.CONST, UOps.ALU, UOps.CAST, UOps.BITCAST, UOps.GEP, UOps.VECTORIZE, UOps.LOAD) or
-                       (u.op is UOps.LOAD and u.src[0] in stored)): return None
+      elif inside and not (u.op in (UOps.STORE, UOps.LOAD) and u.src[0].op is UOps.DEFINE_LOCAL) and u.op is not UOps.BARRIER and \
+          (u.op not in (UOps.RANGE, UOps.ENDRANGE, UOps.CONST, UOps.ALU, UOps.CAST, UOps.BITCAST, UOps.GEP, UOps.VECTORIZE, UOps.LOAD) or
+           (u.op is UOps.LOAD and u.src[0] in stored)): return None
     return opener, inner
   def streaming_stores(self, uops: list[UOp]) -> frozenset:
     """The STOREs to render as streaming (non-temporal) stores, which bypass the caches: none by default."""

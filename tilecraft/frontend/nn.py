@@ -8,6 +8,7 @@ from tilecraft.dtype import dtypes, least_upper_dtype, to_dtype
 from tilecraft.frontend.image import as_image, image_level
 from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import memo_views, pair
+from tilecraft.frontend.winograd import choose_tile, eligible, winograd_conv2d
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
 def _compacts_strided_pointwise(device: str) -> bool:
@@ -119,6 +120,8 @@ class NNOps:
       if wi is not None: weight = wi.permute(3, 2, 0, 1)
       xi = as_image(self.permute(0, 2, 3, 1), (n * h, w * cin // 4)) if lvl >= 2 and cin % 4 == 0 else None
       if xi is not None: self = xi.permute(0, 3, 1, 2)  # noqa: PLW0642
+    if not image_level(self) and eligible(self, weight, st, dl, groups, acc_dtype) and (m := choose_tile(n, cin, cout, h + 2 * pd[0] - 2, w + 2 * pd[1] - 2)):
+      return winograd_conv2d(self, weight, bias, pd, m)  # WINO: fewer multiplies for 3x3 stride-1 convs on CPUs (frontend/winograd.py)
     x = self.pad(((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1]))) if any(pd) else self
     if (kh, kw) == (1, 1) and st != (1, 1) and _compacts_strided_pointwise(self.device):
       # a strided 1x1 conv reads one pixel in stride[0] x stride[1]: a vector of its output row is a

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.ops import BufferOps
+from tilecraft.ops import BufferOps, ReduceOps
 from tilecraft.engine.realize import BoundSchedule, run_schedule
 from tilecraft.helpers import prod
 from tilecraft.onnx.fold import fold_batchnorm
@@ -254,6 +254,7 @@ class OnnxModel:
         env[oname] = o
     if folded: self._fold_constants(folded, env)
     res = [env[name] if name in env else value(name) for name, _ in self.outputs]
+    if self.fold: _fold_weight_reduces([t.lazydata for t in res], {id(env[name].lazydata.base) for name in (*feed, *overrides)})
     for (name, dt), i in zip(self.outputs, range(len(res))):
       if dt is not None and res[i].dtype != dt: res[i] = res[i].cast(dt)
     guard_ts = [g[1] for g in tensor_guards]
@@ -279,6 +280,31 @@ class OnnxModel:
       b = env[name].lazydata.base
       if b.op is not None and b.op is not BufferOps.CONST: todo.append(env[name])
     if todo: Tensor.realize(*todo) if len(todo) > 1 else todo[0].realize()
+
+def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
+  """Constant folding inside an op: a reduce computed from constants alone (initializers, folded values,
+  constant fills) under a value that depends on the graph inputs, e.g. the Winograd weight transform a
+  Conv makes of its weights (frontend/winograd.py), is realized now, once, instead of in every call. Only
+  subgraphs with a reduce: an elementwise function of weights fuses into the kernel that reads it for free."""
+  dyn: dict[int, bool] = {}   # base id -> depends on an input
+  red: dict[int, bool] = {}   # base id -> a constant subgraph holding a reduce
+  todo: dict[int, Any] = {}
+  stack: list[tuple[Any, bool]] = [(lb.base, False) for lb in outs]
+  while stack:
+    b, done = stack.pop()
+    if id(b) in dyn: continue
+    if b.op is None or b.op is BufferOps.CONST:
+      dyn[id(b)], red[id(b)] = id(b) in inputs, False
+      continue
+    srcs = [s.base for s in b.srcs]
+    if not done:
+      stack.append((b, True))
+      stack.extend((s, False) for s in srcs if id(s) not in dyn)
+      continue
+    dyn[id(b)] = any(dyn[id(s)] for s in srcs)
+    red[id(b)] = not dyn[id(b)] and (b.op in ReduceOps or any(red[id(s)] for s in srcs))
+    if dyn[id(b)]: todo.update((id(s), s) for s in srcs if red[id(s)])
+  if todo: Tensor.realize(*[Tensor(b) for b in todo.values()])
 
 MAX_CAPTURES = 4  # input signatures whose built graphs (and intermediate buffers) a model keeps
 

@@ -569,3 +569,59 @@ def test_attention_scores_take_the_matmul_tile_with_k_packed_per_head(arch, rng)
     k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
     assert not any(o[0] in (P, S) for o in opts(k)), opts(k)
     check_tensor(t, p @ kk[:, :32])
+
+def _unoptimized(ast, inputs, out_size):
+  """The kernel without opts: the reference the optimized kernel must match (where this host runs the arch)."""
+  return run(Kernel(ast, Device["CPU"].renderer), inputs, out_size)
+
+# (M, N, K) -> the short-rows tile's opts on AVX2 (8 lanes) and AVX-512 (16 lanes); None: the rule doesn't fire
+SHORT_ROWS = {
+  (8, 1024, 256): {8: [(U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 16)]},
+  # 1000 columns padded to the tile; a reduce of 264 (16 doesn't divide it) in blocks of 8
+  (5, 1000, 264): {8: [(D, 1, 16), (U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 8)], 16: [(D, 1, 32), (U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 8)]},
+  # 12 rows: one vector of columns with 32 registers (the ordinary tile has no row count for 12); 2 row tiles of 6 with 16
+  (12, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
+  # 16 rows: the ordinary 8 x 2 tile with 32 registers; 2 row tiles of 8 rows x 1 vector with 16
+  (16, 512, 512): {8: [(U, 1, 8), (U, 0, 8), (B, 0, 16)], 16: None},
+  (8, 256, 256): {8: None, 16: None},  # a column operand of 256 KB stays in cache: the ordinary tile
+}
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("shape", list(SHORT_ROWS))
+def test_short_rows_tile_streams_the_column_operand_in_blocks(arch, shape, rng):
+  """A matmul with few rows and a long reduce over a big column operand (a decode batch): all the rows in the tile,
+  one output loop (the column tiles) inside blocks of 16 reduce steps (BLOCK), no pack; against numpy and against
+  the unoptimized kernel."""
+  M, N, K = shape
+  vw, want_opts = ARCHS[arch], SHORT_ROWS[shape][ARCHS[arch]]
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    ast = bench.matmul_ast(M, N, K)
+    k = hand(ast)
+    if want_opts is None:
+      assert not any("short-rows" in r for r in k.applied_opts_reasons), opts(k)
+      return
+    assert opts(k) == want_opts, opts(k)
+    assert any("short-rows tile" in r for r in k.applied_opts_reasons) and not any(o[0] is P for o in opts(k))
+    check(k, [a, b], a @ b, rtol=1e-4, atol=1e-3)
+    if runnable():
+      np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), _unoptimized(ast, [a, b], M * N).reshape(M, N), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_short_rows_tile_through_tensor_with_bias(arch, rng):
+  """x @ W + b at 8 rows: the bias is the block's epilogue (added once, by the last block)."""
+  x, w, bias = (rng.standard_normal(s, dtype=np.float32) for s in ((8, 512), (512, 1000), (1000,)))
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x) @ Tensor(w) + Tensor(bias)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert any("short-rows tile" in r for r in k.applied_opts_reasons), opts(k)
+    check_tensor(t, x @ w + bias, rtol=1e-3)
+
+def test_rows_taken_whole_keep_the_second_vector_of_columns(rng):
+  """8 rows on AVX-512 (a reduce too short for the short-rows tile): the tile's rows take their axis whole, and the
+  second vector of columns is upcast on the columns' axis, which moved down (it was refused before: one vector)."""
+  with Context(CPU_ARCH="skylake-avx512"):
+    k = hand(bench.matmul_ast(8, 1024, 128))
+    assert opts(k)[:3] == [(U, 1, 16), (U, 0, 8), (U, 0, 2)], opts(k)
+    a, b = rng.standard_normal((8, 128), dtype=np.float32), rng.standard_normal((128, 1024), dtype=np.float32)
+    check(k, [a, b], a @ b, rtol=1e-4, atol=1e-4)

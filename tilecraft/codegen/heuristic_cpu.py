@@ -72,6 +72,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and _tile_rows(k, k.full_shape[a], vw) is not None and
                  not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and unit(a) and reused(a) and cols_fit(k.full_shape[a])), None)
+  if n is not None and _cpu_short_rows_tile(k, n, vw, ins, reused): return True
   if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, cols)
 
   # the packed tile, tried on a copy and kept only with its pack; not for short reduces (a 7x7 stem's 147:
@@ -154,6 +155,60 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     return _apply_matmul_tile(k, n, m, lanes, lanes, why=" (one vector of columns)", small=small)
   return False
 
+SHORT_ROWS_MIN_BYTES = 1 << 20  # the short-rows tile's column operand at least this big (bigger than L2: read from memory)
+SHORT_ROWS_BLOCK = 16  # reduce steps per block of the short-rows tile (row streams of the column operand in flight)
+
+def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reused: Any) -> bool:
+  """A matmul whose row operand has only a few rows (a decode batch: 8 x 4096 @ 4096 x 2048), too few to repay
+  packing the column operand, which is then read from memory once, as a stream. All the rows are the tile (2
+  vectors of columns up to 8 rows; with 32 registers one vector up to 16 rows where the ordinary tile has no row
+  count for them; with 16 registers 9-16 rows are 2 row tiles, see below), so one output loop is left (the column
+  tiles), and the long reduce runs in blocks of SHORT_ROWS_BLOCK steps with that loop inside the block loop
+  (BLOCK): each thread walks its share of SHORT_ROWS_BLOCK whole rows of the column operand at a time (a few
+  contiguous streams the prefetcher follows), adding each block into the output (the rows x columns of partial
+  sums stay in cache). A tile walking the whole reduce down one tile of columns touches a new page every step
+  (one row of the operand): 3-10x slower measured (8, 4, 2 and 12 rows; 4 and 12 took the general rules).
+  Blocks of 32 or 64 were 1.5-3x slower than 16 (more row streams at once). Only for one reduce axis of at least
+  CPU_REDUCE_BLOCK steps, a column operand of at least SHORT_ROWS_MIN_BYTES, and where no other output axis reuses
+  an operand (a batch of such products sharing the column operand is left to the ordinary tile). Tried on a copy:
+  kept only if the block applies."""
+  red = [a for a in range(k.first_reduce, k.first_upcast)]
+  if len(k.reduceops) != 1 or len(red) != 1 or not isinstance(size := k.full_shape[red[0]], int) or size < getenv("CPU_REDUCE_BLOCK", 256): return False
+  block = next((b for b in (SHORT_ROWS_BLOCK, SHORT_ROWS_BLOCK // 2) if size % b == 0), None)
+  if block is None: return False
+  cands = [a for a in range(k.first_reduce) if a != n and reused(a)]
+  if len(cands) != 1 or not isinstance(rows := k.full_shape[m := cands[0]], int) or any(rs[m] == 0 and rs[n] == 0 for rs in ins): return False
+  # (16 registers, 9-16 rows: 12 rows x 1 vector measured 1.9x slower than 6 x 2, 16 x 1 spills: two row tiles of half the rows
+  # each, outermost, so the block loop runs inside each; the parallel loop is then those 2 row tiles, each thread
+  # streaming the column operand for its half: 1.2-1.45x faster than the packed 4 x 2 tile on 16 x 4096 @ 4096 x 1024)
+  tile = rows if rows <= TILE_ROWS or vw >= 16 else rows // 2 if rows % 2 == 0 and rows <= 2 * TILE_ROWS else 0
+  vecs = 2 if tile <= TILE_ROWS_16_REGS or (tile <= TILE_ROWS and (vw >= 16 or tile == rows)) else 1
+  # (with 32 registers, more than 8 rows only where the ordinary tile has no row count for them: 16 rows keep its 8 x 2)
+  if tile < 2 or tile * vecs > 16 or (tile == rows and vecs == 1 and _tile_rows(k, rows, vw) is not None): return False
+  size_n = k.full_shape[n]
+  # (the column operand must outgrow the L2 cache, SHORT_ROWS_MIN_BYTES: 8 x 512 @ 512 x 256, 0.5 MB, measured 0.82x with the blocks)
+  col_bytes = max((b.dtype.itemsize for b, st in zip(k.bufs, k.sts) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs) and
+                   st.real_strides()[m] == 0 and st.real_strides()[n] != 0), default=0) * size * (size_n if isinstance(size_n, int) else 0)
+  if col_bytes < SHORT_ROWS_MIN_BYTES: return False
+  if not isinstance(size_n, int) or size_n < vecs * vw or 8 * (round_up(size_n, vecs * vw) - size_n) > size_n: return False
+  trial = k.copy()
+  why = f" (short-rows tile: all {rows} rows of a long reduce's row operand)"
+  if size_n % (vecs * vw) and not try_opt(trial, Opt(OptOps.PADTO, n, vecs * vw), f"short-rows tile: pad the {size_n} columns (axis {n}) to a "
+                                                                                 f"multiple of the tile's {vecs * vw} (masked lanes)"): return False
+  if not try_opt(trial, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why): return False
+  if trial.full_shape[n] == 1 or size_n == vw: return False  # (the columns are one vector: no column tiles to share out)
+  if tile == rows:
+    if not try_opt(trial, Opt(OptOps.UPCAST, m, 0), f"short-rows tile: all {rows} rows (axis {m}) share each vector load of the column operand"): return False
+    if m < n: n -= 1  # (the rows' axis is gone: the later axes move down)
+  elif m != 0 or not try_opt(trial, Opt(OptOps.UPCAST, m, tile), f"short-rows tile: {tile} rows (axis {m}) share each vector load of the column "
+                                                               f"operand; its 2 row tiles are the outer (parallel) loop (16 vector registers)"): return False
+  if vecs == 2 and not try_opt(trial, Opt(OptOps.UPCAST, n, 2), f"short-rows tile: 2 vectors of columns share each broadcast ({rows}x2 accumulators)"):
+    return False
+  if not try_opt(trial, Opt(OptOps.BLOCK, 0, block), f"short-rows tile: the reduce of {size} in blocks of {block}, the column tiles inside each "
+                                                    f"block (each thread streams {block} whole rows of the column operand at a time)"): return False
+  for o, r in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=r)
+  return True
+
 def _odd_lanes(size: Any, vw: int) -> Optional[int]:
   """Vector lanes for an output axis of `size` that is not a multiple of half the vector width (where it is, the
   general rules run half-width vectors unpadded): the width, or half of it on AVX-512 where that pads less
@@ -196,7 +251,9 @@ def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: 
     elif m > small: m -= 1
   if k.full_shape[m] % rows and not try_opt(k, Opt(OptOps.PADTO, m, rows), f"matmul register tile: pad the {k.full_shape[m]} rows (axis {m}) to a multiple of {rows}"):
     rows = TILE_ROWS if k.full_shape[m] % TILE_ROWS == 0 else 0
-  if rows: try_opt(k, Opt(OptOps.UPCAST, m, rows), f"matmul register tile: {rows} output rows (axis {m}) share each vector load")
+  axes = k.first_reduce
+  if rows and try_opt(k, Opt(OptOps.UPCAST, m, rows), f"matmul register tile: {rows} output rows (axis {m}) share each vector load") and \
+      k.first_reduce < axes and m < n: n -= 1  # (the rows were taken whole, a decode batch's 8: the later axes move down)
   if cols != vw:
     try_opt(k, Opt(OptOps.UPCAST, n, TILE_VECTORS), f"matmul register tile: {TILE_VECTORS} vectors of columns share each broadcast ({rows}x{TILE_VECTORS} accumulators)")
   _cpu_block_reduce(k, batched_pack)

@@ -226,6 +226,22 @@ def test_grouped_1x1_conv_takes_6_padded_rows_on_avx2(rng):
     if runnable(): np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
     else: check_tensor(t, want)
 
+@pytest.mark.parametrize("cout,cin,groups,hw,ks", [(68, 34, 2, 16, 1), (64, 32, 1, 8, 3)])
+def test_rows_8_would_overpad_take_6_with_32_registers(cout, cin, groups, hw, ks, rng):
+  """With 32 registers too, a row axis that 8 rows would pad by more than 1/7 takes 6 rows padded by at most
+  1/16 (34 -> 36 channels per group: ShuffleNet's grouped 1x1 convs, 1.9x faster; 6-pixel rows: Inception v1's
+  3x3 convs to 6x6, 7-9x faster than the general rules' scalar tile, AVX-512), right against numpy."""
+  x, w = rng.standard_normal((1, cin, hw, hw), dtype=np.float32), rng.standard_normal((cout, cin // groups, ks, ks), dtype=np.float32) * 0.2
+  with Context(CPU_ARCH="skylake-avx512"):
+    t = Tensor(x).conv2d(Tensor(w), groups=groups)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    o = opts(k)
+    assert ((U, 1, 6) in o) if groups > 1 else (len(o) >= 4 and (P, 2, 0) in o), o
+    cpg, opg = cin // groups, cout // groups
+    want = np.concatenate([_conv_ref(x[:, g * cpg:(g + 1) * cpg], w[g * opg:(g + 1) * opg], 1, 0) for g in range(groups)], axis=1)
+    if runnable(): np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    else: check_tensor(t, want)
+
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_conv_rows_padded_to_full_vectors(arch, rng):
   """56-wide conv rows: AVX-512 pads them to 64 (PADTO 16) and runs 16-lane vectors, 8 channels x
@@ -407,7 +423,12 @@ def _check_conv(t, x, w, stride, pad):
   np.testing.assert_allclose(t.numpy(), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 def _conv_kernel(x, w, stride, pad):
-  t = Tensor(x).conv2d(Tensor(w), stride=stride, padding=pad)
+  """The conv as one kernel, strided 1x1 convs too (conv2d would copy their kept pixels together first on a
+  CPU: frontend/nn.py; the strided kernel is what other targets, and strided views of users' own, get)."""
+  from tilecraft.frontend import nn
+  keep, nn._compacts_strided_pointwise = nn._compacts_strided_pointwise, lambda device: False
+  try: t = Tensor(x).conv2d(Tensor(w), stride=stride, padding=pad)
+  finally: nn._compacts_strided_pointwise = keep
   return t, hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
 
 @pytest.mark.parametrize("arch", list(ARCHS))

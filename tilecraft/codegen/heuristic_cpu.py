@@ -281,7 +281,10 @@ def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
   # (AVX2, where 8 doesn't divide either: 6 rows padded by at most 1/16, as ShuffleNet's grouped 1x1 convs of 34 and
   # 68 output channels per group need: 8 rows padded 34 -> 40 is over the 1/7 bound, 68 -> 72 spills 16 accumulators)
   if vw == 8 and (-size) % TILE_ROWS_16_REGS * 16 <= size: return TILE_ROWS_16_REGS
-  return TILE_ROWS if 7 * ((-size) % TILE_ROWS) <= size else None
+  if 7 * ((-size) % TILE_ROWS) <= size: return TILE_ROWS
+  # (32 registers, where 8 rows would pad by more than 1/7: 6 rows padded by at most 1/16. ShuffleNet's grouped 1x1
+  # convs of 34 output channels per group (34 -> 36) 1.9x faster than the general rules' tile, AVX-512, interleaved)
+  return TILE_ROWS_16_REGS if (-size) % TILE_ROWS_16_REGS * 16 <= size else None
 
 def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False) -> None:
   """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop

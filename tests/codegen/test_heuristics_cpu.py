@@ -600,7 +600,7 @@ SHORT_ROWS = {
   (8, 1024, 256): {8: [(U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 16)]},
   # 1000 columns padded to the tile; a reduce of 264 (16 doesn't divide it) in blocks of 8
   (5, 1000, 264): {8: [(D, 1, 16), (U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 8)], 16: [(D, 1, 32), (U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 8)]},
-  # 12 rows: one vector of columns with 32 registers (the ordinary tile has no row count for 12); 2 row tiles of 6 with 16
+  # 12 rows: one vector of columns with 32 registers; 2 row tiles of 6 with 16
   (12, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
   # 16 rows: the ordinary 8 x 2 tile with 32 registers; 2 row tiles of 8 rows x 1 vector with 16
   (16, 512, 512): {8: [(U, 1, 8), (U, 0, 8), (B, 0, 16)], 16: None},
@@ -646,3 +646,21 @@ def test_rows_taken_whole_keep_the_second_vector_of_columns(rng):
     assert opts(k)[:3] == [(U, 1, 16), (U, 0, 8), (U, 0, 2)], opts(k)
     a, b = rng.standard_normal((8, 128), dtype=np.float32), rng.standard_normal((128, 1024), dtype=np.float32)
     check(k, [a, b], a @ b, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_vector_matrix_streams_a_big_matrix_in_blocks(arch, rng):
+  """x @ W + b at batch 1 with W of 2 MB and 4+ column tiles: the reduce in blocks of 16 with the column tiles inside
+  (each thread streams whole rows of W); the bias is the last block's epilogue. A narrow W (2 column tiles) isn't blocked."""
+  vw = ARCHS[arch]
+  x, w, bias = (rng.standard_normal(s, dtype=np.float32) for s in ((1, 512), (512, 1024), (1024,)))
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x) @ Tensor(w) + Tensor(bias)
+    si = [si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1]
+    k = hand(si.ast)
+    assert opts(k) == [(U, 0, vw), (U, 0, 8), (B, 0, 16)], opts(k)
+    if runnable(): np.testing.assert_allclose(t.numpy(), x @ w + bias, rtol=1e-4, atol=1e-3)
+    else: check_tensor(t, x @ w + bias)
+    if runnable():
+      inputs = [b.numpy() for b in si.bufs[1:]]
+      np.testing.assert_allclose(run(k, inputs, 1024), _unoptimized(si.ast, inputs, 1024), rtol=1e-4, atol=1e-4)
+    assert (B, 0, 16) not in opts(hand(bench.matmul_ast(1, 2 * 8 * vw, 4096)))

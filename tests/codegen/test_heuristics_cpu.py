@@ -243,6 +243,37 @@ def test_rows_8_would_overpad_take_6_with_32_registers(cout, cin, groups, hw, ks
     else: check_tensor(t, want)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_strided_conv_with_25_wide_rows_takes_padded_vectors(arch, rng):
+  """ZFNet's 5x5 stride-2 conv (25-wide output rows, 25 -> 32 pads 7/25): a vector tile along the padded rows. It
+  took the general rules' 4 x 8 x 4 = 128 scalar accumulators on output channels before (1.7 GFLOP/s, 28x slower,
+  AVX-512); right against numpy."""
+  x, w = rng.standard_normal((1, 8, 53, 53), dtype=np.float32), rng.standard_normal((32, 8, 5, 5), dtype=np.float32) * 0.1
+  with Context(CPU_ARCH=arch):
+    t, k = _conv_kernel(x, w, 2, 0)
+    o = opts(k)
+    assert any(op is D and ax == 2 for op, ax, _ in o) and any(op is U and ax == 2 and amt in (8, 16) for op, ax, amt in o), o
+    _check_conv(t, x, w, 2, 0)
+
+def test_general_rules_keep_scalar_tiles_within_the_registers():
+  """Where no upcast output axis is contiguous in the output (scalar accumulators, one register each), the general
+  rules' register tile stays within 2 x vw of them (a 256 x 11 matmul: 11 columns take no vector tile; it took
+  4 x 8 x 4 = 128 scalar accumulators on the rows before), right against numpy."""
+  from tilecraft.codegen.heuristic import _vector_upcast
+  a, b = np.random.default_rng(0).standard_normal((256, 96), dtype=np.float32), np.random.default_rng(1).standard_normal((96, 11), dtype=np.float32)
+  for arch, vw in ARCHS.items():
+    with Context(CPU_ARCH=arch):
+      k = hand(bench.matmul_ast(256, 11, 96))
+      assert not _vector_upcast(k) and 4 <= prod_upcast(k) <= 2 * vw, opts(k)
+      check(k, [a, b], a @ b, atol=1e-4 * float(np.abs(a @ b).max()))
+
+def prod_upcast(k) -> int:
+  """Accumulators per tile: the upcast output axes (not unrolled reduces)."""
+  n = 1
+  for a in range(k.first_upcast, k.shape_len):
+    if k.full_shape[a] == k.output_shape[a]: n *= k.full_shape[a]
+  return n
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_conv_rows_padded_to_full_vectors(arch, rng):
   """56-wide conv rows: AVX-512 pads them to 64 (PADTO 16) and runs 16-lane vectors, 8 channels x
   4 rows (32 accumulators, the register limit), kx unrolled; AVX2 keeps 8 lanes unpadded. Both vs numpy."""

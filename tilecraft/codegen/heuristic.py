@@ -122,6 +122,11 @@ def _tensor_cores(k: KernelShape) -> bool:
       return True
   return False
 
+def _vector_upcast(k: KernelShape) -> bool:
+  """Whether an upcast output axis is contiguous in the output (the lowering makes its lanes vectors)."""
+  out = k.sts[0].real_strides(ignore_valid=True)
+  return any(out[a] == 1 and k.full_shape[a] == k.output_shape[a] and k.full_shape[a] != 1 for a in range(k.first_upcast, k.shape_len))
+
 def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # NOLOCALS=1 on a target with workgroups: no local axes, so no grouped reduces or tensor cores (their
   # threads are local ids) either; the rules below lay the kernel out over global ids only
@@ -201,8 +206,12 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
       out_contig = k.sts[0].real_strides(ignore_valid=True)[axis] == 1  # (a padded axis too)
       amts = ([vw, 8, 4] if out_contig and not gpu else [4, 3]) if upcasted_reuse == 0 else ([8, 4] if not gpu else [4, 3]) if upcasted_reuse == 1 else \
         ([4, 2] if not gpu else [2])
+      # a CPU tile with no vector lanes (no upcast output axis is contiguous in the output) holds one scalar register
+      # per accumulator: at most 2 x vw of them (ZFNet's strided 5x5 conv with 25-wide rows took 4 x 8 x 4 = 128 on
+      # output channels, spilled every one: 1.7 GFLOP/s, 20x slower than a padded vector tile)
+      cap = tile_max if gpu or out_contig or _vector_upcast(k) else 2 * vw
       for amt in amts:
-        if size % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= tile_max:
+        if size % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= cap:
           score = (out_contig, amt, -axis) if upcasted_reuse < 2 else (size, -axis)  # the third: the longest axis left
           if best is None or score > best[0]: best = (score, axis, amt)
           break

@@ -75,9 +75,15 @@ def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
       others      32 -> 64  at 56^2:  F4 1.55          96 -> 128 at 28^2: F4 1.19
                  112 -> 224 at 14^2:  F2 1.23         128 -> 32  at 56^2: F4 0.95 F2 0.34
                  128 -> 32  at 28^2:  F4 1.55         128 -> 32  at 14^2: F2 1.19
+      SqueezeNet  32 -> 128 at 27^2:  F4 1.31          16 -> 64  at 55^2: F4 1.12
+                  48 -> 192 at 13^2:  F2 0.68         (at 14^2: F2 1.70)
+                  64 -> 256 at 13^2:  F2 0.72         (at 14^2: F2 1.77)
+                 256 -> 256 at 13^2:  F2 0.93         (at 14^2: F2 1.48; the direct conv takes 1.9x
+                                                        longer at 14^2 than at 13^2 for 1.16x the work)
   The rule: F(4x4) where the output has at least 49 4x4 tiles (28^2 and up), else F(2x2) where it has
-  at least 49 2x2 tiles (14^2), else direct (at 7^2 the matmul reuses each element of U, 16-38 MB for
-  512 channels against the direct conv's 9.4 MB of weights, only 4-16 times: it runs at memory speed).
+  at least 49 2x2 tiles (14^2) and no partial tile (even height and width: at 13^2 the direct conv
+  is fast and F(2x2) computes 14^2), else direct (at 7^2 the matmul reuses each element of U, 16-38 MB
+  for 512 channels against the direct conv's 9.4 MB of weights, only 4-16 times: memory speed).
   Channels: 32 <= cin and 64 <= cout (the input transform's cost per channel is against a matmul
   over cout, the output transform's against one over cin: 128 -> 32 at 56^2 loses), both <= 256 (not
   measured above: U grows with cin x cout). WINO=2: every eligible conv, F(4x4) where the output has at
@@ -87,7 +93,7 @@ def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
   t4, t2 = n * -(-oh // 4) * -(-ow // 4), n * -(-oh // 2) * -(-ow // 2)
   if mode >= 2: return 4 if t4 >= 49 else 2
   if not (32 <= cin <= 256 and 64 <= cout <= 256): return None
-  return 4 if t4 >= 49 else 2 if t2 >= 49 else None
+  return 4 if t4 >= 49 else 2 if t2 >= 49 and oh % 2 == 0 and ow % 2 == 0 else None
 
 _coef_cache: dict[tuple, "Tensor"] = {}
 

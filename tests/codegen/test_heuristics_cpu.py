@@ -635,6 +635,8 @@ SHORT_ROWS = {
   (12, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
   # 16 rows: the ordinary 8 x 2 tile with 32 registers; 2 row tiles of 8 rows x 1 vector with 16
   (16, 512, 512): {8: [(U, 1, 8), (U, 0, 8), (B, 0, 16)], 16: None},
+  # 11 rows: with 16 registers padded to 2 row tiles of 6 (masked rows)
+  (11, 512, 512): {8: [(U, 1, 8), (D, 0, 6), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
   (8, 256, 256): {8: None, 16: None},  # a column operand of 256 KB stays in cache: the ordinary tile
 }
 

@@ -1,11 +1,11 @@
 """PACK (codegen/pack.py, lowering in codegen/lower_pack.py): kernels that read an input through a
 packed stack array compute what numpy and the unpacked kernel compute, masks included; every rule
 refuses with KernelOptError and leaves the kernel unchanged; later opts that break a pack are refused."""
-import importlib.util
+import importlib.util, re
 from pathlib import Path
 import numpy as np
 import pytest
-from tilecraft import Tensor
+from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import dtypes
@@ -125,15 +125,47 @@ def test_pack_refusals():
   with pytest.raises(KernelOptError, match="CPU_PACK_MAX_BYTES"): k.apply_opt(Opt(P, 2, 0))
   k.apply_opt(Opt(B, 0, 1024)); k.apply_opt(Opt(P, 2, 0))  # blocked: one block's panel fits
 
+
 @pytest.mark.parametrize("K,block", [(64, 8), (72, 12), (96, 32)])
 def test_pack_blocked_single_output_loop_matches_numpy(K, block, rng):
   """BLOCK with one output loop: the block loop (the pack's scope) runs outside the parallel output loop, so the kernel is
   one OpenMP region in which every thread fills its own private array once per block and shares out the output loop. As
   a plain `parallel for private(pack1)` inside the block loop it read the threads' uninitialized copies (NaN, garbage)."""
-  M, N = 64, 49
+  M, N = 32, 49
   a, b = rng.random((M, K), dtype=np.float32) - 0.5, rng.random((K, N), dtype=np.float32) - 0.5
-  k = kern(bench.matmul_ast(M, N, K), [(U, 0, 16), (B, 0, block), (U, 0, 4), (P, 1, 0)])
+  k = kern(bench.matmul_ast(M, N, K), [(U, 0, 8), (B, 0, block), (U, 0, 4), (P, 1, 0)])
   assert k.packed == (1,)
   src = k.to_program().src
   assert "#pragma omp parallel private(pack1)" in src and "#pragma omp for schedule(static) nowait" in src
   np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-5)
+
+_TRANSPOSED = r"\(float(\d+)\)\{val\d+\[0\],val\d+\[0\]"  # a column of a transposed block: lane 0 of the rows' vector loads
+
+_TRANSPOSED_CASES = [  # (M, N, K, opts, transposed: (with 8-float blocks, with 4-float blocks))
+  (64, 49, 64, [(U, 0, 16), (PAD, 1, 8), (U, 1, 8), (U, 0, 2), (P, 1, 0)], (True, True)),            # a 1x1 conv's tile (rows of K floats)
+  (40, 49, 64, [(PAD, 0, 32), (U, 0, 16), (PAD, 1, 8), (U, 1, 8), (U, 0, 2), (P, 1, 0)], (True, True)),  # padded rows: masked lanes read 0
+  (64, 24, 96, [(U, 0, 8), (U, 1, 4), (B, 0, 32), (P, 1, 0)], (True, True)),                         # a BLOCK's panel, inside the block loop
+  (32, 24, 30, [(U, 0, 16), (U, 1, 4), (P, 1, 0)], (False, False)),                                  # K not a multiple of the block: lane by lane
+  (32, 24, 40, [(PAD, 2, 16), (U, 0, 16), (U, 1, 4), (P, 1, 0)], (True, True)),                      # padded reduce, whole blocks: one gate per block
+  (32, 24, 36, [(PAD, 2, 16), (U, 0, 16), (U, 1, 4), (P, 1, 0)], (False, True)),                     # the padding starts inside an 8-block
+  (32, 24, 64, [(U, 0, 8), (R, 0, 4), (U, 1, 4), (P, 1, 0)], (False, False)),                        # unrolled reduce lanes: the rows aren't unit-stride
+  (12, 24, 64, [(U, 0, 6), (U, 1, 4), (P, 1, 0)], (False, False)),                                   # 6 lanes: not a multiple of the block
+  (32, 49, 64, [(U, 0, 8), (B, 0, 8), (U, 0, 4), (P, 1, 0)], (True, True)),                          # one output loop, BLOCK (see above)
+  (32, 49, 72, [(U, 0, 8), (B, 0, 12), (U, 0, 4), (P, 1, 0)], (False, True)),
+]
+# every case on this host's ISA; AVX2 (haswell: 8-float blocks) and SSE (x86-64: 4-float blocks) on the cases where they differ
+@pytest.mark.parametrize("arch,M,N,K,seq,transposed", [("native", *c) for c in _TRANSPOSED_CASES] +
+                         [(arch, *_TRANSPOSED_CASES[i]) for arch in ("haswell", "x86-64") for i in (1, 5, 9)])
+def test_pack_transposed_copy_matches_numpy(arch, M, N, K, seq, transposed, rng):
+  """The row operand of A @ B (a 1x1 conv's weights: each upcast row a run of K floats, the array [K][rows]) is copied by
+  V x V blocks (V rows' vector loads, V column stores) where that is exact, lane by lane elsewhere; same values either way,
+  masked rows and padding stored as 0. On AVX-512, AVX2 (haswell) and SSE (x86-64: 4-float blocks)."""
+  a, b = rng.random((M, K), dtype=np.float32) - 0.5, rng.random((K, N), dtype=np.float32) - 0.5
+  with Context(CPU_ARCH=arch):
+    k = kern(bench.matmul_ast(M, N, K), seq)
+    assert k.packed == (1,)
+    src = k.to_program().src
+    blocks = {int(w) for w in re.findall(_TRANSPOSED, src)}
+    width = min(32, 4 * Device["CPU"].renderer.vector_width) // 4  # floats per block
+    assert blocks == ({width} if transposed[width == 4] else set()), blocks
+    np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-5)

@@ -7,10 +7,23 @@ axes unrolled into stores, inside the scope loop; a BARRIER over its stores orde
 the array after it (on a CPU that is only program order: the linearizer places the copy loop
 before the inner loops that read it). The copy reads the buffer the ordinary way, gates included,
 so a masked element is stored as 0. Functions of the LoweringState (lower_state.py).
+
+Transposed copies. Where the array holds scalar lanes (no vector axis) and the buffer is contiguous
+along the innermost packed reduce axis (a 1x1 conv's weights: each lane a row of K floats, the array
+[K][lanes]), a lane-at-a-time copy reads one element from each of up to 32 rows per step: rows K
+floats apart land in a few cache sets (K = 512: 2 KB apart, so 32 rows share 2 of L1's 64 sets) and
+are evicted before their next element is read, so every element is an L2 (or memory) access. Such
+copies go by blocks of V x V instead (V = 32 bytes of elements: 8 floats): V vector loads along
+the reduce axis from V rows, each a whole run of one row, and V vector stores of the block's
+columns (lanes i..i+V-1 of one reduce step), the transpose left to the compiler's shuffles. It is
+taken only where it is exact: for every lane, step i of a block reads the element at base + i with
+the validity of step 0 (checked on the index expressions), the reduce axis is a multiple of V and
+the array's lanes are a multiple of V; elsewhere the lane-at-a-time copy stays.
 """
 from __future__ import annotations
 import itertools
-from tilecraft.codegen.lower_state import LoweringState
+from typing import Optional
+from tilecraft.codegen.lower_state import LoweringState, _is_zero
 from tilecraft.codegen.pack import pack_axes, pack_inner_axes, pack_scope_axis
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import dtypes
@@ -46,29 +59,83 @@ def _pack(s: LoweringState, mb: MemBuffer) -> tuple[UOp, UOp]:
   try:
     # the buffer doesn't move along the inner loops (checked by PACK)
     for a in pack_inner_axes(first.st, s.shape, s.first_reduce, s.info.reduce_block): s.idx_vars[a] = 0
-    parent, vals = scope, {}
-    for a in s.red_axes:
-      if a == s.block_axis: continue
-      if a not in axes: s.idx_vars[a] = 0
-      else:
-        v = Variable(f"pidx{a}", 0, s.shape[a] - 1)
-        parent = s.make_range(s.shape[a], parent, ("reduce", a))
-        s.varmap[v] = parent
-        s.idx_vars[a] = vals[a] = v
-    lane_packed = [a in axes for a in s.lane_axes]
-    sizes = [s.shape[a] if p else 1 for a, p in zip(s.lane_axes, lane_packed)]
-    stores = []
-    for lane in itertools.product(*[range(s) for s in sizes]):
-      for a, x in zip(s.lane_axes, lane): vals[a] = x
-      if s.vax in axes: vals[s.vax] = 0  # the base of a vector store
-      at = _pack_offset(axes, strides, vals)
-      v = _pack_value(s, mb, lane)
-      if s.vax in axes and v.dtype.count == 1: v = UOp(UOps.VECTORIZE, mb.dtype.vec(s.W), (v,) * s.W)
-      stores.append(s.store(local, at, 1, v))
+    stores = _transposed_copy(s, mb, local, axes, strides, scope)
+    if stores is None: stores = _lane_copy(s, mb, local, axes, strides, scope)
   finally: s.idx_vars = saved
   barrier = UOp(UOps.BARRIER, dtypes.void, tuple(stores))
   s.memo[key] = (local, barrier)
   return local, barrier
+
+def _copy_loops(s: LoweringState, axes: list[int], scope: UOp, chunk: Optional[tuple[int, int]] = None) -> dict[int, sint]:
+  """The copy's loops over the packed reduce axes inside the scope loop (the other reduce axes index
+  at 0); their variables set in idx_vars and returned. chunk (axis, V): that axis's loop steps over
+  blocks of V (its variable numbers the blocks)."""
+  parent, vals = scope, {}
+  for a in s.red_axes:
+    if a == s.block_axis: continue
+    if a not in axes: s.idx_vars[a] = 0
+    else:
+      n = s.shape[a] // chunk[1] if chunk is not None and a == chunk[0] else s.shape[a]
+      v = Variable(f"pblk{a}" if chunk is not None and a == chunk[0] else f"pidx{a}", 0, n - 1)
+      parent = s.make_range(n, parent, ("reduce", a))
+      s.varmap[v] = parent
+      s.idx_vars[a] = vals[a] = v
+  return vals
+
+def _lane_copy(s: LoweringState, mb: MemBuffer, local: UOp, axes: list[int], strides: dict[int, int], scope: UOp) -> list[UOp]:
+  """The copy lane by lane: per step of the reduce loops, one store per packed lane (a vector per
+  lane where the array's innermost axis is the vector axis)."""
+  vals = _copy_loops(s, axes, scope)
+  lane_packed = [a in axes for a in s.lane_axes]
+  sizes = [s.shape[a] if p else 1 for a, p in zip(s.lane_axes, lane_packed)]
+  stores = []
+  for lane in itertools.product(*[range(n) for n in sizes]):
+    for a, x in zip(s.lane_axes, lane): vals[a] = x
+    if s.vax in axes: vals[s.vax] = 0  # the base of a vector store
+    at = _pack_offset(axes, strides, vals)
+    v = _pack_value(s, mb, lane)
+    if s.vax in axes and v.dtype.count == 1: v = UOp(UOps.VECTORIZE, mb.dtype.vec(s.W), (v,) * s.W)
+    stores.append(s.store(local, at, 1, v))
+  return stores
+
+def _transposed_copy(s: LoweringState, mb: MemBuffer, local: UOp, axes: list[int], strides: dict[int, int], scope: UOp) -> Optional[list[UOp]]:
+  """The copy by V x V blocks (see the module docstring), or None where it isn't exact."""
+  V = min(32, 4 * s.ren.vector_width) // mb.dtype.itemsize
+  if s.vax in axes or V < 2 or mb.dtype.scalar() not in s.ren.vector_dtypes or not s.ren.supports_float4: return None
+  red = [a for a in s.red_axes if a != s.block_axis and a in axes]
+  if not red or not isinstance(s.shape[red[-1]], int) or s.shape[red[-1]] % V: return None
+  ra, lanes_n = red[-1], strides[red[-1]]
+  if lanes_n % V: return None
+  # each packed lane's offset in the array's run of lanes; they must fill it (0..lanes_n-1) exactly
+  sizes = [s.shape[a] if a in axes else 1 for a in s.lane_axes]
+  at_off: dict[int, tuple[int, ...]] = {}
+  for lane in itertools.product(*[range(n) for n in sizes]):
+    at_off[sum(x * strides[a] for a, x in zip(s.lane_axes, lane) if a in axes)] = lane
+  if sorted(at_off) != list(range(lanes_n)): return None
+  vals = _copy_loops(s, axes, scope, (ra, V))
+  block = vals[ra]
+  # per lane: the block's base index and validity, exact for every step i of the block
+  src: dict[tuple[int, ...], tuple[sint, sint]] = {}
+  for lane in at_off.values():
+    per = []
+    for i in range(V):
+      s.idx_vars[ra] = block * V + i
+      idx, valid = s.index(mb.st, lane)
+      if s.vec_form(idx, valid)[0] != "scalar": return None
+      per.append((idx, valid))
+    if not all(_is_zero(ix - (per[0][0] + i)) and vl == per[0][1] for i, (ix, vl) in enumerate(per)): return None
+    src[lane] = per[0]
+  s.idx_vars[ra] = block * V
+  vdt, buf = mb.dtype.vec(V), s.buf_uop(mb)
+  base = _pack_offset([a for a in axes if a != ra and a in vals], strides, vals)
+  stores = []
+  for g in range(lanes_n // V):
+    rows = [src[at_off[g * V + j]] for j in range(V)]
+    loads = [s.load(buf, ix, vl, vdt, None) for ix, vl in rows]
+    for i in range(V):
+      col = tuple(UOp.const(mb.dtype, 0) if ld.op is UOps.CONST else ld.gep(i) for ld in loads)
+      stores.append(s.store(local, base + (block * V + i) * lanes_n + g * V, 1, UOp(UOps.VECTORIZE, vdt, col)))
+  return stores
 
 def _pack_value(s: LoweringState, mb: MemBuffer, lane: tuple[int, ...]) -> UOp:
   """The buffer's value (a vector along the vector axis, if any) at the current index variables."""

@@ -84,16 +84,18 @@ def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
   at least 49 2x2 tiles (14^2) and no partial tile (even height and width: at 13^2 the direct conv
   is fast and F(2x2) computes 14^2), else direct (at 7^2 the matmul reuses each element of U, 16-38 MB
   for 512 channels against the direct conv's 9.4 MB of weights, only 4-16 times: memory speed).
-  Channels: 32 <= cin and 64 <= cout (the input transform's cost per channel is against a matmul
-  over cout, the output transform's against one over cin: 128 -> 32 at 56^2 loses), both <= 256 (not
-  measured above: U grows with cin x cout). WINO=2: every eligible conv, F(4x4) where the output has at
+  Channels: 32 <= cin and 32 <= cout, both <= 256 (not measured above: U grows with cin x cout); F(2x2)
+  only from 64 output channels (the input transform's cost per channel is against a matmul over cout).
+  DenseNet-121's 128 -> 32 (quiet, 7 rounds): F4 1.49 at 56^2, 1.34 at 28^2, F2 0.93 at 14^2 (the 0.95
+  and 1.19 above were measured under load); the model 1.046x (WINO=0 vs 1 alternating, 16 rounds). WINO=2: every eligible conv, F(4x4) where the output has at
   least 49 4x4 tiles, else F(2x2)."""
   mode = int(WINO)
   if mode <= 0 or oh < 1 or ow < 1: return None  # (an empty output: the direct conv says what is wrong)
   t4, t2 = n * -(-oh // 4) * -(-ow // 4), n * -(-oh // 2) * -(-ow // 2)
   if mode >= 2: return 4 if t4 >= 49 else 2
-  if not (32 <= cin <= 256 and 64 <= cout <= 256): return None
-  return 4 if t4 >= 49 else 2 if t2 >= 49 and oh % 2 == 0 and ow % 2 == 0 else None
+  if not (32 <= cin <= 256 and 32 <= cout <= 256): return None
+  if t4 >= 49: return 4
+  return 2 if t2 >= 49 and oh % 2 == 0 and ow % 2 == 0 and cout >= 64 else None
 
 _coef_cache: dict[tuple, "Tensor"] = {}
 

@@ -17,9 +17,17 @@ from tilecraft.helpers import DEBUG, cache_dir
 from tilecraft.host import CPUTarget, _compiler_identity, check_runnable, cpu_arch, cpu_target, find_c_compiler
 from tilecraft.renderer.c import CRenderer
 
-# Threads that spin between kernels starve everything else when the cores are shared (tests run
-# in parallel, other programs); sleeping costs a few microseconds per parallel region instead.
-# Set before the first kernel loads libgomp; an explicit OMP_WAIT_POLICY wins.
+# How OpenMP's threads wait between kernels. Spinning forever (ACTIVE, or libgomp's default of 300,000
+# spins, milliseconds) starves everything else when the cores are shared; sleeping at once (PASSIVE)
+# costs a wake-up per parallel region, and a model's call runs dozens of kernels back to back (a woken
+# thread is 10-20 us late here, more on a VM whose idle vCPU halted). So a waiting thread spins briefly
+# first: 1000 spins, ~60-75 us of pause loops (measured), enough to catch the next kernel of a call, then
+# sleeps. Measured on 2 cores (AVX-512 VM), call medians, alternating: quiet, ShuffleNet 6.3 -> 5.8 ms
+# (spin 300: 5.1), SqueezeNet 7.8 -> 6.1, ResNet-50 unchanged (64.8 -> 65.7, noise); with two busy loops
+# on the same cores, SqueezeNet 23 -> 14, ShuffleNet 17/24/9 -> 11/15/12. Set before the first kernel
+# loads libgomp; an explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT wins (OMP_WAIT_POLICY=PASSIVE alone:
+# no spin at all).
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ: os.environ["GOMP_SPINCOUNT"] = "1000"
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # ---- temp files ----------------------------------------------------------------------------------

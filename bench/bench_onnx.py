@@ -11,11 +11,13 @@ no model file can be downloaded here.
 Per model, each in fresh worker processes:
   cold    the first call (build + compile) with an empty kernel cache (a new XDG_CACHE_HOME)
   warm    the first call in a new process whose disk cache holds the kernels (build + load)
-  time    per inference after warm-up: tilecraft and onnxruntime alternate in pairs of calls, each timed on
-          the second call of its pair, median of --repeat each (a runtime's threads spin for a while after
-          a call, onnxruntime's pool and OpenMP's alike: a call right after the other runtime's shares the
-          cores with them, measured ~3-8% slower for tilecraft after onnxruntime; timed after a call of its
-          own, each runtime is seen as a user calling it in a loop sees it)
+  time    per inference after warm-up: tilecraft and onnxruntime alternate in pairs of calls, each pair
+          after a pause of SETTLE_S and timed on its second call, median of --repeat each. A runtime's
+          threads spin for a while after a call (onnxruntime's pool for milliseconds, tilecraft's OpenMP
+          threads ~70 us): a call right after the other runtime's shares the cores with them. Measured on
+          SqueezeNet (2 cores): tilecraft alone 6.9-9.7 ms, right after each onnxruntime call 12.5-14.1 ms,
+          and 8.2 ms with onnxruntime's spinning off; the pair's first call alone didn't absorb it. After
+          the pause, each runtime is seen as a user calling it in a loop sees it.
   ratio   onnxruntime's time / tilecraft's (above 1: tilecraft is faster)
   kernels launched per call (--no-fold: without BatchNorm and constant folding, for the counts before/after)
   agree   the largest |tilecraft - onnxruntime| over the outputs, relative to the output's largest |value|,
@@ -116,14 +118,18 @@ def worker(name: str, phase: str, repeat: int, threads: int, fold: bool = True) 
   tm.run(inp)
   out["kernels_per_call"] = realize.kernel_count - k0
   tt, to = [], []
-  for _ in range(repeat):  # in pairs: each runtime is timed on its second call in a row (see the docstring)
+  for _ in range(repeat):  # in pairs after a pause: each runtime is timed on its second call in a row (see the docstring)
+    time.sleep(SETTLE_S)
     tm.run(inp)
     t0 = time.perf_counter(); tm.run(inp); tt.append(time.perf_counter() - t0)  # noqa: E702
+    time.sleep(SETTLE_S)
     sess.run(None, inp)
     t0 = time.perf_counter(); sess.run(None, inp); to.append(time.perf_counter() - t0)  # noqa: E702
   out["tilecraft_s"], out["ort_s"] = float(np.median(tt)), float(np.median(to))
   out["tilecraft_best_s"], out["ort_best_s"] = min(tt), min(to)
   return out
+
+SETTLE_S = 0.05  # before each runtime's pair of calls: the other runtime's threads have stopped spinning
 
 def count_kernels(name: str) -> dict:
   """Kernels per call with and without the graph rewrites, from the schedules alone (no kernel of the

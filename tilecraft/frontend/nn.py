@@ -8,13 +8,13 @@ from tilecraft.dtype import dtypes, least_upper_dtype, to_dtype
 from tilecraft.frontend.image import as_image, image_level
 from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import memo_views, pair
-from tilecraft.frontend.winograd import choose_tile, eligible, winograd_conv2d
+from tilecraft.frontend.winograd import choose_tile, eligible, on_cpu, winograd_conv2d
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
 def _compacts_strided_pointwise(device: str) -> bool:
   """Whether a strided 1x1 conv on `device` first copies its kept pixels together (measured on CPUs, where
   the C and LLVM kernels vectorize along the output row; not measured on GPUs, which keep the one kernel)."""
-  return device.split(":")[0] in ("CPU", "LLVM")
+  return on_cpu(device)
 
 def _wide(x: Tensor) -> tuple[Tensor, Any]:
   """x in the dtype its row statistics are computed in (float16/bfloat16: float32, rounded once at the

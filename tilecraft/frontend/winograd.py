@@ -54,12 +54,17 @@ MATRICES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {2: (_BT2, _G2,
 
 DEVICES = ("CPU", "LLVM")  # measured there; GPUs keep the direct conv (not measured)
 
+def on_cpu(device: str) -> bool:
+  """Whether `device` is one of the CPU devices the frontend's CPU-only conv rewrites (Winograd here, the
+  strided 1x1 compaction in nn.py) were measured on."""
+  return device.split(":")[0] in DEVICES
+
 def eligible(x: "Tensor", weight: "Tensor", stride: tuple, dilation: tuple, groups: int, acc_dtype: object) -> bool:
   """Whether conv2d(x, weight, ...) can run as Winograd: a 3x3 kernel, stride 1, dilation 1, one group,
   x and weight both float32 or both float64 (no other accumulator), concrete shapes, a CPU device."""
   return (tuple(weight.shape[2:]) == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1 and acc_dtype is None
           and x.dtype == weight.dtype and x.dtype in (dtypes.float32, dtypes.float64)
-          and all(isinstance(s, int) for s in (*x.shape, *weight.shape)) and x.device.split(":")[0] in DEVICES)
+          and all(isinstance(s, int) for s in (*x.shape, *weight.shape)) and on_cpu(x.device))
 
 def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
   """The output tile m (2 or 4) conv2d uses for an eligible conv under the WINO setting, or None (direct).
@@ -87,8 +92,8 @@ def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
   Channels: 32 <= cin and 32 <= cout, both <= 256 (not measured above: U grows with cin x cout); F(2x2)
   only from 64 output channels (the input transform's cost per channel is against a matmul over cout).
   DenseNet-121's 128 -> 32 (quiet, 7 rounds): F4 1.49 at 56^2, 1.34 at 28^2, F2 0.93 at 14^2 (the 0.95
-  and 1.19 above were measured under load); the model 1.046x (WINO=0 vs 1 alternating, 16 rounds). WINO=2: every eligible conv, F(4x4) where the output has at
-  least 49 4x4 tiles, else F(2x2)."""
+  and 1.19 above were measured under load); the model 1.046x (WINO=0 vs 1 alternating, 16 rounds).
+  WINO=2: every eligible conv, F(4x4) where the output has at least 49 4x4 tiles, else F(2x2)."""
   mode = int(WINO)
   if mode <= 0 or oh < 1 or ow < 1: return None  # (an empty output: the direct conv says what is wrong)
   t4, t2 = n * -(-oh // 4) * -(-ow // 4), n * -(-oh // 2) * -(-ow // 2)

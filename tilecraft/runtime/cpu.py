@@ -20,14 +20,19 @@ from tilecraft.renderer.c import CRenderer
 # How OpenMP's threads wait between kernels. Spinning forever (ACTIVE, or libgomp's default of 300,000
 # spins, milliseconds) starves everything else when the cores are shared; sleeping at once (PASSIVE)
 # costs a wake-up per parallel region, and a model's call runs dozens of kernels back to back (a woken
-# thread is 10-20 us late here, more on a VM whose idle vCPU halted). So a waiting thread spins briefly
-# first: 1000 spins, ~60-75 us of pause loops (measured), enough to catch the next kernel of a call, then
-# sleeps. Measured on 2 cores (AVX-512 VM), call medians, alternating: quiet, ShuffleNet 6.3 -> 5.8 ms
-# (spin 300: 5.1), SqueezeNet 7.8 -> 6.1, ResNet-50 unchanged (64.8 -> 65.7, noise); with two busy loops
-# on the same cores, SqueezeNet 23 -> 14, ShuffleNet 17/24/9 -> 11/15/12. Set before the first kernel
-# loads libgomp; an explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT wins (OMP_WAIT_POLICY=PASSIVE alone:
-# no spin at all).
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ: os.environ["GOMP_SPINCOUNT"] = "1000"
+# thread is 10-20 us late here, more on a VM whose idle vCPU halted). So a waiting thread spins first,
+# then sleeps: 30,000 spins, ~1.5 ms of pause loops (measured), enough to carry a model's call from one
+# kernel to the next (a serial copy kernel or the host's own work between launches included) and short
+# enough that a process calling now and then gives the cores back. 1,000 spins (~60 us) looked enough
+# in a tight loop, but a call that follows any pause (a user's app between requests; a benchmark's
+# pause) ran at half speed: the threads fell asleep inside it and each wake-up of a halted vCPU cost
+# far more than in the loop. Measured on 2 cores (AVX-512 VM), call after a 50 ms pause vs in a loop:
+# SqueezeNet 1,000 spins 12.6-13.2 ms vs 6.9-7.1; 10,000 6.8-8.5; 30,000 5.9-6.3 vs 5.8-6.7. ShuffleNet
+# 8.6-10.9 vs 3.8-4.1 ms; 30,000: 3.9-4.7 vs 3.6-3.9. With two busy loops on the same cores: SqueezeNet
+# 12.5-16.8 ms (1,000) vs 15.9-16.6 (30,000), within noise; the suite's time is unchanged. Set before the
+# first kernel loads libgomp; an explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT wins (OMP_WAIT_POLICY=PASSIVE
+# alone: no spin at all).
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ: os.environ["GOMP_SPINCOUNT"] = "30000"
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # ---- temp files ----------------------------------------------------------------------------------

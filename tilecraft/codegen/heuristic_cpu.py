@@ -71,13 +71,20 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   def rows_axis(n: int) -> Optional[int]:  # the input broadcast along m must vary along n
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and reused(a) and _tile_rows(k, k.full_shape[a], vw) is not None and
                  not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
-  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and unit(a) and reused(a) and cols_fit(k.full_shape[a])), None)
+  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
+  # (32 registers, one long reduce: columns that fill the 2-vector tile only when padded, by at most 1/3, a 7x7 image's 49
+  # pixels -> 64, still take it: the pack of the other operand's panel and its 16 accumulators beat the transposed tile
+  # below (8 pixel rows x 32 output channels, 3 accumulators spilled) by 1.21-1.29x on ResNet-50's 1x1 convs at 7^2,
+  # 2048->512, 512->2048 and 1024->2048, AVX-512, interleaved)
+  def short_cols(size: Any) -> bool:
+    return vw >= 16 and isinstance(red, int) and red >= 256 and k.first_upcast - k.first_reduce == 1 and isinstance(size, int) and \
+      cols < size <= 2 * cols and 3 * (round_up(size, cols) - size) <= size
+  n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and unit(a) and reused(a) and (cols_fit(k.full_shape[a]) or short_cols(k.full_shape[a]))), None)
   if n is not None and _cpu_short_rows_tile(k, n, vw, ins, reused): return True
   if n is not None and (m := rows_axis(n)) is not None: return _apply_matmul_tile(k, n, m, vw, cols)
 
   # the packed tile, tried on a copy and kept only with its pack; not for short reduces (a 7x7 stem's 147:
   # there the pack and the padded image's row masks cost more than the strided vector loads, 4x slower measured)
-  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
   masked = any(st.axis_is_masked(a) for st in k.sts for a in range(k.shape_len))
   def gathered_rows(n: int) -> Optional[int]:  # strided rows (the vector of a transposed tile) that no tile fits: padded to 8 by <= 1/2
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and out[a] == 1 and strided(a) and reused(a) and
@@ -112,6 +119,15 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # Measured, 1 thread, AVX-512: ResNet-50's 1x1 s2 1024->2048 at 14^2 1.9x faster, 1x1 2048->512 at 7^2 1.2x; AVX2:
     # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns. Not with a kernel window:
     # a 3x3 conv's unrolled row is 3 vectors of rows per step, which 32 columns share; 3x3 s2 128 at 56^2 0.85x with 16)
+    # With 32 registers and contiguous rows that pad to a whole vector by at most 1/8 (a 14x14 image's 196 pixels -> 208), the
+    # rows are one vector instead (16 pixels) and the columns one vector's worth: 16 accumulators, each broadcast feeding 16
+    # lanes; ResNet-50's 1x1 convs at 14^2 (256->1024, 1024->256, 512->1024) 1.18-1.21x faster than 8 rows x 32 or x 16 columns,
+    # AVX-512, interleaved. (49 pixels -> 64 is no faster this way: they take the padded 2-vector tile above.)
+    elif vw >= 16 and out[m] == 1 and unit(m) and k.first_upcast - k.first_reduce == 1 and isinstance(size_m := k.full_shape[m], int) and \
+        size_m > vw and 8 * ((-size_m) % vw) <= size_m:
+      one = k.copy()
+      if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; {vw} contiguous rows "
+                            "are one vector, one vector's worth of columns)", rows=vw, batched_pack=True) and one.packed: trial = one
     elif out[m] == 1 and red >= 1024 and k.first_upcast - k.first_reduce == 1 and (vw >= 16 or unit(m)):
       one = k.copy()
       if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; one vector's worth of "

@@ -24,7 +24,7 @@ import argparse, json, os, subprocess, sys, time
 # OpenBLAS's idle workers spin for 2^OPENBLAS_THREAD_TIMEOUT cycles after each call (default 2^28,
 # ~0.1 s), holding a core while the next tilecraft kernel runs: on 2 cores that made tilecraft's
 # wall time no better than one thread's (matmul 1024: 23 ms, vs 14 ms when the cores are free).
-# tilecraft's OpenMP threads spin ~70 us, then sleep (runtime/cpu.py). So the spin is cut to 2^26
+# tilecraft's OpenMP threads spin ~1.5 ms, then sleep (runtime/cpu.py). So the spin is cut to 2^26
 # cycles (~30 ms at 2 GHz: still spinning from the reference's warm-up call into its timed call)
 # and each tilecraft run of a flops row starts SETTLE_S after the reference's, when its workers sleep.
 OPENBLAS_THREAD_TIMEOUT, SETTLE_S = "26", 0.05

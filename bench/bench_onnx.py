@@ -14,10 +14,10 @@ Per model, each in fresh worker processes:
   time    per inference after warm-up: tilecraft and onnxruntime alternate in pairs of calls, each pair
           after a pause of SETTLE_S and timed on its second call, median of --repeat each. A runtime's
           threads spin for a while after a call (onnxruntime's pool for milliseconds, tilecraft's OpenMP
-          threads ~70 us): a call right after the other runtime's shares the cores with them. Measured on
-          SqueezeNet (2 cores): tilecraft alone 6.9-9.7 ms, right after each onnxruntime call 12.5-14.1 ms,
-          and 8.2 ms with onnxruntime's spinning off; the pair's first call alone didn't absorb it. After
-          the pause, each runtime is seen as a user calling it in a loop sees it.
+          threads ~1.5 ms): a call right after the other runtime's shares the cores with them. After the
+          pause, each runtime is seen as a user calling it now and then sees it. (With a spin of ~60 us,
+          tilecraft's threads fell asleep inside such a call and SqueezeNet took 12-13 ms against 6-7 in a
+          tight loop: runtime/cpu.py's spin count is set from that.)
   ratio   onnxruntime's time / tilecraft's (above 1: tilecraft is faster)
   kernels launched per call (--no-fold: without BatchNorm and constant folding, for the counts before/after)
   agree   the largest |tilecraft - onnxruntime| over the outputs, relative to the output's largest |value|,

@@ -56,3 +56,8 @@ class FakePool:
     ts = [self.times(tuple(actions.opts_from_key(self._key(p)))) for p in progs]
     return ("ok", self.race(ts) if self.race else ts)
   def count(self, kind): return sum(j.kind == kind for j in self.jobs)
+
+class BlobEcho:
+  """A worker handler (isolation.serve) whose one job answers with the blobs it was given, by id."""
+  blobs: dict
+  def echo(self, *ids: str) -> tuple: return ("ok", [self.blobs[i] for i in ids])

@@ -395,6 +395,22 @@ def test_cache_corrupted_mid_file(tmp_path):
 
 # ---- real worker processes -----------------------------------------------------------------------
 
+def test_worker_keeps_shared_blobs_past_its_lru():
+  """A blob every job shares (the renderer) is sent once; after more distinct blobs than the worker keeps (a tune
+  of a model's 46 kernels: 46 ASTs), the parent still knows what the worker holds and resends what it evicted.
+  (Before: from the 32nd AST on, every job failed with KeyError 'ren:...', and tune kept the hand-coded opts.)"""
+  pool = isolation.Pool("search_fakes:BlobEcho")
+  try:
+    n = 3 * isolation._BLOBS_KEPT
+    for i in range(n):
+      blobs = {"ren:shared": pickle.dumps("renderer"), f"ast:{i}": pickle.dumps(i)}
+      status, payload = pool.run([isolation.Job("echo", tuple(blobs), 30.0, blobs)], 1)[0]
+      assert (status, payload) == ("ok", ["renderer", i]), (i, status, payload)
+    # an old blob the worker evicted long ago is sent again, not assumed
+    blobs = {"ast:0": pickle.dumps(0)}
+    assert pool.run([isolation.Job("echo", ("ast:0",), 30.0, blobs)], 1)[0] == ("ok", [0])
+  finally: pool.close()
+
 def test_worker_build_matches_parent_render_symbolic():
   """ASTs (with symbolic shapes) travel to a worker and render exactly as here."""
   n = Variable("n", 1, 64)

@@ -7,7 +7,10 @@ that builds one *handler* object and answers jobs by calling its methods:
 - A job is `Job(kind, args, timeout, blobs)`: the worker calls `handler.<kind>(*args)`, which
   returns a `(status, payload)` tuple; an exception becomes `("error", traceback)` (or
   `("compile_error", ...)` for a CompileError). `blobs` are pickled objects shared by many jobs
-  (an AST, a renderer): each is sent to a worker once and kept in `handler.blobs` (an LRU).
+  (an AST, a renderer): each is sent to a worker once and kept in `handler.blobs` (an LRU of
+  _BLOBS_KEPT). Every job also names all the blobs it uses, in order, and both sides touch them in
+  that order, so the parent's record of what a worker holds evicts exactly what the worker evicts
+  (a parent that only added would, after 32 ASTs, skip resending the renderer every job shares).
 - Messages are length-prefixed pickles over the worker's stdin/stdout. The worker points fd 1 at
   stderr, so prints from Python, compilers or kernels can't corrupt the pipe.
 - The parent's side, `Pool(handler).run(jobs, n)`, runs jobs on up to n workers at once. A worker
@@ -79,9 +82,12 @@ def serve(handler_path: str) -> None:
   while True:
     try: msg = pickle.loads(read_exact(in_fd, int.from_bytes(read_exact(in_fd, 8), "little")))
     except EOFError: return
-    kind, settings, new_blobs, args = msg
+    kind, settings, new_blobs, used, args = msg
     try:
-      for bid, blob in new_blobs.items(): lru_put(blobs, bid, pickle.loads(blob), _BLOBS_KEPT)
+      for bid in used:  # (in the parent's order: see WorkerProc.send)
+        if bid in new_blobs: lru_put(blobs, bid, pickle.loads(new_blobs[bid]), _BLOBS_KEPT)
+        elif bid in blobs: blobs.move_to_end(bid)
+        else: raise RuntimeError(f"blob {bid} was never sent to this worker, or was evicted (the parent's LRU record is out of step)")
       with Context(**settings): res = getattr(handler, kind)(*args)
     except Exception as e:  # noqa: BLE001
       from tilecraft.device import CompileError
@@ -107,7 +113,7 @@ class Worker:
     self.proc: Optional[subprocess.Popen] = None
     self.rbuf = bytearray()
     self.ready = False
-    self.known: set[str] = set()
+    self.known: OrderedDict[str, bool] = OrderedDict()  # the blobs the worker holds: a mirror of its LRU
     self.prepared: Any = None  # free for the caller: what this worker has set up (say, timing buffers)
 
   def alive(self) -> bool: return self.proc is not None and self.proc.poll() is None
@@ -116,7 +122,7 @@ class Worker:
     cmd = f"from tilecraft.engine.isolation import serve; serve({self.handler!r})"
     self.proc = subprocess.Popen([sys.executable, "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  env=_worker_env(), bufsize=0, close_fds=True)
-    self.rbuf, self.ready, self.known, self.prepared = bytearray(), False, set(), None
+    self.rbuf, self.ready, self.known, self.prepared = bytearray(), False, OrderedDict(), None
   def fileno(self) -> int:
     assert self.proc is not None and self.proc.stdout is not None
     return self.proc.stdout.fileno()
@@ -124,8 +130,8 @@ class Worker:
     kind, settings, args = msg
     need = {k: v for k, v in blobs.items() if k not in self.known}
     assert self.proc is not None and self.proc.stdin is not None
-    write_all(self.proc.stdin.fileno(), frame((kind, settings, need, args)))
-    self.known |= set(need)
+    write_all(self.proc.stdin.fileno(), frame((kind, settings, need, list(blobs), args)))
+    for k in blobs: lru_put(self.known, k, True, _BLOBS_KEPT)  # (the worker does the same, in the same order)
   def read_frames(self) -> list[Any]:
     """Whatever complete replies are available now; EOFError when the worker is gone."""
     chunk = os.read(self.fileno(), 1 << 20)

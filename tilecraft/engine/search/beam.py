@@ -513,7 +513,7 @@ class _Search:
       k = self.kernel.copy()
       for o in chosen.opts[len(self.start_opts):]: k.apply_opt(o, reason="beam search")
     r.opts = tuple(k.applied_opts)
-    if floor is None: warnings.warn(f"search: neither the hand-coded nor the unoptimized {self.name} could be timed", RuntimeWarning, stacklevel=4)
+    if floor is None: warnings.warn(f"search: neither the hand-coded nor the unoptimized {self.name} could be timed (hand-coded: {hand.status}: {hand.msg}; unoptimized: {base.status}: {base.msg})", RuntimeWarning, stacklevel=4)
     if self.db is not None:
       info = json.dumps({"name": self.name, "rounds": r.rounds, "built": r.built, "timed": r.timed})
       self.db.put_result(self.result_key, opts_key(k.applied_opts), chose, r.final_time, r.hand_time, r.complete, self.budget_s, info,

@@ -178,6 +178,13 @@ def test_tune_fills_the_search_cache(tmp_path: Path) -> None:
   assert "elementwise_64K" in r.stdout and (tmp_path / "search.db").exists()
   r = tc("tune", "--quick", "-k", "elementwise", "--beam", "1", "--quiet", env=env)
   assert r.returncode == 0 and "cached" in r.stdout
+  assert "replay with: tilecraft bench --beam 1 --quick" in r.stdout and "BEAM_BUDGET" not in r.stdout
+
+def test_tune_with_a_budget_says_to_replay_with_it(tmp_path: Path) -> None:
+  """A search cut by its budget is replayed only by a search with no larger budget: the replay line carries it."""
+  r = tc("tune", "--quick", "-k", "elementwise", "--beam", "1", "--budget", "2.5", "--quiet", env={"CACHEDB": str(tmp_path / "search.db")})
+  assert r.returncode == 0, r.stdout + r.stderr
+  assert "replay with: BEAM_BUDGET=2.5 tilecraft bench --beam 1 --quick  (or BEAM_BUDGET=2.5 BEAM=1 in the environment)" in r.stdout, r.stdout
 
 # ---- calibrate and the command itself -------------------------------------------------------------
 

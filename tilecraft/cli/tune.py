@@ -140,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
   print(f"tune on {device}: BEAM={args.beam} over {len(tasks)} distinct kernels of {what} on {where} in {wall:.1f}s "
         f"({60 * len(tasks) / wall:.1f} kernels/min; search cache: {cache_db_path()})")
   print(format_table(["model" if args.model else "bench", "kernel", "node", "hand-coded", "beam", "gain", "chosen", "opts"], rows, "lllrrrll"))
-  if args.model: print(f"\nreplay with: tilecraft run {args.model} --beam {args.beam}  (or BEAM={args.beam} in the environment)")
-  else: print(f"\nreplay with: tilecraft bench --beam {args.beam}{' --quick' if args.quick else ''}  (or BEAM={args.beam} in the environment)")
+  # (a search its budget cut short is replayed only by searches with no larger budget, keys.replayable: without the
+  # same BEAM_BUDGET, a run after `tune --budget 20` searched those kernels again at its first call, 111 s for ResNet-50)
+  env = f"BEAM_BUDGET={args.budget:g} " if args.budget else ""
+  if args.model: print(f"\nreplay with: {env}tilecraft run {args.model} --beam {args.beam}  (or {env}BEAM={args.beam} in the environment)")
+  else: print(f"\nreplay with: {env}tilecraft bench --beam {args.beam}{' --quick' if args.quick else ''}  (or {env}BEAM={args.beam} in the environment)")
   return 1 if failed else 0

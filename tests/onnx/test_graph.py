@@ -10,7 +10,8 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 import tilecraft.onnx as tox  # noqa: E402
-from tilecraft.engine import realize  # noqa: E402
+from tilecraft.engine import plan_cache, realize  # noqa: E402
+from tilecraft.helpers import Context  # noqa: E402
 
 def _model(nodes: list, inputs: list, outputs: list, inits: tuple = (), opset: int = 17) -> onnx.ModelProto:
   g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
@@ -202,6 +203,25 @@ def test_batchnorm_folded_into_conv() -> None:
   np.testing.assert_allclose(yp["y"], ref, rtol=1e-4, atol=1e-5)
   # conv + bias + relu + residual add is one kernel either way (the scheduler fuses the epilogue)
   assert kf == 1 and kp > kf, (kf, kp)  # (unfolded, the BatchNorm's per-channel factors take a kernel of their own)
+
+def test_folded_kernels_take_hand_coded_opts_under_beam(monkeypatch) -> None:
+  """Constant folding runs its kernels once, at load: under BEAM they are not searched (the per-call kernels are)."""
+  from tilecraft.engine import search
+  searched: list[str] = []
+  def fake_search(k, *a, **kw):
+    searched.append(k.name)
+    return k.copy().hand_coded_optimizations()
+  monkeypatch.setattr(search, "beam_search", fake_search)
+  rng = np.random.default_rng(6)
+  a, b = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+  inits = [helper.make_tensor("a", TensorProto.FLOAT, [5, 4], a.ravel()), helper.make_tensor("b", TensorProto.FLOAT, [5, 4], b.ravel())]
+  nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Exp", ["s"], ["e"]), helper.make_node("MatMul", ["x", "e"], ["y"])]
+  proto = _model(nodes, [_vi("x", TensorProto.FLOAT, [3, 5])], [_vi("y", TensorProto.FLOAT, None)], inits)
+  x = rng.standard_normal((3, 5)).astype(np.float32)
+  plan_cache.clear()
+  with Context(BEAM=1): out = tox.load(proto).run({"x": x})
+  np.testing.assert_allclose(out["y"], x @ np.exp(a + b), rtol=1e-5, atol=1e-5)
+  assert searched and all(not n.startswith("E_") for n in searched), searched  # the matmul searched, exp(a + b) not
 
 def test_constant_subgraph_folded() -> None:
   # w = (a * 2 + b)^T, read by a MatMul: computed once at build with folding, in every call without

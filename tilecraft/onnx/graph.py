@@ -31,7 +31,7 @@ import numpy as np
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BufferOps, ReduceOps
 from tilecraft.engine.realize import BoundSchedule, run_schedule
-from tilecraft.helpers import prod
+from tilecraft.helpers import Context, prod
 from tilecraft.onnx.fold import fold_batchnorm
 from tilecraft.onnx.registry import Node, index_error, lookup, since_of, unsupported
 from tilecraft.onnx.types import onnx_dtype
@@ -279,7 +279,8 @@ class OnnxModel:
     for name in sorted(needed):
       b = env[name].lazydata.base
       if b.op is not None and b.op is not BufferOps.CONST: todo.append(env[name])
-    if todo: Tensor.realize(*todo) if len(todo) > 1 else todo[0].realize()
+    if todo:
+      with Context(BEAM=0): Tensor.realize(*todo)  # (kernels that run once: see FOLD_OPTS_WHY)
 
 def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
   """Constant folding inside an op: a reduce computed from constants alone (initializers, folded values,
@@ -304,7 +305,13 @@ def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
     dyn[id(b)] = any(dyn[id(s)] for s in srcs)
     red[id(b)] = not dyn[id(b)] and (b.op in ReduceOps or any(red[id(s)] for s in srcs))
     if dyn[id(b)]: todo.update((id(s), s) for s in srcs if red[id(s)])
-  if todo: Tensor.realize(*[Tensor(b) for b in todo.values()])
+  if todo:
+    with Context(BEAM=0): Tensor.realize(*[Tensor(b) for b in todo.values()])  # (kernels that run once: see FOLD_OPTS_WHY)
+
+# Folding's kernels run once, at load, so they take the hand-coded opts even under BEAM: a search costs up to its
+# budget per kernel and could save microseconds once. (With BEAM=2 after `tilecraft tune --model`, which tunes the
+# per-call kernels, SqueezeNet's Winograd weight fold was searched at every first load.)
+FOLD_OPTS_WHY = "hand-coded opts for kernels that run once"
 
 MAX_CAPTURES = 4  # input signatures whose built graphs (and intermediate buffers) a model keeps
 

@@ -731,3 +731,22 @@ def test_vector_matrix_streams_a_big_matrix_in_blocks(arch, rng):
       inputs = [b.numpy() for b in si.bufs[1:]]
       np.testing.assert_allclose(run(k, inputs, 1024), _unoptimized(si.ast, inputs, 1024), rtol=1e-4, atol=1e-4)
     assert (B, 0, 16) not in opts(hand(bench.matmul_ast(1, 2 * 8 * vw, 4096)))
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("shape", [(27, 27, 128), (3136, 64), (13, 13, 48)], ids=["27x27x128", "3136x64", "13x13x48"])
+def test_transposing_copy_takes_a_tile_of_both_axes(arch, shape, rng):
+  """A channels-last tensor copied to channels-first with an epilogue (Winograd's output copy): a T x T tile of the
+  input's contiguous axis and the output's (T = the vector width), the output's padded where that adds <= 1/3
+  (27 -> 32, 13 -> 16), so rows are loaded and stored whole. Against numpy."""
+  vw = ARCHS[arch]
+  x = rng.standard_normal(shape, dtype=np.float32)
+  perm = (len(shape) - 1,) + tuple(range(len(shape) - 1))
+  with Context(CPU_ARCH=arch):
+    t = (Tensor(x).permute(*perm) + 1.0).relu()
+    [si] = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
+    o, full = opts(hand(si.ast)), Kernel(si.ast, Device["CPU"].renderer).full_shape  # (the output's later axes merge: (128, 729))
+    last = len(full) - 1
+    tile = vw if shape[-1] % vw == 0 and shape[-1] > vw else 8
+    pad = [(D, last, tile)] if full[last] % tile else []
+    assert o == pad + [(U, 0, tile), (U, last, tile)], o
+    check_tensor(t, np.maximum(np.transpose(x, perm) + 1.0, 0.0))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional
 from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNROLL_MAX_VECTORS, cpu_matmul_tile, cpu_matvec, cpu_pad_vector_axis,
-                                          cpu_third_reuse_fits, cpu_vecmat)
+                                          cpu_third_reuse_fits, cpu_transpose_tile, cpu_vecmat)
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.helpers import TC, TC_OPT, getenv, prod
@@ -238,6 +238,8 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
       for amt in ([vw] if contiguous and k.upcasted == 0 and not gpu else []) + [4, 2]:
         if size % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= 512:
           if try_opt(k, Opt(OptOps.UNROLL, rel, amt), f"long reduce: unroll by {amt}" + (" (vector accumulators along a contiguous input)" if amt == vw else "")): break
+
+  if not gpu and cpu_transpose_tile(k, vw): return k
 
   # no output axis upcast yet: vectorize the contiguous output axis
   if not any(k.full_shape[a] == k.output_shape[a] for a in range(k.first_upcast, k.shape_len)) and k.first_reduce > 0:

@@ -84,7 +84,7 @@ def serve(handler_path: str) -> None:
     except EOFError: return
     kind, settings, new_blobs, used, args = msg
     try:
-      for bid in used:  # (in the parent's order: see WorkerProc.send)
+      for bid in used:  # (in the parent's order: see Worker.send)
         if bid in new_blobs: lru_put(blobs, bid, pickle.loads(new_blobs[bid]), _BLOBS_KEPT)
         elif bid in blobs: blobs.move_to_end(bid)
         else: raise RuntimeError(f"blob {bid} was never sent to this worker, or was evicted (the parent's LRU record is out of step)")

@@ -280,7 +280,7 @@ class OnnxModel:
       b = env[name].lazydata.base
       if b.op is not None and b.op is not BufferOps.CONST: todo.append(env[name])
     if todo:
-      with Context(BEAM=0): Tensor.realize(*todo)  # (kernels that run once: see FOLD_OPTS_WHY)
+      with Context(BEAM=0): Tensor.realize(*todo)  # (kernels that run once: see _fold_weight_reduces)
 
 def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
   """Constant folding inside an op: a reduce computed from constants alone (initializers, folded values,
@@ -306,12 +306,10 @@ def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
     red[id(b)] = not dyn[id(b)] and (b.op in ReduceOps or any(red[id(s)] for s in srcs))
     if dyn[id(b)]: todo.update((id(s), s) for s in srcs if red[id(s)])
   if todo:
-    with Context(BEAM=0): Tensor.realize(*[Tensor(b) for b in todo.values()])  # (kernels that run once: see FOLD_OPTS_WHY)
-
-# Folding's kernels run once, at load, so they take the hand-coded opts even under BEAM: a search costs up to its
-# budget per kernel and could save microseconds once. (With BEAM=2 after `tilecraft tune --model`, which tunes the
-# per-call kernels, SqueezeNet's Winograd weight fold was searched at every first load.)
-FOLD_OPTS_WHY = "hand-coded opts for kernels that run once"
+    # (folding's kernels run once, at load, so they take the hand-coded opts even under BEAM: a search costs up to its
+    # budget per kernel and could save microseconds once; `tilecraft tune --model` tunes only the per-call kernels, so
+    # with BEAM=2 SqueezeNet's Winograd weight fold was searched at its first load)
+    with Context(BEAM=0): Tensor.realize(*[Tensor(b) for b in todo.values()])
 
 MAX_CAPTURES = 4  # input signatures whose built graphs (and intermediate buffers) a model keeps
 

@@ -111,35 +111,12 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       trial = k.copy()
       if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
                                 "2 vectors' panel too big to pack)", rows=TILE_ROWS): continue
-    # Each of the tile's columns is then one vector accumulator of the 8 rows, fed by a broadcast: 2 vectors' worth of
-    # columns (32 on AVX-512) is 32 accumulators + the rows' vector + a broadcast, more than the 32 registers: gcc spills
-    # 3 accumulators (a store-to-load chain each per step). Where the reduce is long (>= 1024: the 2-vector panel is
-    # >= 128 KB, read from L2) the columns are one vector's worth (16 accumulators on AVX-512); with 16 registers (AVX2)
-    # only where the rows are contiguous loads: strided rows (a stride-2 1x1 conv) are gathers, which 16 columns share.
-    # Measured, 1 thread, AVX-512: ResNet-50's 1x1 s2 1024->2048 at 14^2 1.9x faster, 1x1 2048->512 at 7^2 1.2x; AVX2:
-    # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns. Not with a kernel window:
-    # a 3x3 conv's unrolled row is 3 vectors of rows per step, which 32 columns share; 3x3 s2 128 at 56^2 0.85x with 16)
-    # With 32 registers and contiguous rows that pad to a whole vector by at most 1/8 (a 14x14 image's 196 pixels -> 208), the
-    # rows are one vector instead (16 pixels) and the columns one vector's worth: 16 accumulators, each broadcast feeding 16
-    # lanes; ResNet-50's 1x1 convs at 14^2 (256->1024, 1024->256, 512->1024) 1.18-1.21x faster than 8 rows x 32 or x 16 columns,
-    # AVX-512, interleaved. (49 pixels -> 64 is no faster this way: they take the padded 2-vector tile above.)
-    elif vw >= 16 and out[m] == 1 and unit(m) and k.first_upcast - k.first_reduce == 1 and isinstance(size_m := k.full_shape[m], int) and \
-        size_m > vw and 8 * ((-size_m) % vw) <= size_m:
-      one = k.copy()
-      if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; {vw} contiguous rows "
-                            "are one vector, one vector's worth of columns)", rows=vw, batched_pack=True) and one.packed: trial = one
-    # Strided rows padded to a whole 16-lane vector by at most 1/7 (a 3x3 stride-2 conv's 28-wide output rows -> 32) take 16
-    # rows with the 2 vectors of columns: ResNet-50's 3x3 s2 128 at 56^2 1.15x faster than 8 rows (1.22x without its
-    # epilogue), interleaved; with one vector of columns it was no faster (0.97x).
-    elif vw >= 16 and out[m] == 1 and strided(m) and isinstance(size_m := k.full_shape[m], int) and size_m > vw and 7 * ((-size_m) % vw) <= size_m:
-      wide = k.copy()
-      if _apply_matmul_tile(wide, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below; {vw} strided rows "
-                            "are one vector)", rows=vw, batched_pack=True) and wide.packed: trial = wide
-    elif out[m] == 1 and red >= 1024 and k.first_upcast - k.first_reduce == 1 and (vw >= 16 or unit(m)):
-      one = k.copy()
-      if _apply_matmul_tile(one, n, m, vw, vw, why=f" (the operand along axis {n} is strided: packed contiguously below; one vector's worth of "
-                            "columns: 2 would spill accumulators)", rows=TILE_ROWS, batched_pack=True) and one.packed: trial = one
-    for o, why in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=why)
+    elif (shape := _packed_tile_shape(k, m, vw, cols, red, out[m] == 1, unit(m), strided(m))) is not None:
+      rows_alt, cols_alt, why_alt = shape
+      other = k.copy()
+      if _apply_matmul_tile(other, n, m, vw, cols_alt, why=f" (the operand along axis {n} is strided: packed contiguously below; {why_alt})",
+                            rows=rows_alt, batched_pack=True) and other.packed: trial = other
+    _adopt(k, trial)
     return True
   # a batched A @ B^T (q @ k^T) the packed tile above didn't take (B's panel refused, e.g. masked, or a row or column
   # count no tile fits): both operands contiguous along the reduce, B strided along the output's columns: dot
@@ -183,6 +160,38 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
                   2 <= k.full_shape[a] <= 7 and all((rs[a] == 0) == (rs[n] == 0) for rs in ins)), None)
     return _apply_matmul_tile(k, n, m, lanes, lanes, why=" (one vector of columns)", small=small)
   return False
+
+def _adopt(k: KernelShape, trial: KernelShape) -> None:
+  """Apply to k the opts (with their reasons) a trial copy of it took after k's own."""
+  n = len(k.applied_opts)
+  for o, why in zip(trial.applied_opts[n:], trial.applied_opts_reasons[n:]): k.apply_opt(o, reason=why)
+
+def _packed_tile_shape(k: KernelShape, m: int, vw: int, cols: int, red: Any, rows_contiguous_in_output: bool, unit_rows: bool,
+                       strided_rows: bool) -> Optional[tuple[int, int, str]]:
+  """The packed tile's (rows, columns, why) where they differ from 8 rows x `cols` (2 vectors), else None. The rows are
+  the output's contiguous axis m, where the lowering makes each column's accumulator one vector of the rows."""
+  size_m, one_reduce = k.full_shape[m], k.first_upcast - k.first_reduce == 1
+  if not rows_contiguous_in_output: return None
+  # With 32 registers and contiguous rows that pad to a whole vector by at most 1/8 (a 14x14 image's 196 pixels -> 208), the
+  # rows are one vector (16 pixels) and the columns one vector's worth: 16 accumulators, each broadcast feeding 16 lanes;
+  # ResNet-50's 1x1 convs at 14^2 (256->1024, 1024->256, 512->1024) 1.18-1.21x faster than 8 rows x 32 or x 16 columns,
+  # AVX-512, interleaved. (49 pixels -> 64 is no faster this way: they take the padded 2-vector tile of cpu_matmul_tile.)
+  # Strided rows padded to a whole vector by at most 1/7 (a 3x3 stride-2 conv's 28-wide output rows -> 32) take 16 rows
+  # with the 2 vectors of columns: ResNet-50's 3x3 s2 128 at 56^2 1.15x faster than 8 rows (1.22x without its epilogue),
+  # interleaved; with one vector of columns it was no faster (0.97x).
+  if vw >= 16 and isinstance(size_m, int) and size_m > vw:
+    if unit_rows and one_reduce and 8 * ((-size_m) % vw) <= size_m: return vw, vw, f"{vw} contiguous rows are one vector, one vector's worth of columns"
+    if strided_rows and 7 * ((-size_m) % vw) <= size_m: return vw, cols, f"{vw} strided rows are one vector"
+  # Otherwise each of the tile's columns is one vector accumulator of the 8 rows, fed by a broadcast: 2 vectors' worth of
+  # columns (32 on AVX-512) is 32 accumulators + the rows' vector + a broadcast, more than the 32 registers: gcc spills
+  # 3 accumulators (a store-to-load chain each per step). Where the reduce is long (>= 1024: the 2-vector panel is
+  # >= 128 KB, read from L2) the columns are one vector's worth (16 accumulators on AVX-512); with 16 registers (AVX2)
+  # only where the rows are contiguous loads: strided rows (a stride-2 1x1 conv) are gathers, which 16 columns share.
+  # Measured, 1 thread, AVX-512: ResNet-50's 1x1 s2 1024->2048 at 14^2 1.9x faster, 1x1 2048->512 at 7^2 1.2x; AVX2:
+  # 1x1 2048->512 at 7^2 1.24x. (Shorter reduces: 1x1 s2 256->512 at 28^2 0.9x with 16 columns. Not with a kernel window:
+  # a 3x3 conv's unrolled row is 3 vectors of rows per step, which 32 columns share; 3x3 s2 128 at 56^2 0.85x with 16)
+  if red >= 1024 and one_reduce and (vw >= 16 or unit_rows): return TILE_ROWS, vw, "one vector's worth of columns: 2 would spill accumulators"
+  return None
 
 SHORT_ROWS_MIN_BYTES = 1 << 20  # the short-rows tile's column operand at least this big (bigger than L2: read from memory)
 SHORT_ROWS_BLOCK = 16  # reduce steps per block of the short-rows tile (row streams of the column operand in flight)
@@ -239,7 +248,7 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
     return False
   if not try_opt(trial, Opt(OptOps.BLOCK, 0, block), f"short-rows tile: the reduce of {size} in blocks of {block}, the column tiles inside each "
                                                     f"block (each thread streams {block} whole rows of the column operand at a time)"): return False
-  for o, r in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=r)
+  _adopt(k, trial)
   return True
 
 def _odd_lanes(size: Any, vw: int) -> Optional[int]:
@@ -493,5 +502,5 @@ def cpu_transpose_tile(k: KernelShape, vw: int) -> bool:
     return False
   if not try_opt(trial, Opt(OptOps.UPCAST, a, tile), f"transpose tile: {tile} lanes of the output's contiguous axis {a} (one store per row)"):
     return False
-  for o, r in zip(trial.applied_opts[len(k.applied_opts):], trial.applied_opts_reasons[len(k.applied_opts):]): k.apply_opt(o, reason=r)
+  _adopt(k, trial)
   return True

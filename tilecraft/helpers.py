@@ -145,6 +145,7 @@ class _Setting:
 DEBUG, NOOPT, BEAM, TC, TC_OPT = _Setting("DEBUG", 0), _Setting("NOOPT", 0), _Setting("BEAM", 0), _Setting("TC", 1), _Setting("TC_OPT", 0)
 CACHELEVEL = _Setting("CACHELEVEL", 2)
 IMAGE = _Setting("IMAGE", 0)  # 1: conv/matmul weights in OpenCL images, 2: their inputs too (frontend/image.py)
+MEMORY_PLAN = _Setting("MEMORY_PLAN", 1)  # 1: a rerun schedule's intermediates share an arena where their lifetimes allow (engine/memory_plan.py)
 WINO = _Setting("WINO", 1)  # Winograd 3x3 convs on CPUs: 0 never, 1 where measured to pay, 2 always (frontend/winograd.py)
 
 def usable_cores() -> int:

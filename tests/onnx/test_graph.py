@@ -124,6 +124,27 @@ def test_rerun_follows_settings_and_cache_clear(capsys: pytest.CaptureFixture) -
     call()
   assert "***" in capsys.readouterr().out
 
+def test_rerun_shares_intermediates_memory() -> None:
+  # a residual block with a concatenation: from the first rerun on, the intermediates share one arena
+  # (engine/memory_plan.py); every call's outputs stay right, and an output read by later nodes keeps its own memory
+  rng = np.random.default_rng(3)
+  w1, w2, w3 = (rng.standard_normal((8, 8)).astype(np.float32) / 3 for _ in range(3))
+  inits = [helper.make_tensor(n, TensorProto.FLOAT, [8, 8], w.ravel()) for n, w in zip(["w1", "w2", "w3"], (w1, w2, w3))]
+  nodes = [helper.make_node("MatMul", ["x", "w1"], ["a0"]), helper.make_node("Relu", ["a0"], ["a"]),
+           helper.make_node("MatMul", ["a", "w2"], ["b0"]), helper.make_node("Relu", ["b0"], ["b"]),
+           helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("MatMul", ["c", "w3"], ["d"]),
+           helper.make_node("Concat", ["d", "c"], ["e"], axis=0), helper.make_node("Tanh", ["e"], ["y"])]
+  m = tox.load(_model(nodes, [_vi("x", TensorProto.FLOAT, [4, 8])], [_vi("y", TensorProto.FLOAT, None), _vi("c", TensorProto.FLOAT, None)], inits))
+  for _ in range(4):
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    a = np.maximum(x @ w1, 0)
+    c = a + np.maximum(a @ w2, 0)
+    out = m.run({"x": x})
+    np.testing.assert_allclose(out["y"], np.tanh(np.concatenate([c @ w3, c], 0)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["c"], c, rtol=1e-5, atol=1e-6)
+  (cap,) = m._captures.values()
+  assert cap.bound.memory.planned >= 2 and cap.bound.memory.arena_bytes < cap.bound.memory.planned_bytes
+
 def _gather(idx_from: str) -> onnx.ModelProto:
   data = _vi("d", TensorProto.FLOAT, [5, 2])
   out = [_vi("y", TensorProto.FLOAT, None)]

@@ -12,8 +12,9 @@ from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.engine import plan_cache
 from tilecraft.engine.plan_cache import (OptsMode, RunnerKey, RunnerSettings, Template, built_ahead, counts, loaded_runners, replayed_walk,
                                          runners)
+from tilecraft.engine.memory_plan import MemoryPlan, plan_memory
 from tilecraft.engine.schedule import _buf_dtype, create_schedule, fuse_reduces, instantiate
-from tilecraft.helpers import BEAM, DEBUG, NOOPT, TC, TC_OPT, getenv, prod, settings_memo, usable_cores
+from tilecraft.helpers import BEAM, DEBUG, MEMORY_PLAN, NOOPT, TC, TC_OPT, getenv, prod, settings_memo, usable_cores
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
@@ -295,10 +296,13 @@ def _copy_item(dest: Buffer, src: Buffer) -> None: dest.copyin(src.numpy())
 def _launch_vars(runner: CompiledRunner, bufs: list[Buffer], var_vals: dict) -> None: runner(bufs, var_vals, wait=False)
 
 class BoundSchedule:
-  """A schedule whose buffers stay the same, rerun with `run()`; see above."""
-  __slots__ = ("schedule", "devices", "key", "steps", "kernels")
-  def __init__(self, schedule: list):
+  """A schedule whose buffers stay the same, rerun with `run()`; see above. With `keep` (the buffers the
+  caller reads or writes between runs) and MEMORY_PLAN=1, the other buffers it writes before reading
+  share memory where their lifetimes allow (engine/memory_plan.py); `memory` says what that did."""
+  __slots__ = ("schedule", "devices", "key", "steps", "kernels", "memory")
+  def __init__(self, schedule: list, keep: Optional[list[Buffer]] = None):
     self.schedule = schedule
+    self.memory = plan_memory(schedule, keep) if keep is not None and MEMORY_PLAN else MemoryPlan()
     self.devices = tuple(dict.fromkeys(si.bufs[0].device for si in schedule if si.ast.op is not MetaOps.COPY))
     self.key: Any = None  # (plan_cache.generation, per device (RunnerSettings, DEBUG)) the steps were bound under
     self.steps: tuple = ()

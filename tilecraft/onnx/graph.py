@@ -11,8 +11,9 @@ kept as numpy alongside their Tensors, anything else is realized to read it.
 Reuse: the first call with an input signature (names, shapes, dtypes) builds the graph and keeps it as a
 _Capture: the schedule with its buffers; later calls with that signature copy the inputs into the same
 input buffers, launch the schedule's kernels, bound once to their runners and buffers (engine/realize.py:
-BoundSchedule), and copy the outputs straight out of their buffers: no graph building, no scheduling, no
-per-kernel lookups or checks. A graph whose building read a value that depends on the inputs' data (a
+BoundSchedule, whose intermediates share one arena where their lifetimes allow: engine/memory_plan.py),
+and copy the outputs straight out of their buffers: no graph building, no scheduling, no per-kernel
+lookups or checks. A graph whose building read a value that depends on the inputs' data (a
 Reshape to a shape given as an input, say) is valid for those data only and is built again on every call.
 Index inputs (Gather and the like) are guarded: out of range is an IndexError naming the node, the axis
 and the index, checked on the host for indices from graph inputs and initializers, and from the min and
@@ -343,8 +344,9 @@ class _Capture:
       a = feed[nm]
       _check_host(node, a[..., col] if col is not None else a, size, axis, col)
     if self.bound is None:
-      self.bound = BoundSchedule(self.schedule)
       self.in_bufs = [(name, t.lazydata.buffer) for name, t in self.inputs]
+      read_after = [t.lazydata.base.buffer for t in self.outputs + [t for _, t, _, _, _ in self.tensor_guards]]
+      self.bound = BoundSchedule(self.schedule, keep=[b for _, b in self.in_bufs] + read_after)  # the rest: memory planned
     for name, buf in self.in_bufs: buf.copyin(feed[name].reshape(-1))
     self.bound.run()
     return self.read_outputs(None)

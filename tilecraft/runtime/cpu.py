@@ -136,20 +136,27 @@ class CPUCompiler(Compiler):
 # ---- memory --------------------------------------------------------------------------------------
 
 class CPUBuffer:
-  """CPU memory: a 64-byte aligned numpy byte array; `ptr` is what kernels receive (ctypes takes the
+  """CPU memory: a 64-byte aligned numpy byte array (or `mem`, a slice of another's: CPUAllocator.view); `ptr` is what kernels receive (ctypes takes the
   buffer itself for a `c_void_p` argument: `_as_parameter_`)."""
   __slots__ = ("mem", "ptr", "nbytes", "_as_parameter_")
   ALIGN = 64
-  def __init__(self, nbytes: int):
-    raw = np.empty(nbytes + self.ALIGN, dtype=np.uint8)
-    off = -raw.ctypes.data % self.ALIGN
-    self.mem, self.nbytes = raw[off:off + nbytes], nbytes
+  def __init__(self, nbytes: int, mem: Optional[np.ndarray] = None):
+    if mem is None:
+      raw = np.empty(nbytes + self.ALIGN, dtype=np.uint8)
+      off = -raw.ctypes.data % self.ALIGN
+      mem = raw[off:off + nbytes]
+    self.mem, self.nbytes = mem, nbytes
     self.ptr: int = self.mem.ctypes.data
     self._as_parameter_ = self.ptr
   def __repr__(self) -> str: return f"<CPUBuffer {self.nbytes} bytes at {self.ptr:#x}>"
 
 class CPUAllocator(Allocator):
   def alloc(self, nbytes: int) -> CPUBuffer: return CPUBuffer(nbytes)
+  def view(self, arena: CPUBuffer, offset: int, nbytes: int) -> CPUBuffer:
+    """`nbytes` of `arena` from `offset` as a buffer of their own (engine/memory_plan.py's slices; the
+    slice keeps the arena's memory alive)."""
+    if offset < 0 or offset + nbytes > arena.nbytes: raise ValueError(f"a slice [{offset}, {offset + nbytes}) of a {arena.nbytes}-byte buffer")
+    return CPUBuffer(nbytes, arena.mem[offset:offset + nbytes])
   def free(self, opaque: CPUBuffer) -> None: pass  # the numpy array is freed with the handle
   def copyin(self, dest: CPUBuffer, src: memoryview) -> None:
     s = np.frombuffer(src, dtype=np.uint8)

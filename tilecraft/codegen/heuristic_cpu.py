@@ -490,7 +490,10 @@ def cpu_transpose_tile(k: KernelShape, vw: int) -> bool:
   out = k.sts[0].real_strides(ignore_valid=True)
   a = next((x for x in range(k.first_reduce) if out[x] == 1), None)
   if a is None or not isinstance(size_a := k.full_shape[a], int): return False
-  ins = [st.real_strides(ignore_valid=True) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+  # the transposed input: unmasked (a concatenation's piece, gated per element, is slower as a tile, and its
+  # unrolled gates made DenseNet-121's 16 x 16 tiles take 1-8 s each to compile)
+  ins = [st.real_strides(ignore_valid=True) for st, b in zip(k.sts, k.bufs)
+         if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs) and all(v.mask is None for v in st.views)]
   b = next((x for x in range(k.first_reduce) if x != a and any(rs[x] == 1 and rs[a] not in (0, 1) for rs in ins)), None)
   if b is None or not isinstance(size_b := k.full_shape[b], int): return False
   tile = next((t for t in (vw, 8) if size_b % t == 0 and size_b > t), None)

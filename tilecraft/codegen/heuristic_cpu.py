@@ -121,7 +121,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       other = k.copy()
       if _apply_matmul_tile(other, n, m, vw, cols_alt, why=f" (the operand along axis {n} is strided: packed contiguously below; {why_alt})",
                             rows=rows_alt, batched_pack=True) and other.packed: trial = other
-    _adopt(k, trial)
+    adopt_trial(k, trial)
     return True
   # a batched A @ B^T (q @ k^T) the packed tile above didn't take (B's panel refused, e.g. masked, or a row or column
   # count no tile fits): both operands contiguous along the reduce, B strided along the output's columns: dot
@@ -164,7 +164,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     return _apply_matmul_tile(k, n, m, lanes, lanes, why=" (one vector of columns)", small=short_axis(m, n))
   return False
 
-def _adopt(k: KernelShape, trial: KernelShape) -> None:
+def adopt_trial(k: KernelShape, trial: KernelShape) -> None:
   """Apply to k the opts (with their reasons) a trial copy of it took after k's own."""
   n = len(k.applied_opts)
   for o, why in zip(trial.applied_opts[n:], trial.applied_opts_reasons[n:]): k.apply_opt(o, reason=why)
@@ -251,7 +251,7 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
     return False
   if not try_opt(trial, Opt(OptOps.BLOCK, 0, block), f"short-rows tile: the reduce of {size} in blocks of {block}, the column tiles inside each "
                                                     f"block (each thread streams {block} whole rows of the column operand at a time)"): return False
-  _adopt(k, trial)
+  adopt_trial(k, trial)
   return True
 
 def _odd_lanes(size: Any, vw: int) -> Optional[int]:
@@ -508,5 +508,5 @@ def cpu_transpose_tile(k: KernelShape, vw: int) -> bool:
     return False
   if not try_opt(trial, Opt(OptOps.UPCAST, a, tile), f"transpose tile: {tile} lanes of the output's contiguous axis {a} (one store per row)"):
     return False
-  _adopt(k, trial)
+  adopt_trial(k, trial)
   return True

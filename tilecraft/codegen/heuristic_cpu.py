@@ -316,7 +316,8 @@ def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
   of 6 adds at most 1/32 of the work; else 8 where 8 divides it (4 with 16 registers: 8 x 2 accumulators spill,
   SwiGLU's 32x2816x1024 1.3x and a 16x4096x1024 matmul 1.2x faster as 4 x 2, AVX2, 1 thread); else 6 (AVX2) where padding adds at most
   1/16; else 8 where padding to a multiple of 8 adds at most 1/7 (a strided 1x1 conv's 7-pixel rows: 7 rows
-  unpadded measured 3x slower than 8 padded, AVX2); None
+  unpadded measured 3x slower than 8 padded, AVX2), 4 of them with 16 registers as where 8 divides (the Winograd
+  matmuls' 49 tiles -> 52: 1.15-1.68x faster than 8 rows x 2 vectors, spilled, in five models, AVX2); None
   when no tile fits. A kernel of several fused reduces (each its own accumulators) takes 16 // reduces rows with 32
   registers, 8 // reduces with 16 (one vector of columns each)."""
   if not isinstance(size, int): return None
@@ -329,7 +330,7 @@ def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
   # (AVX2, where 8 doesn't divide either: 6 rows padded by at most 1/16, as ShuffleNet's grouped 1x1 convs of 34 and
   # 68 output channels per group need: 8 rows padded 34 -> 40 is over the 1/7 bound, 68 -> 72 spills 16 accumulators)
   if vw == 8 and (-size) % TILE_ROWS_16_REGS * 16 <= size: return TILE_ROWS_16_REGS
-  if 7 * ((-size) % TILE_ROWS) <= size: return TILE_ROWS
+  if 7 * ((-size) % TILE_ROWS) <= size: return TILE_ROWS if vw != 8 else TILE_ROWS // 2
   # (32 registers, where 8 rows would pad by more than 1/7: 6 rows padded by at most 1/16. ShuffleNet's grouped 1x1
   # convs of 34 output channels per group (34 -> 36) 1.9x faster than the general rules' tile, AVX-512, interleaved)
   return TILE_ROWS_16_REGS if (-size) % TILE_ROWS_16_REGS * 16 <= size else None

@@ -201,6 +201,13 @@ def test_window_reduces_pad_their_output_rows_to_vectors(arch, rng):
     want = np.stack([_conv_ref(dw_x[:, c:c + 1], dw_w[c:c + 1], 1, 1)[:, 0] for c in range(16)], axis=1)
     if runnable(): np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5)
     else: check_tensor(t, want)
+    # 55-wide rows (SqueezeNet's first max-pool): 8 lanes pad least (56), but on AVX-512 4 whole 16-lane vectors make the
+    # row the tile takes whole (1.23-1.28x faster than 7 x 8 lanes); AVX2's 8 lanes are its width
+    x = rng.standard_normal((1, 4, 111, 111), dtype=np.float32)
+    t = Tensor(x).max_pool2d(3, 2)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert opts(k)[:3] == [(D, 2, vw), (U, 2, vw)] + ([(U, 2, 0)] if vw == 16 else [(R, 1, 0)]), opts(k)
+    check_tensor(t, _pool_ref(x, 3, 2))
 
 def test_a_short_argmax_keeps_its_window_row_as_the_tile(rng):
   """An argmax over 44 values (a window-length reduce) of 255 rows: the rows are padded to vectors, and the

@@ -45,14 +45,14 @@ def test_lifetimes_pick_internal_buffers() -> None:
   class Buf:
     def __init__(self, name: str): self.name = name
   w, x, a, b, c, out, state, part = (Buf(n) for n in ["w", "x", "a", "b", "c", "out", "state", "part"])
-  sched = [_item([a, x, w]), _item([state, state, a]), _item([b, a]), _item([part, b], masked=True), _item([c, part, b], copy=False),
+  sched = [_item([a, x, w]), _item([state, state, a]), _item([b, a]), _item([part, b], masked=True), _item([c, part, b]),
            _item([out, c, a])]
   spans = {k.name: v for k, v in lifetimes(sched, keep=[x, out]).items()}
   # w, x: read first (outside data); state: read by the item that writes it (last run's value);
   # out: kept; part: written by a masked store (a run leaves some of it unwritten)
   assert spans == {"a": (0, 5), "b": (2, 4), "c": (4, 5)}
 
-def _rerun_planned(inp: Tensor, outs: list[Tensor], expect: list, device: str, data: list[np.ndarray]) -> BoundSchedule:
+def _rerun_planned(inp: Tensor, outs: list[Tensor], expect: list, data: list[np.ndarray]) -> BoundSchedule:
   sched = Tensor.schedule(*outs)
   run_schedule(sched)
   out_bufs = [o.lazydata.base.buffer for o in outs]
@@ -62,13 +62,15 @@ def _rerun_planned(inp: Tensor, outs: list[Tensor], expect: list, device: str, d
     bound.run()
     for o, b, f in zip(outs, out_bufs, expect):
       np.testing.assert_allclose(b.numpy()[:o.numel()].reshape(o.shape), f(x), rtol=1e-5, atol=1e-5)
-  # buffers live at the same item never share bytes
-  spans = lifetimes(sched, keep=[inp.lazydata.buffer] + out_bufs)
-  ptr = {b: b._buf.ptr for b in spans}
+  _assert_live_buffers_disjoint(lifetimes(sched, keep=[inp.lazydata.buffer] + out_bufs))
+  return bound
+
+def _assert_live_buffers_disjoint(spans: dict) -> None:
+  """Buffers live at the same schedule item never share bytes."""
   for b1, (f1, l1) in spans.items():
     for b2, (f2, l2) in spans.items():
-      if b1 is not b2 and f1 <= l2 and f2 <= l1: assert ptr[b1] + b1.nbytes <= ptr[b2] or ptr[b2] + b2.nbytes <= ptr[b1]
-  return bound
+      if b1 is not b2 and f1 <= l2 and f2 <= l1:
+        assert b1._buf.ptr + b1.nbytes <= b2._buf.ptr or b2._buf.ptr + b2.nbytes <= b1._buf.ptr
 
 @pytest.mark.parametrize("device", ["CPU", "LLVM"])
 def test_rerun_planned_graph_matches_numpy(device: str) -> None:
@@ -85,7 +87,7 @@ def test_rerun_planned_graph_matches_numpy(device: str) -> None:
     r1 = np.maximum(x @ w1, 0)
     r2 = np.maximum(r1 @ w2, 0) + r1
     return (np.concatenate([np.exp(r2 @ w1), r2 @ w2], 0) @ w2).sum(0) + r1.max(0), r2 - 1
-  bound = _rerun_planned(inp, [y, z], [lambda x: ref(x)[0], lambda x: ref(x)[1]], device,
+  bound = _rerun_planned(inp, [y, z], [lambda x: ref(x)[0], lambda x: ref(x)[1]],
                          [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(3)])
   assert bound.memory.planned >= 3 and bound.memory.arena_bytes < bound.memory.planned_bytes
   # the concatenation's pieces were stored into their slices of one buffer
@@ -150,10 +152,7 @@ def test_random_graphs_rerun_planned(seed: int) -> None:
       want = f(v.astype(np.float64))
       np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
   spans = lifetimes(sched, keep=[x.lazydata.buffer] + bufs)
-  for b1, (f1, l1) in spans.items():
-    for b2_, (f2, l2) in spans.items():
-      if b1 is not b2_ and f1 <= l2 and f2 <= l1 and hasattr(b1._buf, "ptr"):
-        assert b1._buf.ptr + b1.nbytes <= b2_._buf.ptr or b2_._buf.ptr + b2_.nbytes <= b1._buf.ptr
+  _assert_live_buffers_disjoint(spans)
   assert planned.memory.planned == len(spans)
 
 @pytest.mark.fuzz

@@ -261,8 +261,8 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
       # image's 114-wide rows before ResNet-50's max-pool): padded to the vector width where that adds at most 1/7 (masked
       # lanes), not left scalar: ResNet-50's 64 x 114 x 114 pad 1.7-1.9x faster (AVX-512). Not a selection between several
       # inputs (a concatenation's copy: vectors of per-lane gated loads ran 1.5-2.3x slower than 4 lanes in DenseNet-121)
-      size, loads = k.full_shape[axis], [b for b in k.bufs if isinstance(b, MemBuffer)]
-      if not gpu and not k.reduceops and len(loads) == 2 and all(b.dtype.scalar() in ren.vector_dtypes for b in loads) and \
+      size, mems = k.full_shape[axis], [b for b in k.bufs if isinstance(b, MemBuffer)]  # (the output and one input)
+      if not gpu and not k.reduceops and len(mems) == 2 and all(b.dtype.scalar() in ren.vector_dtypes for b in mems) and \
           axis == k.first_reduce - 1 and isinstance(size, int) and size > vw and 7 * (round_up(size, vw) - size) <= size:
         trial = k.copy()
         if try_opt(trial, Opt(OptOps.PADTO, axis, vw), f"contiguous output axis {axis} ({size}) padded to the vector width {vw} (masked lanes)") and \

@@ -444,11 +444,12 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
     size = k.full_shape[a]
     if out[a] != 1 or not isinstance(size, int) or size % vw == 0: continue
     window = isinstance(red, int) and red <= WINDOW_MAX
-    pooling = window and not any(rs[a] == 0 for rs in _input_strides(k))  # (no input reused along the row: no tile rule takes it)
-    if size % (vw // 2) == 0 and not (vw >= 16 and pooling):
-      if vw < 16 or not any(rs[a] == 0 for rs in _input_strides(k)) or 7 * round_up(size, vw) > 8 * size: return None
+    reused = any(rs[a] == 0 for rs in _input_strides(k))  # (an input broadcast along the row: the tile rules take it; a pool has none)
+    half = size % (vw // 2) == 0
+    if half and not (vw >= 16 and window and not reused):
+      if vw < 16 or not reused or 7 * round_up(size, vw) > 8 * size: return None
       try_opt(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
-    elif window and (lanes := _odd_lanes(size, vw) or (vw // 2 if size % (vw // 2) == 0 else None)) is not None:
+    elif window and (lanes := vw // 2 if half else _odd_lanes(size, vw)) is not None:
       # (half-width lanes where whole vectors make a row of at most 4 that the row upcast below takes whole: SqueezeNet's
       # 3x3 s2 max-pool to 55-wide rows 1.25x faster as 4 x 16 lanes than 7 x 8, AVX-512; a pool's rows of a multiple
       # of 8 (ResNet-50's 56-wide) took the general rules' 4 lanes: 1.83x faster as 4 x 16, 1.67x as 8 lanes)

@@ -17,6 +17,7 @@ for every row tile, and the cache-set conflicts of a power-of-two row pitch.
 from __future__ import annotations
 from typing import Any, Optional
 from tilecraft.codegen.kernel_shape import KernelShape
+from tilecraft.codegen.lower_state import STRIDED_STORE_MIN_REDUCE, STRIDED_STORE_VECTORS
 from tilecraft.codegen.opt import Opt, OptOps, try_opt
 from tilecraft.helpers import getenv, prod, round_up
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
@@ -40,6 +41,7 @@ TILE_ROWS, TILE_VECTORS = 8, 2
 WIDE_VECTORS = 4  # one row's vectors of columns in the tile of several reduces of distinct inputs (16 registers)
 TILE_ROWS_16_REGS = 6  # 16 vector registers (AVX2, AVX): 6 x 2 accumulators
 COLUMN_BLOCK = 8  # rows per block of a column-style reduce (column sums), see hand_coded_optimizations
+VECTOR_COLUMN_ROWS = (8, 7, 6)  # gathered rows of the vector-columns tile with 32 registers (_packed_tile_shape)
 
 def _input_strides(k: KernelShape) -> list[tuple]:
   return [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
@@ -109,9 +111,11 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # masked: attention's q @ k^T (a reduce of 64), k packed per head and column tile, 3.3x faster than the dot-product
     # tile on AVX-512, 1.65x on AVX2, BERT's 12x128x128x64)
     if red < 256 and (out[n] != 1 or masked): continue
-    # (the rows here are the output's contiguous axis, along which the lowering makes the accumulators vectors: 8 rows are
-    # one float8 per output channel, 6 have no vector type and rendered scalar accumulators, 3-5x slower measured on 3x3
-    # stride-2 convs with 17- and 30-wide outputs, AVX2; so 8 rows, padded, never 6)
+    # (the rows here are the output's contiguous axis, along which the lowering makes the accumulators vectors unless the
+    # rows are gathered and the columns run along the packed operand (lower_state.py: then vectors of the columns): 8
+    # rows are one float8 per output channel, 6 have no vector type and rendered scalar accumulators, 3-5x slower
+    # measured on 3x3 stride-2 convs with 17- and 30-wide outputs, AVX2, before the vectors of columns; so 8 rows,
+    # padded, never 6. With vectors of columns AVX2 still takes 8, measured; 32 registers see _packed_tile_shape)
     trial = k.copy()
     if k.full_shape[n] % cols or not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
                                                          rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True) or not trial.packed:
@@ -126,7 +130,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       trial = k.copy()
       if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
                                 "2 vectors' panel too big to pack)", rows=TILE_ROWS, small=short_axis(n, m)): continue
-    elif (shape := _packed_tile_shape(k, m, vw, cols, red, out[m] == 1, unit(m), strided(m))) is not None:
+    elif (shape := _packed_tile_shape(k, m, vw, cols, red, out[m] == 1, unit(m), strided(m), _vector_columns(k, n, trial.packed, red))) is not None:
       rows_alt, cols_alt, why_alt = shape
       other = k.copy()
       if _apply_matmul_tile(other, n, m, vw, cols_alt, why=f" (the operand along axis {n} is strided: packed contiguously below; {why_alt})",
@@ -179,12 +183,32 @@ def adopt_trial(k: KernelShape, trial: KernelShape) -> None:
   n = len(k.applied_opts)
   for o, why in zip(trial.applied_opts[n:], trial.applied_opts_reasons[n:]): k.apply_opt(o, reason=why)
 
+def _vector_columns(k: KernelShape, n: int, packed: tuple[int, ...], red: Any) -> bool:
+  """Whether the lowering makes the packed tile's columns (axis n, strided in the output) the vector axis: where the
+  rows are gathered (a stride-2 conv's pixels) and the packed operand moves along n while the other inputs broadcast
+  or run contiguously along it (lower_state.py: LoweringState._strided_store_axes, the same test)."""
+  if not packed or not STRIDED_STORE_VECTORS or not isinstance(red, int) or red < STRIDED_STORE_MIN_REDUCE: return False
+  loads = [(b.idx, st.real_strides(ignore_valid=True)) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+  return k.sts[0].real_strides(ignore_valid=True)[n] != 1 and any(rs[n] != 0 for i, rs in loads if i in packed) and \
+    all(rs[n] in (0, 1) for i, rs in loads if i not in packed)
+
 def _packed_tile_shape(k: KernelShape, m: int, vw: int, cols: int, red: Any, rows_contiguous_in_output: bool, unit_rows: bool,
-                       strided_rows: bool) -> Optional[tuple[int, int, str]]:
+                       strided_rows: bool, vector_columns: bool) -> Optional[tuple[int, int, str]]:
   """The packed tile's (rows, columns, why) where they differ from 8 rows x `cols` (2 vectors), else None. The rows are
-  the output's contiguous axis m, where the lowering makes each column's accumulator one vector of the rows."""
+  the output's contiguous axis m, where the lowering makes each column's accumulator one vector of the rows, unless
+  the rows are gathered (strided) and `vector_columns` (_vector_columns): then each row's accumulators are vectors of
+  the columns."""
   size_m, one_reduce = k.full_shape[m], k.first_upcast - k.first_reduce == 1
   if not rows_contiguous_in_output: return None
+  # Gathered rows, vector columns (a 3x3 stride-2 conv: vectors of output channels over the packed weights, a broadcast
+  # pixel per row), 32 registers: 2 vectors x 6-8 rows, the count that pads the rows least (the larger on a tie: 28-wide
+  # rows -> 7, 17 -> 6), not the 16 below (32 accumulators, spilled). On AVX-512, interleaved: 3x3 s2 64 and 128 at 56^2
+  # (28-wide rows) 1.15-1.27x faster than 16 padded rows, 128 at 34^2 (17-wide) 1.25x faster than 8. (16 registers keep
+  # 8 rows and the unrolled kernel row: 4-5 rows ran 0.8-1.1x as fast, AVX2; a 1x1 conv's single reduce keeps its rules below:
+  # with stride 2 from 14^2 to 7-wide rows, 1024 -> 64 and -> 512, 7 rows x 2 vectors ran 0.6x as fast as 8 x 1)
+  if strided_rows and vector_columns and vw >= 16 and not one_reduce and isinstance(size_m, int):
+    rows = min(VECTOR_COLUMN_ROWS, key=lambda r: (round_up(size_m, r), -r))
+    return rows, cols, f"{rows} gathered rows, each a broadcast to 2 vectors of columns"
   # With 32 registers and contiguous rows that pad to a whole vector by at most 1/8 (a 14x14 image's 196 pixels -> 208), the
   # rows are one vector (16 pixels) and the columns one vector's worth: 16 accumulators, each broadcast feeding 16 lanes;
   # ResNet-50's 1x1 convs at 14^2 (256->1024, 1024->256, 512->1024) 1.18-1.21x faster than 8 rows x 32 or x 16 columns,

@@ -30,6 +30,9 @@ from tilecraft.shape.symbolic import And, Node, Sum, Variable, sint, sym_and, sy
 # blocked sums (LoweringState._blocked_sum_axis): loops of at least this many iterations, at most this
 # many accumulators, blocks of at least this many iterations
 BLOCKED_SUM_MIN, BLOCKED_SUM_MAX_ACCS, BLOCKED_SUM_BLOCK = 256, 4, 16
+# a reduce's output axis the output is strided along may be the vector axis (LoweringState._strided_store_axes) where
+# the reduce is at least this long (its lane-by-lane stores amortized); the switch is for A/B measurements
+STRIDED_STORE_VECTORS, STRIDED_STORE_MIN_REDUCE = True, 64
 
 def const_sum_reduce(reduceops: list[LazyOp]) -> bool:
   """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in closed
@@ -154,18 +157,40 @@ class LoweringState:
     out_rs = self.outbufs[0].st.real_strides(ignore_valid=True)
     ins = [b.st.real_strides() for b in dict.fromkeys(self.leaves) if isinstance(b, MemBuffer) and b.idx >= len(self.outbufs)]
     reduces = [r for r in self.ast.lazyops if r.op in ReduceOps]
+    strided = self._strided_store_axes(out_rs, reduces)
     best: Optional[tuple] = None
     for a in self.upcast_axes:
       if self.shape[a] not in (2, 4, 8, 16): continue
+      if a in strided:  # (vector loads from the packed arrays, no gathers; the one the ISA's vector width fits first)
+        score: tuple = (0, strided[a], True, self.shape[a] == self.ren.vector_width, a)
+        if best is None or score > best[0]: best = (score, a)
+        continue
       if a in self.magenta:
         if self.group or not all(a in r.arg for r in reduces): continue
       elif out_rs[a] != 1: continue
       gathers = sum(1 for rs in ins if rs[a] not in (0, 1))
       contiguous = sum(1 for rs in ins if rs[a] == 1) + (a not in self.magenta)
       if a in self.magenta and not any(rs[a] == 1 for rs in ins): continue
-      score = (-gathers, contiguous, a not in self.magenta, a)
+      score = (-gathers, contiguous, a not in self.magenta, True, a)
       if best is None or score > best[0]: best = (score, a)
     return best[1] if best is not None else None
+
+  def _strided_store_axes(self, out_rs: tuple, reduces: list[LazyOp]) -> dict[int, int]:
+    """Upcast output axes the output is strided along that may still be the vector axis: where every
+    upcast axis the output is contiguous along has an input gathered along it (a stride-2 conv's
+    pixels), a reduce's output axis along which a packed input moves (its array has the vector axis
+    innermost: vector loads) and no input is gathered (the other inputs broadcast). The accumulators
+    are vectors along it; the store after the reduce writes them lane by lane."""
+    if not STRIDED_STORE_VECTORS or not reduces or self.group or len(self.outbufs) != 1 or not self.info.packed: return {}
+    red = prod(self.shape[a] for a in self.red_axes + self.magenta)
+    if not isinstance(red, int) or red < STRIDED_STORE_MIN_REDUCE: return {}
+    loads = [b for b in dict.fromkeys(self.leaves) if isinstance(b, MemBuffer) and b.idx >= len(self.outbufs)]
+    packed = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx in self.info.packed]
+    others = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx not in self.info.packed]
+    contiguous = [a for a in self.upcast_axes if a not in self.magenta and out_rs[a] == 1]
+    if not contiguous or any(all(rs[a] in (0, 1) for rs in others) for a in contiguous): return {}
+    moving = {a: sum(1 for rs in packed if rs[a] != 0) for a in self.upcast_axes}
+    return {a: moving[a] for a in self.upcast_axes if a not in self.magenta and out_rs[a] != 1 and moving[a] and all(rs[a] in (0, 1) for rs in others)}
 
   def _warp_axes(self) -> list[int]:
     wmma = next((x for x in self.reduceops if x.op is ReduceOps.WMMA), None)

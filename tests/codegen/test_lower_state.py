@@ -113,3 +113,54 @@ def test_vectors_of_packed_channels_match_numpy(rng):
   xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
   ref = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + 29:2, j:j + 29:2], w[:, :, i, j]) for i in range(3) for j in range(3))
   np.testing.assert_allclose(si.bufs[0].numpy().reshape(ref.shape), np.maximum(ref + b.reshape(1, 40, 1, 1), 0), rtol=1e-4, atol=1e-4)
+
+def _random_strided_conv_case(seed: int) -> None:
+  """One random strided conv (stride 2-3, 1x1 or 3x3, padded or not, with or without a bias + relu epilogue) under a
+  random packed tile: output channels upcast (one vector, or lanes of 2-8) and padded where they don't divide, the
+  output row upcast (padded where needed), maybe a second column vector, the image rows and the unrolled kernel row.
+  Wherever the lowering takes vectors along the strided output channels, and wherever it doesn't, the kernel must
+  give the conv numpy computes."""
+  from tilecraft import Tensor
+  from tilecraft.codegen.kernel import KernelOptError
+  from tilecraft.device import CompiledRunner, Device
+  rng = np.random.default_rng(seed)
+  vw = Device["CPU"].renderer.vector_width
+  U, D, P, R = OptOps.UPCAST, OptOps.PADTO, OptOps.PACK, OptOps.UNROLL
+  ks, stride = int(rng.choice([1, 3])), int(rng.integers(2, 4))
+  pad = int(rng.integers(0, 2)) if ks == 3 else 0
+  cin, cout, hw = int(rng.integers(3, 40)), int(rng.integers(5, 48)), int(rng.integers(9, 30))
+  x, w = rng.standard_normal((1, cin, hw, hw), dtype=np.float32), rng.standard_normal((cout, cin, ks, ks), dtype=np.float32)
+  b = rng.standard_normal(cout, dtype=np.float32) if rng.random() < 0.5 else None
+  from tilecraft.frontend import nn
+  keep, nn._compacts_strided_pointwise = nn._compacts_strided_pointwise, lambda device: False  # (the strided 1x1 kernel itself)
+  try: t = Tensor(x).realize().conv2d(Tensor(w).realize(), None if b is None else Tensor(b).realize(), stride=stride, padding=pad)
+  finally: nn._compacts_strided_pointwise = keep
+  if b is not None: t = t.relu()
+  (si,) = t.schedule()
+  k = Kernel(si.ast, opts=Device["CPU"].renderer)
+  lanes, rows = int(rng.choice([vw, vw, 2, 4, 8])), int(rng.choice([2, 4, 5, 7, 8]))
+  seq = [(D, 0, lanes * 2)] if rng.random() < 0.5 else [(D, 0, lanes)]
+  seq += [(U, 0, lanes), (D, 2, rows), (U, 2, rows)] + ([(U, 0, 2)] if seq[0][2] == lanes * 2 else []) + \
+         ([(U, 1, 2)] if rng.random() < 0.3 else []) + [(P, 2, 0)] + ([(R, 2, 0)] if ks == 3 and rng.random() < 0.5 else [])
+  try:
+    for op, axis, amt in seq: k.apply_opt(Opt(op, axis, amt))
+  except KernelOptError: return  # (refused as a whole case: an opt that doesn't fit this shape)
+  prg = k.to_program()
+  si.bufs[0].allocate()
+  CompiledRunner(prg)(list(si.bufs), si.var_vals)
+  o = (hw + 2 * pad - ks) // stride + 1
+  xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))).astype(np.float64)
+  ref = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + stride * (o - 1) + 1:stride, j:j + stride * (o - 1) + 1:stride], w[:, :, i, j])
+            for i in range(ks) for j in range(ks))
+  if b is not None: ref = np.maximum(ref + b.reshape(1, cout, 1, 1), 0)
+  np.testing.assert_allclose(si.bufs[0].numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())),
+                             err_msg=f"seed {seed}: {seq} on x {x.shape} w {w.shape} stride {stride} pad {pad}\n{prg.src}")
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_packed_strided_conv_tiles_match_numpy(seed):
+  _random_strided_conv_case(seed)
+
+@pytest.mark.fuzz
+@pytest.mark.parametrize("seed", range(6, 126))
+def test_fuzz_packed_strided_conv_tiles_match_numpy(seed):
+  _random_strided_conv_case(seed)

@@ -126,6 +126,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       # 28^2) the padded-columns tile's 16-lane vectors along the row, the image packed, were 1.4x faster (AVX-512)
       # The image's other short axis (its 7 rows) is upcast whole too: each weight broadcast then serves the whole image, read
       # once instead of once per row (56-112 accumulators, spilled, still 1.15-1.18x faster on AVX-512 and 1.42-1.49x on AVX2)
+      if vw >= 16 and strided(m) and _vector_columns_tile(k, n, m, vw, red): return True
       if not (out[m] == 1 and strided(m) and k.full_shape[m] <= TILE_ROWS and red >= 256 and k.full_shape[n] % vw == 0): continue
       trial = k.copy()
       if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
@@ -191,6 +192,32 @@ def _vector_columns(k: KernelShape, n: int, packed: tuple[int, ...], red: Any) -
   loads = [(b.idx, st.real_strides(ignore_valid=True)) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
   return k.sts[0].real_strides(ignore_valid=True)[n] != 1 and any(rs[n] != 0 for i, rs in loads if i in packed) and \
     all(rs[n] in (0, 1) for i, rs in loads if i not in packed)
+
+def _vector_columns_tile(k: KernelShape, n: int, m: int, vw: int, red: Any) -> bool:
+  """32 registers, a conv whose 2 vectors' panel of weights is too big to pack (256 or 512 channels x 3x3), its rows
+  gathered (stride 2): one vector of output channels (the lowering's vectors along the packed columns, _vector_columns)
+  x the whole output row (at most 16 accumulators), the weights packed, in blocks of the input channels where one
+  vector's panel is too big as well, the kernel row unrolled. ResNet-50's 3x3 s2 256 at 28^2 (14-wide rows) 1.15x and
+  512 at 14^2 (7-wide, blocks of 256) 1.23x faster than the tiles below (the image packed, or no pack), AVX-512,
+  interleaved. Tried on a copy: kept only with its pack."""
+  size_m, ci = k.full_shape[m], k.full_shape[k.first_reduce]
+  movers = tuple(b.idx for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs) and st.real_strides(ignore_valid=True)[n] not in (0, 1))
+  if not isinstance(size_m, int) or size_m > 2 * TILE_ROWS or k.full_shape[n] % vw or not _vector_columns(k, n, movers, red): return False
+  trial, why = k.copy(), " (rows gathered: one vector of columns, packed; 2 vectors' panel too big to pack)"
+  gone = k.full_shape[n] == vw
+  if not try_opt(trial, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why): return False
+  if gone and m > n: m -= 1
+  if not try_opt(trial, Opt(OptOps.UPCAST, m, 0), f"matmul register tile: all {size_m} gathered rows (axis {m}), a broadcast each" + why): return False
+  block = getenv("CPU_REDUCE_BLOCK", 256)
+  if not _cpu_pack_columns(trial, "the whole reduce", batched_pack=True):
+    if not (isinstance(ci, int) and ci > block and ci % block == 0 and try_opt(trial, Opt(OptOps.BLOCK, 0, block),
+            f"the input channels ({ci}) in blocks of {block}, so one vector's panel of weights fits a pack")) or \
+        not _cpu_pack_columns(trial, f"a block of {block}", batched_pack=True): return False
+  last = trial.first_upcast - 1
+  if trial.first_upcast - trial.first_reduce >= 2 and isinstance(trial.full_shape[last], int) and trial.full_shape[last] <= 7:
+    try_opt(trial, Opt(OptOps.UNROLL, last - trial.first_reduce, 0), f"matmul register tile: the short innermost reduce axis ({trial.full_shape[last]}) unrolled fully")
+  adopt_trial(k, trial)
+  return True
 
 def _packed_tile_shape(k: KernelShape, m: int, vw: int, cols: int, red: Any, rows_contiguous_in_output: bool, unit_rows: bool,
                        strided_rows: bool, vector_columns: bool) -> Optional[tuple[int, int, str]]:

@@ -720,7 +720,7 @@ def test_short_rows_tile_streams_the_column_operand_in_blocks(arch, shape, rng):
   one output loop (the column tiles) inside blocks of 16 reduce steps (BLOCK), no pack; against numpy and against
   the unoptimized kernel."""
   M, N, K = shape
-  vw, want_opts = ARCHS[arch], SHORT_ROWS[shape][ARCHS[arch]]
+  want_opts = SHORT_ROWS[shape][ARCHS[arch]]
   a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
   with Context(CPU_ARCH=arch):
     ast = bench.matmul_ast(M, N, K)
@@ -795,7 +795,6 @@ def test_masked_transposing_copy_takes_no_tile(arch, rng):
   """A concatenation whose channels-last piece is copied to channels-first (DenseNet-121's dense blocks after a
   Winograd conv): the transposed input is gated per element, so no T x T tile (it ran 1.04-1.4x slower there,
   and its unrolled gates took gcc 1-8 s per kernel): nothing of the channel axis is upcast. Against numpy."""
-  vw = ARCHS[arch]
   x, y = rng.standard_normal((3136, 32), dtype=np.float32), rng.standard_normal((64, 3136), dtype=np.float32)
   with Context(CPU_ARCH=arch):
     t = (Tensor(y).cat(Tensor(x).permute(1, 0), axis=0) + 1.0).relu()

@@ -17,7 +17,7 @@ for every row tile, and the cache-set conflicts of a power-of-two row pitch.
 from __future__ import annotations
 from typing import Any, Optional
 from tilecraft.codegen.kernel_shape import KernelShape
-from tilecraft.codegen.lower_state import STRIDED_STORE_MIN_REDUCE, STRIDED_STORE_VECTORS
+from tilecraft.codegen import lower_state
 from tilecraft.codegen.opt import Opt, OptOps, try_opt
 from tilecraft.helpers import getenv, prod, round_up
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
@@ -131,7 +131,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       trial = k.copy()
       if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
                                 "2 vectors' panel too big to pack)", rows=TILE_ROWS, small=short_axis(n, m)): continue
-    elif (shape := _packed_tile_shape(k, m, vw, cols, red, out[m] == 1, unit(m), strided(m), _vector_columns(k, n, trial.packed, red))) is not None:
+    elif (shape := _packed_tile_shape(k, m, vw, cols, red, out[m] == 1, unit(m), strided(m), _vector_columns(k, n, m, trial.packed, red))) is not None:
       rows_alt, cols_alt, why_alt = shape
       other = k.copy()
       if _apply_matmul_tile(other, n, m, vw, cols_alt, why=f" (the operand along axis {n} is strided: packed contiguously below; {why_alt})",
@@ -184,14 +184,16 @@ def adopt_trial(k: KernelShape, trial: KernelShape) -> None:
   n = len(k.applied_opts)
   for o, why in zip(trial.applied_opts[n:], trial.applied_opts_reasons[n:]): k.apply_opt(o, reason=why)
 
-def _vector_columns(k: KernelShape, n: int, packed: tuple[int, ...], red: Any) -> bool:
+def _vector_columns(k: KernelShape, n: int, m: int, packed: tuple[int, ...], red: Any) -> bool:
   """Whether the lowering makes the packed tile's columns (axis n, strided in the output) the vector axis: where the
-  rows are gathered (a stride-2 conv's pixels) and the packed operand moves along n while the other inputs broadcast
-  or run contiguously along it (lower_state.py: LoweringState._strided_store_axes, the same test)."""
-  if not packed or not STRIDED_STORE_VECTORS or not isinstance(red, int) or red < STRIDED_STORE_MIN_REDUCE: return False
+  rows (axis m, contiguous in the output) are gathered by an input not packed (a stride-2 conv's pixels) and the packed
+  operand moves along n while the other inputs broadcast or run contiguously along it (lower_state.py:
+  LoweringState._strided_store_axes, the same test on the optimized kernel)."""
+  if not packed or not lower_state.STRIDED_STORE_VECTORS or not isinstance(red, int) or red < lower_state.STRIDED_STORE_MIN_REDUCE: return False
   loads = [(b.idx, st.real_strides(ignore_valid=True)) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
-  return k.sts[0].real_strides(ignore_valid=True)[n] != 1 and any(rs[n] != 0 for i, rs in loads if i in packed) and \
-    all(rs[n] in (0, 1) for i, rs in loads if i not in packed)
+  out = k.sts[0].real_strides(ignore_valid=True)
+  return out[n] != 1 and out[m] == 1 and any(rs[m] not in (0, 1) for i, rs in loads if i not in packed) and \
+    any(rs[n] != 0 for i, rs in loads if i in packed) and all(rs[n] in (0, 1) for i, rs in loads if i not in packed)
 
 def _vector_columns_tile(k: KernelShape, n: int, m: int, vw: int, red: Any) -> bool:
   """32 registers, a conv whose 2 vectors' panel of weights is too big to pack (256 or 512 channels x 3x3), its rows
@@ -202,7 +204,7 @@ def _vector_columns_tile(k: KernelShape, n: int, m: int, vw: int, red: Any) -> b
   interleaved. Tried on a copy: kept only with its pack."""
   size_m, ci = k.full_shape[m], k.full_shape[k.first_reduce]
   movers = tuple(b.idx for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs) and st.real_strides(ignore_valid=True)[n] not in (0, 1))
-  if not isinstance(size_m, int) or size_m > 2 * TILE_ROWS or k.full_shape[n] % vw or not _vector_columns(k, n, movers, red): return False
+  if not isinstance(size_m, int) or size_m > 2 * TILE_ROWS or k.full_shape[n] % vw or not _vector_columns(k, n, m, movers, red): return False
   trial, why = k.copy(), " (rows gathered: one vector of columns, packed; 2 vectors' panel too big to pack)"
   gone = k.full_shape[n] == vw
   if not try_opt(trial, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why): return False

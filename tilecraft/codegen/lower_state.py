@@ -11,8 +11,9 @@ lower_image.py, lower_pack.py) are functions that take a LoweringState.
 
 Axes become index variables of the one symbolic system: global axes are loops on a CPU (the
 outermost runs in parallel) and group/thread ids on GPUs; reduce axes are loops; upcast and unrolled
-axes are expanded into lanes. One upcast axis (the vector axis, contiguous in the output) stays a
-vector: values along it are single vector UOps (float4, float8, ...).
+axes are expanded into lanes. One upcast axis (the vector axis, contiguous in the output, or where
+that one is gathered a strided one a packed input runs along) stays a vector: values along it are
+single vector UOps (float4, float8, ...).
 """
 from __future__ import annotations
 import itertools
@@ -147,9 +148,10 @@ class LoweringState:
   # ---- axes ---------------------------------------------------------------------------------------
 
   def _pick_vector_axis(self) -> Optional[int]:
-    """The upcast axis kept as vector lanes: an output axis the output walks contiguously, or an
-    unrolled reduce axis (vector accumulators, one horizontal reduce after the loop). Among those,
-    the one where the fewest inputs need gathers, then the most read contiguously."""
+    """The upcast axis kept as vector lanes: an output axis the output walks contiguously, an
+    unrolled reduce axis (vector accumulators, one horizontal reduce after the loop), or a strided
+    output axis a packed input runs along (_strided_store_axes). Among those, the one where the
+    fewest inputs need gathers, then the most read contiguously."""
     if not self.ren.supports_float4: return None
     if any(not _vectorizable(self.ren, b.dtype) for b in self.outbufs + self.leaves if not (isinstance(b, MemBuffer) and b.idx < 0)): return None
     if any(x.op is ReduceOps.WMMA for x in self.ast.lazyops): return None  # fragments are gathered lane by lane
@@ -176,11 +178,13 @@ class LoweringState:
     return best[1] if best is not None else None
 
   def _strided_store_axes(self, out_rs: tuple, reduces: list[LazyOp]) -> dict[int, int]:
-    """Upcast output axes the output is strided along that may still be the vector axis: where every
-    upcast axis the output is contiguous along has an input gathered along it (a stride-2 conv's
-    pixels), a reduce's output axis along which a packed input moves (its array has the vector axis
-    innermost: vector loads) and no input is gathered (the other inputs broadcast). The accumulators
-    are vectors along it; the store after the reduce writes them lane by lane."""
+    """Upcast output axes the output is strided along that may still be the vector axis, each with the
+    number of packed inputs moving along it: where every upcast axis the output is contiguous along
+    has a non-packed input gathered along it (a stride-2 conv's pixels) and the reduce is at least
+    STRIDED_STORE_MIN_REDUCE long, a reduce's output axis along which a packed input moves (its array
+    has the vector axis innermost: vector loads) and the other inputs broadcast or run contiguously
+    (the image's pixel, a bias). The accumulators are vectors along it; the store after the reduce
+    writes them lane by lane. (heuristic_cpu.py: _vector_columns asks the same of a kernel's opts.)"""
     if not STRIDED_STORE_VECTORS or not reduces or self.group or len(self.outbufs) != 1 or not self.info.packed: return {}
     red = prod(self.shape[a] for a in self.red_axes + self.magenta)
     if not isinstance(red, int) or red < STRIDED_STORE_MIN_REDUCE: return {}

@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 from tilecraft import Context, Tensor
 from tilecraft.engine.realize import get_runner
-from tilecraft.frontend.winograd import MATRICES, winograd_apply
+from tilecraft.frontend.winograd import MATRICES, u_block, winograd_apply
 from tilecraft.ops import MetaOps
 
 def _prep(f, arrays):  # the kernels of f(*arrays) on realized inputs, run once; (output, runners, items)
@@ -85,6 +85,7 @@ def main() -> None:
     for m in (2, 4):
       _, g, _ = MATRICES[m]
       u = np.einsum("ai,bj,ocij->abco", g, g, w.astype(np.float64)).reshape((m + 2) ** 2, c, co).astype(np.float32)
+      u = np.ascontiguousarray(u.reshape((m + 2) ** 2, c, co // u_block(co), u_block(co)).transpose(0, 2, 1, 3))  # (weight_transform's blocks)
       out, r, i = _prep(lambda x, u, b, m=m: winograd_apply(x, u, b, (1, 1), m).relu(), [x, u, b])
       runs[f"F{m}"], errs[f"F{m}"] = (r, i), np.abs(out - ref).max() / np.abs(ref).max()
     times: dict[str, list[float]] = {k: [] for k in runs}

@@ -259,3 +259,29 @@ def test_constant_subgraph_folded() -> None:
   np.testing.assert_allclose(yf["y"], ref, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(yp["y"], ref, rtol=1e-5, atol=1e-5)
   assert kf == 1 and kp > kf, (kf, kp)  # (unfolded, exp(a * 2 + b) is computed in every call by a kernel of its own)
+
+def test_view_outputs_read_right_on_every_rerun() -> None:
+  """Outputs that are views of another value: a Reshape and an Identity (contiguous views, read straight out of the
+  base's buffer), a Transpose and a Slice (not contiguous, read through Tensor.numpy). Each rerun with new data reads
+  the new values, and the readers launch no kernel of their own (the capture's kernels per call stay the same)."""
+  nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=1), helper.make_node("Reshape", ["s", "shp"], ["r"]),
+           helper.make_node("Identity", ["s"], ["i"]), helper.make_node("Transpose", ["s"], ["t"], perm=[1, 0]),
+           helper.make_node("Slice", ["s", "st", "en", "ax"], ["sl"])]
+  inits = (helper.make_tensor("shp", TensorProto.INT64, [4], [1, 12, 1, 1]), helper.make_tensor("st", TensorProto.INT64, [1], [1]),
+           helper.make_tensor("en", TensorProto.INT64, [1], [3]), helper.make_tensor("ax", TensorProto.INT64, [1], [1]))
+  m = tox.load(_model(nodes, [_vi("x", TensorProto.FLOAT, [3, 4])], [_vi(n, TensorProto.FLOAT, None) for n in ("r", "i", "t", "sl", "s")], inits))
+  rng = np.random.default_rng(3)
+  counts = []
+  for _ in range(4):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    k0 = realize.kernel_count
+    out = m.run({"x": x})
+    counts.append(realize.kernel_count - k0)
+    e = np.exp(x - x.max(1, keepdims=True)); s = e / e.sum(1, keepdims=True)
+    np.testing.assert_allclose(out["s"], s, rtol=1e-5)
+    np.testing.assert_allclose(out["r"], s.reshape(1, 12, 1, 1), rtol=1e-5)
+    np.testing.assert_allclose(out["i"], s, rtol=1e-5)
+    np.testing.assert_allclose(out["t"], s.T, rtol=1e-5)
+    np.testing.assert_allclose(out["sl"], s[:, 1:3], rtol=1e-5)
+    assert not np.shares_memory(out["r"], out["i"])  # each output its own copy
+  assert counts[2] == counts[3], counts

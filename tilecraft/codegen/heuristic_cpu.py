@@ -185,15 +185,14 @@ def adopt_trial(k: KernelShape, trial: KernelShape) -> None:
   for o, why in zip(trial.applied_opts[n:], trial.applied_opts_reasons[n:]): k.apply_opt(o, reason=why)
 
 def _vector_columns(k: KernelShape, n: int, m: int, packed: tuple[int, ...], red: Any) -> bool:
-  """Whether the lowering makes the packed tile's columns (axis n, strided in the output) the vector axis: where the
-  rows (axis m, contiguous in the output) are gathered by an input not packed (a stride-2 conv's pixels) and the packed
-  operand moves along n while the other inputs broadcast or run contiguously along it (lower_state.py:
-  LoweringState._strided_store_axes, the same test on the optimized kernel)."""
+  """Whether the lowering makes the packed tile's columns (axis n, strided in the output) the vector axis, with the
+  rows (axis m) the output's contiguous axis and `packed` the inputs the tile packs (lower_state.py:
+  vectors_along_strided_axis, the test the lowering makes on the optimized kernel)."""
   if not packed or not lower_state.STRIDED_STORE_VECTORS or not isinstance(red, int) or red < lower_state.STRIDED_STORE_MIN_REDUCE: return False
   loads = [(b.idx, st.real_strides(ignore_valid=True)) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
   out = k.sts[0].real_strides(ignore_valid=True)
-  return out[n] != 1 and out[m] == 1 and any(rs[m] not in (0, 1) for i, rs in loads if i not in packed) and \
-    any(rs[n] != 0 for i, rs in loads if i in packed) and all(rs[n] in (0, 1) for i, rs in loads if i not in packed)
+  return lower_state.vectors_along_strided_axis(out, [rs for i, rs in loads if i in packed], [rs for i, rs in loads if i not in packed],
+                                                [m] if out[m] == 1 else [], n)
 
 def _vector_columns_tile(k: KernelShape, n: int, m: int, vw: int, red: Any) -> bool:
   """32 registers, a conv whose 2 vectors' panel of weights is too big to pack (256 or 512 channels x 3x3), its rows
@@ -215,9 +214,7 @@ def _vector_columns_tile(k: KernelShape, n: int, m: int, vw: int, red: Any) -> b
     if not (isinstance(ci, int) and ci > block and ci % block == 0 and try_opt(trial, Opt(OptOps.BLOCK, 0, block),
             f"the input channels ({ci}) in blocks of {block}, so one vector's panel of weights fits a pack")) or \
         not _cpu_pack_columns(trial, f"a block of {block}", batched_pack=True): return False
-  last = trial.first_upcast - 1
-  if trial.first_upcast - trial.first_reduce >= 2 and isinstance(trial.full_shape[last], int) and trial.full_shape[last] <= 7:
-    try_opt(trial, Opt(OptOps.UNROLL, last - trial.first_reduce, 0), f"matmul register tile: the short innermost reduce axis ({trial.full_shape[last]}) unrolled fully")
+  _unroll_kernel_row(trial)
   adopt_trial(k, trial)
   return True
 
@@ -367,10 +364,15 @@ def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: 
     try_opt(k, Opt(OptOps.UPCAST, n, cols // vw), f"matmul register tile: {cols // vw} vectors of columns share each broadcast ({max(rows, 1)}x{cols // vw} accumulators"
                                                 + (f" per reduce, {len(k.reduceops)} reduces)" if len(k.reduceops) > 1 else ")"))
   _cpu_block_reduce(k, batched_pack)
-  last = k.first_upcast - 1  # a conv's kernel-width axis: unrolled, so the tile's loop body is the whole kernel row
+  _unroll_kernel_row(k)
+  return True
+
+def _unroll_kernel_row(k: KernelShape) -> None:
+  """A conv's kernel-width axis (the innermost of several reduce axes, at most 7) unrolled, so the tile's loop body is
+  the whole kernel row."""
+  last = k.first_upcast - 1
   if k.first_upcast - k.first_reduce >= 2 and isinstance(k.full_shape[last], int) and k.full_shape[last] <= 7:
     try_opt(k, Opt(OptOps.UNROLL, last - k.first_reduce, 0), f"matmul register tile: the short innermost reduce axis ({k.full_shape[last]}) unrolled fully")
-  return True
 
 def _share_no_input(k: KernelShape) -> bool:
   """Whether no buffer is loaded by two of k's reduces."""

@@ -35,6 +35,15 @@ BLOCKED_SUM_MIN, BLOCKED_SUM_MAX_ACCS, BLOCKED_SUM_BLOCK = 256, 4, 16
 # the reduce is at least this long (its lane-by-lane stores amortized); the switch is for A/B measurements
 STRIDED_STORE_VECTORS, STRIDED_STORE_MIN_REDUCE = True, 64
 
+def vectors_along_strided_axis(out_rs: tuple, packed: list[tuple], others: list[tuple], contiguous: list[int], a: int) -> bool:
+  """Whether output axis `a`, strided in the output (strides `out_rs`), may be a reduce's vector axis: every axis in
+  `contiguous` (the output's contiguous upcast axes, at least one) has a non-packed input gathered along it (a
+  stride-2 conv's pixels), a packed input moves along `a` (its array has the vector axis innermost: vector loads) and
+  the other inputs broadcast or run contiguously along it (the image's pixel, a bias). Strides ignore validity. The
+  one test for LoweringState._strided_store_axes (the optimized kernel) and heuristic_cpu.py's tiles (before opts)."""
+  return bool(contiguous) and all(any(rs[c] not in (0, 1) for rs in others) for c in contiguous) and out_rs[a] != 1 and \
+    any(rs[a] != 0 for rs in packed) and all(rs[a] in (0, 1) for rs in others)
+
 def const_sum_reduce(reduceops: list[LazyOp]) -> bool:
   """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in closed
   form unless its axes are unrolled (lower_reduce.py: _collapse_const_sum)."""
@@ -183,8 +192,8 @@ class LoweringState:
     has a non-packed input gathered along it (a stride-2 conv's pixels) and the reduce is at least
     STRIDED_STORE_MIN_REDUCE long, a reduce's output axis along which a packed input moves (its array
     has the vector axis innermost: vector loads) and the other inputs broadcast or run contiguously
-    (the image's pixel, a bias). The accumulators are vectors along it; the store after the reduce
-    writes them lane by lane. (heuristic_cpu.py: _vector_columns asks the same of a kernel's opts.)"""
+    (the image's pixel, a bias): vectors_along_strided_axis. The accumulators are vectors along it; the
+    store after the reduce writes them lane by lane."""
     if not STRIDED_STORE_VECTORS or not reduces or self.group or len(self.outbufs) != 1 or not self.info.packed: return {}
     red = prod(self.shape[a] for a in self.red_axes + self.magenta)
     if not isinstance(red, int) or red < STRIDED_STORE_MIN_REDUCE: return {}
@@ -192,9 +201,8 @@ class LoweringState:
     packed = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx in self.info.packed]
     others = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx not in self.info.packed]
     contiguous = [a for a in self.upcast_axes if a not in self.magenta and out_rs[a] == 1]
-    if not contiguous or any(all(rs[a] in (0, 1) for rs in others) for a in contiguous): return {}
-    moving = {a: sum(1 for rs in packed if rs[a] != 0) for a in self.upcast_axes}
-    return {a: moving[a] for a in self.upcast_axes if a not in self.magenta and out_rs[a] != 1 and moving[a] and all(rs[a] in (0, 1) for rs in others)}
+    return {a: sum(1 for rs in packed if rs[a] != 0) for a in self.upcast_axes
+            if a not in self.magenta and vectors_along_strided_axis(out_rs, packed, others, contiguous, a)}
 
   def _warp_axes(self) -> list[int]:
     wmma = next((x for x in self.reduceops if x.op is ReduceOps.WMMA), None)

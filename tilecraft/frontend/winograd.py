@@ -122,8 +122,9 @@ def u_block(cout: int) -> int:
   columns over all cin is then one contiguous run the prefetcher streams, not cin rows a whole cout apart. The
   matmuls of ResNet-50's shapes, interleaved in one process with caches flushed (as in a model, where U comes from
   memory) | warm: F(2x2) 256 ch at 14^2 1.28x | 1.07x, F(4x4) 128 at 28^2 1.20x | 1.13x, 64 at 56^2 1.09x | 1.02x
-  (AVX-512); 1.05x | 1.29x, 1.23x | 1.31x, 1.0x | 0.88x (AVX2). In ResNet-50 its 13 matmuls took 1.2-1.4x less time
-  in sequence (3 runs each way, alternating). Where 32 doesn't divide cout, 16; else cout (one block: the plain layout)."""
+  (AVX-512); 1.05x | 1.29x, 1.23x | 1.31x, 1.0x | 0.88x (AVX2). In ResNet-50, 11 of its 13 matmuls (summed) took
+  1.2-1.4x less time in sequence (3 runs each way, alternating). Where 32 doesn't divide cout, 16; else cout (one
+  block: the plain layout)."""
   return next((b for b in (U_BLOCK, U_BLOCK // 2) if cout % b == 0), cout)
 
 def weight_transform(weight: "Tensor", m: int) -> "Tensor":

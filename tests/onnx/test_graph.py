@@ -285,3 +285,22 @@ def test_view_outputs_read_right_on_every_rerun() -> None:
     np.testing.assert_allclose(out["sl"], s[:, 1:3], rtol=1e-5)
     assert not np.shares_memory(out["r"], out["i"])  # each output its own copy
   assert counts[2] == counts[3], counts
+
+def test_max_pool_after_relu_reads_the_relu_padded_by_its_loads() -> None:
+  """A MaxPool over a Relu pads with 0, not -inf (the maxima agree; frontend/nonnegative.py): no padded copy
+  kernel. With its Indices output asked for, the pad stays -inf: a padded 0 tied with a real 0 (a window of
+  negatives) must not be the first maximum."""
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+  x[0, 0, :4, :4] = -1.0  # (relu: a corner of zeros, ties at the border)
+  inp = [_vi("x", TensorProto.FLOAT, [1, 3, 9, 9])]
+  pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+  plain = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MaxPool", ["r"], ["y"], **pool)], inp, [_vi("y", TensorProto.FLOAT, None)])
+  out, kernels = _kernels_per_call(tox.load(plain), {"x": x})
+  np.testing.assert_array_equal(out["y"], _ort_run(plain, {"x": x})[0])
+  assert kernels == 2, kernels  # relu, then the pool over its zero-padded view (a padded copy made it 3)
+  with_idx = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MaxPool", ["r"], ["y", "i"], **pool)], inp,
+                    [_vi("y", TensorProto.FLOAT, None), _vi("i", TensorProto.INT64, None)])
+  got, ref = tox.load(with_idx).run({"x": x}), _ort_run(with_idx, {"x": x})
+  np.testing.assert_array_equal(got["y"], ref[0])
+  np.testing.assert_array_equal(got["i"], ref[1])

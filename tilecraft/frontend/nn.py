@@ -3,13 +3,29 @@ conv2d and pooling. Convolution and pooling take sliding windows as views (pad, 
 shrink: no copies), so a conv is one fused multiply-and-reduce kernel."""
 from __future__ import annotations
 import functools, math
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 from tilecraft.dtype import dtypes, least_upper_dtype, to_dtype
 from tilecraft.frontend.image import as_image, image_level
+from tilecraft.frontend.nonnegative import known_nonnegative
 from tilecraft.frontend.recipes import recorded
 from tilecraft.frontend.shapes import memo_views, pair
 from tilecraft.frontend.winograd import choose_tile, eligible, on_cpu, winograd_conv2d
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
+
+def max_pad_value(x: Tensor, padding: Sequence[tuple[int, int]], k: Sequence[int], stride: Sequence[int],
+                  dilation: Sequence[int]) -> Union[int, float]:
+  """What to pad x's last len(k) dims with (`padding`: (before, after) each) before a max over windows
+  k / stride / dilation: the dtype's lowest value, or 0 where x is known >= 0 (frontend/nonnegative.py)
+  and every window still reaches an element of x, so the maxima agree. A zero pad is a mask on the
+  pool's own loads; the lowest value is a where() the scheduler realizes as a padded copy first."""
+  lowest = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
+  if not known_nonnegative(x.lazydata): return lowest
+  for L, (before, after), kk, st, d in zip(x.shape[x.ndim - len(k):], padding, k, stride, dilation):
+    if not all(isinstance(v, int) for v in (L, before, after)): return lowest
+    for w in range((L + before + after - (kk - 1) * d - 1) // st + 1):
+      start = w * st - before
+      if not any(0 <= start + t * d < L for t in range(kk)): return lowest  # a window of padding alone: its max is the pad
+  return 0
 
 def _compacts_strided_pointwise(device: str) -> bool:
   """Whether a strided 1x1 conv on `device` first copies its kept pixels together (measured on CPUs, where
@@ -145,9 +161,10 @@ class NNOps:
     return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
   @recorded
   def max_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
-    k, pd = pair(kernel_size), pair(padding)
-    x = self.pad(((0, 0),) * (self.ndim - 2) + ((pd[0], pd[0]), (pd[1], pd[1])), value=-math.inf if dtypes.is_float(self.dtype) else int(dtypes.min(self.dtype))) if any(pd) else self
-    return x._pool(k, pair(stride if stride is not None else kernel_size), pair(dilation)).max((-2, -1))
+    k, pd, st, dl = pair(kernel_size), pair(padding), pair(stride if stride is not None else kernel_size), pair(dilation)
+    pads = ((pd[0], pd[0]), (pd[1], pd[1]))
+    x = self.pad(((0, 0),) * (self.ndim - 2) + pads, value=max_pad_value(self, pads, k, st, dl)) if any(pd) else self
+    return x._pool(k, st, dl).max((-2, -1))
   @recorded
   def avg_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0) -> Tensor:
     k, pd = pair(kernel_size), pair(padding)

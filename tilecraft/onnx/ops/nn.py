@@ -6,9 +6,10 @@ convolutions, its window helper otherwise); MaxPool's Indices output is refused.
 from __future__ import annotations
 import math
 import numpy as np
-from typing import Any, Optional
+from typing import Any
 from tilecraft.dtype import dtypes
-from tilecraft.onnx.ops.common import ints, is_float
+from tilecraft.frontend.nn import max_pad_value
+from tilecraft.onnx.ops.common import is_float
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -219,11 +220,14 @@ def _maxpool(n: Node, i: list) -> Any:
   spatial with storage_order=1)."""
   x = i[0]
   nd, k, st, dl, pads, extra = _pool_setup(n, x)
-  lo = -math.inf if is_float(x) else int(dtypes.min(x.dtype))
-  xp = x.pad(((0, 0), (0, 0), *[(p[0], p[1] + e) for p, e in zip(pads, extra)]), value=lo)
+  spatial = [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+  indices = len(n.outputs) > 1 and bool(n.outputs[1])
+  # (with Indices the pad stays the lowest value: a padded 0 tied with a real 0 could be the first maximum)
+  lo = max_pad_value(x, spatial, k, st, dl) if not indices else -math.inf if is_float(x) else int(dtypes.min(x.dtype))
+  xp = x.pad(((0, 0), (0, 0), *spatial), value=lo)
   win = xp._pool(k, st, dl)
   y = win.max(tuple(range(2 + nd, 2 + 2 * nd))).cast(x.dtype)
-  if len(n.outputs) < 2 or not n.outputs[1]: return y
+  if not indices: return y
   o = win.shape[2:2 + nd]
   K = math.prod(k)
   rem = win.reshape(*win.shape[:2 + nd], K).argmax(-1).cast(dtypes.int64)  # (N, C, *o)

@@ -34,15 +34,17 @@ BLOCKED_SUM_MIN, BLOCKED_SUM_MAX_ACCS, BLOCKED_SUM_BLOCK = 256, 4, 16
 # a reduce's output axis the output is strided along may be the vector axis (LoweringState._strided_store_axes) where
 # the reduce is at least this long (its lane-by-lane stores amortized); the switch is for A/B measurements
 STRIDED_STORE_VECTORS, STRIDED_STORE_MIN_REDUCE = True, 64
+VECTOR_LANES = (2, 4, 8, 16)  # the upcast lengths an axis may have to be the vector axis
 
-def vectors_along_strided_axis(out_rs: tuple, packed: list[tuple], others: list[tuple], contiguous: list[int], a: int) -> bool:
+def vectors_along_strided_axis(out_rs: tuple, packed: list[tuple], others: list[tuple], contiguous: list[tuple[int, bool]], a: int) -> bool:
   """Whether output axis `a`, strided in the output (strides `out_rs`), may be a reduce's vector axis: every axis in
-  `contiguous` (the output's contiguous upcast axes, at least one) has a non-packed input gathered along it (a
-  stride-2 conv's pixels), a packed input moves along `a` (its array has the vector axis innermost: vector loads) and
-  the other inputs broadcast or run contiguously along it (the image's pixel, a bias). Strides ignore validity. The
-  one test for LoweringState._strided_store_axes (the optimized kernel) and heuristic_cpu.py's tiles (before opts)."""
-  return bool(contiguous) and all(any(rs[c] not in (0, 1) for rs in others) for c in contiguous) and out_rs[a] != 1 and \
-    any(rs[a] != 0 for rs in packed) and all(rs[a] in (0, 1) for rs in others)
+  `contiguous` (the output's contiguous upcast axes, at least one, each with whether its length could be vector
+  lanes) either has a non-packed input gathered along it (a stride-2 conv's pixels) or can't be lanes (a 13-wide
+  image row), a packed input moves along `a` (its array has the vector axis innermost: vector loads) and the other
+  inputs broadcast or run contiguously along it (the image's pixel, a bias). Strides ignore validity. The one test
+  for LoweringState._strided_store_axes (the optimized kernel) and heuristic_cpu.py's tiles (before opts)."""
+  return bool(contiguous) and all(not lanes or any(rs[c] not in (0, 1) for rs in others) for c, lanes in contiguous) and \
+    out_rs[a] != 1 and any(rs[a] != 0 for rs in packed) and all(rs[a] in (0, 1) for rs in others)
 
 def const_sum_reduce(reduceops: list[LazyOp]) -> bool:
   """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in closed
@@ -171,7 +173,7 @@ class LoweringState:
     strided = self._strided_store_axes(out_rs, reduces)
     best: Optional[tuple] = None
     for a in self.upcast_axes:
-      if self.shape[a] not in (2, 4, 8, 16): continue
+      if self.shape[a] not in VECTOR_LANES: continue
       if a in strided:  # (vector loads from the packed arrays, no gathers; the one the ISA's vector width fits first)
         score: tuple = (0, strided[a], True, self.shape[a] == self.ren.vector_width, a)
         if best is None or score > best[0]: best = (score, a)
@@ -200,7 +202,7 @@ class LoweringState:
     loads = [b for b in dict.fromkeys(self.leaves) if isinstance(b, MemBuffer) and b.idx >= len(self.outbufs)]
     packed = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx in self.info.packed]
     others = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx not in self.info.packed]
-    contiguous = [a for a in self.upcast_axes if a not in self.magenta and out_rs[a] == 1]
+    contiguous = [(a, self.shape[a] in VECTOR_LANES) for a in self.upcast_axes if a not in self.magenta and out_rs[a] == 1]
     return {a: sum(1 for rs in packed if rs[a] != 0) for a in self.upcast_axes
             if a not in self.magenta and vectors_along_strided_axis(out_rs, packed, others, contiguous, a)}
 

@@ -21,6 +21,7 @@ KNOWN: dict[str, Callable[[], Tensor]] = {
   "relu + relu": lambda: X.relu() + X.exp(), "relu * exp": lambda: X.relu() * X.exp(), "max with a relu": lambda: X.maximum(X.relu()),
   "concatenated relus": lambda: Tensor.cat(X.relu(), X.exp(), axis=1), "padded relu": lambda: X.relu().pad(((0, 0), (1, 1), (2, 0))),
   "relu's sum and max": lambda: X.relu().sum(1).max(-1), "relu cast to float16": lambda: X.relu().cast(dtypes.float16),
+  "an int32 relu cast to int64": lambda: I.relu().cast(dtypes.int64), "uint8 cast to int16": lambda: Tensor(np.arange(6, dtype=np.uint8)).cast(dtypes.int16),
   "unsigned": lambda: Tensor(np.arange(6, dtype=np.uint8)) - 3, "bool": lambda: X < 0, "arange": lambda: Tensor.arange(5),
 }
 NOT_KNOWN: dict[str, Callable[[], Tensor]] = {
@@ -28,6 +29,8 @@ NOT_KNOWN: dict[str, Callable[[], Tensor]] = {
   "relu from -1": lambda: (X < -1).where(0.0, X), "relu of one value, kept another": lambda: (X < 0).where(0.0, X + 1),
   "neg of a relu": lambda: -X.relu(), "log of a relu": lambda: X.relu().log(), "a float relu cast to int (NaN is any int)": lambda: X.relu().cast(dtypes.int32),
   "clip from -1": lambda: X.clip(-1, 6), "concatenation with a negative piece": lambda: Tensor.cat(X.relu(), X, axis=1),
+  "an int64 relu cast to int32 (wraps)": lambda: Tensor(np.array([3 << 31, 1], np.int64)).relu().cast(dtypes.int32),
+  "a uint32 cast to int32 (wraps)": lambda: Tensor(np.array([3 << 30, 1], np.uint32)).cast(dtypes.int32),
 }
 
 @pytest.mark.parametrize("name", list(KNOWN))

@@ -16,7 +16,7 @@ the pool's own loads, where a pad with -inf is a where() the scheduler realizes 
 """
 from __future__ import annotations
 import math
-from tilecraft.dtype import dtypes
+from tilecraft.dtype import DType, dtypes
 from tilecraft.engine.lazy import LazyBuffer
 from tilecraft.ops import INDEX, BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 
@@ -25,6 +25,14 @@ _DEPTH = 12  # ops looked through (a relu over a conv's bias add is 3; a concate
 def _const_has_sign(val: object, sign: int) -> bool:
   if val is INDEX: return sign > 0  # 0, 1, ..., n-1
   return isinstance(val, (bool, int, float)) and not (isinstance(val, float) and math.isnan(val)) and val * sign >= 0
+
+def _cast_keeps_sign(src: DType, dst: DType) -> bool:
+  """A cast that keeps every value's sign: to a float; between integers only to a wider type, or one as wide
+  from a signed one (int64 -> int32 and uint32 -> int32 wrap around). A float NaN cast to an integer is any
+  integer."""
+  if dtypes.is_float(dst): return True
+  if dtypes.is_float(src): return False
+  return dst.itemsize > src.itemsize or (dst.itemsize == src.itemsize and not dtypes.is_unsigned(src))
 
 def _is_relu(b: LazyBuffer, depth: int) -> bool:
   """where(x < c, a, x) with c >= 0 and a >= 0: where it keeps x, x >= c (or NaN)."""
@@ -44,8 +52,7 @@ def _has_sign(lb: LazyBuffer, sign: int, depth: int) -> bool:
   if b.op is BufferOps.CONST: return _const_has_sign(b.arg, sign)
   srcs, d = b.srcs, depth - 1
   if b.op is UnaryOps.NEG: return _has_sign(srcs[0], -sign, d)
-  if b.op is UnaryOps.CAST:  # (a float NaN cast to an integer is any integer)
-    return (dtypes.is_float(b.dtype) or not dtypes.is_float(srcs[0].dtype)) and _has_sign(srcs[0], sign, d)
+  if b.op is UnaryOps.CAST: return _cast_keeps_sign(srcs[0].dtype, b.dtype) and _has_sign(srcs[0], sign, d)
   if b.op in (BinaryOps.ADD, ReduceOps.SUM, ReduceOps.MAX): return all(_has_sign(s, sign, d) for s in srcs)
   if b.op is BinaryOps.MUL:
     return any(_has_sign(srcs[0], s0, d) and _has_sign(srcs[1], s0 * sign, d) for s0 in (1, -1))

@@ -102,6 +102,7 @@ def test_random_concatenations_of_reduces(seed: int) -> None:
   lead = bool(rng.integers(2))
   if lead: pieces, refs = [p.reshape(1, *p.shape) for p in pieces], [r[None] for r in refs]
   c, ref = pieces[0].cat(*pieces[1:], axis=int(lead)), np.concatenate(refs, int(lead))
+  if rng.random() < 0.5: c, ref = (c * 2 - 1).relu(), np.maximum(ref * 2 - 1, 0)  # an epilogue each piece's kernel takes
   if rng.random() < 0.5: np.testing.assert_allclose(c.numpy(), ref, rtol=1e-4, atol=1e-5)
   else: np.testing.assert_allclose((c * 3).sum(-1).numpy(), (ref * 3).sum(-1), rtol=1e-4, atol=1e-4)
 
@@ -118,3 +119,25 @@ def test_tensor_cat_is_exact_and_written_in_place(rng: np.random.Generator) -> N
   np.testing.assert_allclose(got[:, 3:], np.broadcast_to(x.sum(-1, keepdims=True), (1, 3, 2)), rtol=1e-6)
   # a copy kernel (realized inputs, nothing to write in place) keeps -0.0 too
   assert np.signbit(Tensor(-np.zeros(3, np.float32)).cat(Tensor(np.ones(2, np.float32))).numpy()[:3]).all()
+
+@pytest.mark.parametrize("epilogue", ["relu", "scale, shift and relu", "sigmoid", "clip"])
+def test_an_elementwise_epilogue_moves_into_the_pieces(epilogue: str, rng: np.random.Generator) -> None:
+  """relu(cat(a, b)) (ShuffleNet's units: a pooled shortcut and a conv, concatenated, then relu): each piece's
+  kernel applies the epilogue to its own values and stores them into its slice; no copy kernel."""
+  a, b, w3, cat_ref, _ = fire(rng)
+  f_t, f_np = {"relu": (lambda t: t.relu(), lambda r: np.maximum(r, 0)),
+               "scale, shift and relu": (lambda t: (t * 3 - 2).relu(), lambda r: np.maximum(r * 3 - 2, 0)),
+               "sigmoid": (lambda t: t.sigmoid(), lambda r: 1 / (1 + np.exp(-r))),
+               "clip": (lambda t: t.clip(0.5, 2.0), lambda r: np.clip(r, 0.5, 2.0))}[epilogue]
+  out = f_t(a.cat(b, axis=1)).conv2d(w3)
+  sched = out.schedule()
+  assert len(sched) == 3 and sorted(offsets(sched)) == [0, 0, 4 * 25], [si.ast.op for si in sched]
+  np.testing.assert_allclose(out.numpy(), conv(f_np(cat_ref), w3.numpy()), rtol=1e-4, atol=1e-4)
+
+def test_an_epilogue_reading_another_buffer_stays_a_copy(rng: np.random.Generator) -> None:
+  """cat(a, b) + y reads y where the pieces' kernels don't: the copy kernel stays."""
+  a, b, w3, cat_ref, _ = fire(rng)
+  y = rng.standard_normal((1, 10, 5, 5)).astype(np.float32)
+  out = (a.cat(b, axis=1) + Tensor(y)).conv2d(w3)
+  assert len(out.schedule()) == 4
+  np.testing.assert_allclose(out.numpy(), conv(cat_ref + y, w3.numpy()), rtol=1e-4, atol=1e-4)

@@ -6,6 +6,7 @@ reduces and workgroups; CPUs get vector-width upcasts and register tiles.
 """
 from __future__ import annotations
 from typing import Any, Optional
+from tilecraft.codegen import lower_state
 from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNROLL_MAX_VECTORS, adopt_trial, cpu_matmul_tile, cpu_matvec, cpu_pad_vector_axis,
                                           cpu_third_reuse_fits, cpu_transpose_tile, cpu_vecmat)
@@ -255,7 +256,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     axis = unit[-1] if unit else k.first_reduce - 1
     # lanes of a dtype the target has no vectors for are scalar copies: a full vector width of them
     # only multiplies the code (and its generation time)
-    simd = all(b.dtype.scalar() in ren.vector_dtypes for b in k.bufs)
+    simd = all(lower_state.vectorizable_leaf(ren, b) for b in k.bufs)
     # a row reduce whose vector lanes are already the unrolled reduce: 4 rows give 4 independent
     # accumulator chains, plenty for a memory-bound loop; more rows only add horizontal sums
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
@@ -268,7 +269,8 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
       # a copy of one input (a pad: its validity a bool constant) whose contiguous output axis no vector divides (a padded
       # image's 114-wide rows before ResNet-50's max-pool): padded to the vector width where that adds at most 1/7 (masked
       # lanes), not left scalar: ResNet-50's 64 x 114 x 114 pad 1.7-1.9x faster (AVX-512). Not a selection between several
-      # inputs (a concatenation's copy: vectors of per-lane gated loads ran 1.5-2.3x slower than 4 lanes in DenseNet-121)
+      # inputs (a concatenation's copy: vectors of per-lane gated loads ran 1.5-2.3x slower than 4 lanes in DenseNet-121,
+      # measured while such kernels were still scalar code: not re-measured since vectorizable_leaf)
       size, mems = k.full_shape[axis], [b for b in k.bufs if isinstance(b, MemBuffer)]  # (the output and one input)
       if not gpu and not k.reduceops and len(mems) == 2 and all(b.dtype.scalar() in ren.vector_dtypes for b in mems) and \
           axis == k.first_reduce - 1 and isinstance(size, int) and size > vw and 7 * (round_up(size, vw) - size) <= size:

@@ -304,3 +304,19 @@ def test_max_pool_after_relu_reads_the_relu_padded_by_its_loads() -> None:
   got, ref = tox.load(with_idx).run({"x": x}), _ort_run(with_idx, {"x": x})
   np.testing.assert_array_equal(got["y"], ref[0])
   np.testing.assert_array_equal(got["i"], ref[1])
+
+def test_batchnorm_constants_over_an_input_are_folded() -> None:
+  """A BatchNormalization over a graph input (DenseNet's pre-activations: nothing to fold it into): its per-channel
+  gamma / sqrt(var + eps) is computed once at load, so each call runs the one normalize + relu kernel, not a
+  kernel of the constants first."""
+  rng = np.random.default_rng(8)
+  f = lambda name, lo, hi: helper.make_tensor(name, TensorProto.FLOAT, [6], rng.uniform(lo, hi, 6).astype(np.float32))  # noqa: E731
+  inits = [f("g", 0.5, 2.0), f("b", -1.0, 1.0), f("mu", -1.0, 1.0), f("var", 0.1, 3.0)]
+  nodes = [helper.make_node("BatchNormalization", ["x", "g", "b", "mu", "var"], ["n"], epsilon=1e-3), helper.make_node("Relu", ["n"], ["y"])]
+  proto = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 6, 7, 7])], [_vi("y", TensorProto.FLOAT, None)], inits)
+  feed = {"x": rng.standard_normal((1, 6, 7, 7)).astype(np.float32)}
+  ref = _ort_run(proto, feed)[0]
+  (yf, kf), (yp, kp) = _kernels_per_call(tox.load(proto), feed), _kernels_per_call(tox.load(proto, fold=False), feed)
+  np.testing.assert_allclose(yf["y"], ref, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(yp["y"], ref, rtol=1e-5, atol=1e-5)
+  assert kf == 1 and kp == 2, (kf, kp)

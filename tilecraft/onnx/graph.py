@@ -30,7 +30,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.ops import BufferOps, ReduceOps
+from tilecraft.ops import BufferOps
 from tilecraft.engine.realize import BoundSchedule, run_schedule
 from tilecraft.helpers import Context, prod
 from tilecraft.onnx.fold import fold_batchnorm
@@ -284,19 +284,22 @@ class OnnxModel:
       with Context(BEAM=0): Tensor.realize(*todo)  # (kernels that run once: see _fold_weight_reduces)
 
 def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
-  """Constant folding inside an op: a reduce computed from constants alone (initializers, folded values,
-  constant fills) under a value that depends on the graph inputs, e.g. the Winograd weight transform a
-  Conv makes of its weights (frontend/winograd.py), is realized now, once, instead of in every call. Only
-  subgraphs with a reduce: an elementwise function of weights fuses into the kernel that reads it for free."""
+  """Constant folding inside an op: a computation from weights (initializers, folded values) and constants alone
+  under a value that depends on the graph inputs is realized now, once, instead of in every call: the Winograd
+  weight transform a Conv makes of its weights (frontend/winograd.py), and a BatchNormalization's per-channel
+  scale gamma / sqrt(var + eps) over an input it can't be folded into (DenseNet-121's pre-activations: 116
+  kernels of a few microseconds each per call, which the scheduler realized since a sqrt under a broadcast is
+  not recomputed per element). A computation of constants alone (an arange's index math) stays where it is."""
   dyn: dict[int, bool] = {}   # base id -> depends on an input
-  red: dict[int, bool] = {}   # base id -> a constant subgraph holding a reduce
+  fold: dict[int, bool] = {}  # base id -> computed from weights and constants alone, a weight among them
+  weight: dict[int, bool] = {}  # base id -> reads a weight (a realized buffer that is not an input)
   todo: dict[int, Any] = {}
   stack: list[tuple[Any, bool]] = [(lb.base, False) for lb in outs]
   while stack:
     b, done = stack.pop()
     if id(b) in dyn: continue
     if b.op is None or b.op is BufferOps.CONST:
-      dyn[id(b)], red[id(b)] = id(b) in inputs, False
+      dyn[id(b)], fold[id(b)], weight[id(b)] = id(b) in inputs, False, b.op is None and id(b) not in inputs
       continue
     srcs = [s.base for s in b.srcs]
     if not done:
@@ -304,8 +307,9 @@ def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
       stack.extend((s, False) for s in srcs if id(s) not in dyn)
       continue
     dyn[id(b)] = any(dyn[id(s)] for s in srcs)
-    red[id(b)] = not dyn[id(b)] and (b.op in ReduceOps or any(red[id(s)] for s in srcs))
-    if dyn[id(b)]: todo.update((id(s), s) for s in srcs if red[id(s)])
+    weight[id(b)] = any(weight[id(s)] for s in srcs)
+    fold[id(b)] = not dyn[id(b)] and weight[id(b)]
+    if dyn[id(b)]: todo.update((id(s), s) for s in srcs if fold[id(s)])
   if todo:
     # (folding's kernels run once, at load, so they take the hand-coded opts even under BEAM: a search costs up to its
     # budget per kernel and could save microseconds once; `tilecraft tune --model` tunes only the per-call kernels, so

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.ops import BufferOps
+from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 from tilecraft.engine.realize import BoundSchedule, run_schedule
 from tilecraft.helpers import Context, prod
 from tilecraft.onnx.fold import fold_batchnorm
@@ -283,23 +283,28 @@ class OnnxModel:
     if todo:
       with Context(BEAM=0): Tensor.realize(*todo)  # (kernels that run once: see _fold_weight_reduces)
 
+_COSTLY = {*ReduceOps, UnaryOps.SQRT, UnaryOps.RECIP, UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, BinaryOps.IDIV, BinaryOps.MOD}
+
 def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
-  """Constant folding inside an op: a computation from weights (initializers, folded values) and constants alone
-  under a value that depends on the graph inputs is realized now, once, instead of in every call: the Winograd
-  weight transform a Conv makes of its weights (frontend/winograd.py), and a BatchNormalization's per-channel
-  scale gamma / sqrt(var + eps) over an input it can't be folded into (DenseNet-121's pre-activations: 116
-  kernels of a few microseconds each per call, which the scheduler realized since a sqrt under a broadcast is
-  not recomputed per element). A computation of constants alone (an arange's index math) stays where it is."""
+  """Constant folding inside an op: a costly computation (a reduce, a sqrt, a division, exp or log: _COSTLY) from
+  weights (initializers, folded values) and constants alone under a value that depends on the graph inputs is
+  realized now, once, instead of in every call: the Winograd weight transform a Conv makes of its weights
+  (frontend/winograd.py), and a BatchNormalization's per-channel scale gamma / sqrt(var + eps) over an input it
+  can't be folded into (DenseNet-121's pre-activations: 62 kernels of a few microseconds each per call, which the
+  scheduler realized since a sqrt under a broadcast is not recomputed per element). Cheap ones stay fused into
+  the kernels that read them: a realized comparison of weights (a subnormal test) was a bool buffer, which made
+  ResNet-50's pooling kernel scalar code. A computation of constants alone (an arange's index math) stays too."""
   dyn: dict[int, bool] = {}   # base id -> depends on an input
-  fold: dict[int, bool] = {}  # base id -> computed from weights and constants alone, a weight among them
+  fold: dict[int, bool] = {}  # base id -> a costly computation from weights and constants alone, a weight among them
   weight: dict[int, bool] = {}  # base id -> reads a weight (a realized buffer that is not an input)
+  costly: dict[int, bool] = {}  # base id -> holds a _COSTLY op
   todo: dict[int, Any] = {}
   stack: list[tuple[Any, bool]] = [(lb.base, False) for lb in outs]
   while stack:
     b, done = stack.pop()
     if id(b) in dyn: continue
     if b.op is None or b.op is BufferOps.CONST:
-      dyn[id(b)], fold[id(b)], weight[id(b)] = id(b) in inputs, False, b.op is None and id(b) not in inputs
+      dyn[id(b)], fold[id(b)], weight[id(b)], costly[id(b)] = id(b) in inputs, False, b.op is None and id(b) not in inputs, False
       continue
     srcs = [s.base for s in b.srcs]
     if not done:
@@ -308,7 +313,8 @@ def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
       continue
     dyn[id(b)] = any(dyn[id(s)] for s in srcs)
     weight[id(b)] = any(weight[id(s)] for s in srcs)
-    fold[id(b)] = not dyn[id(b)] and weight[id(b)]
+    costly[id(b)] = b.op in _COSTLY or any(costly[id(s)] for s in srcs)
+    fold[id(b)] = not dyn[id(b)] and weight[id(b)] and costly[id(b)]
     if dyn[id(b)]: todo.update((id(s), s) for s in srcs if fold[id(s)])
   if todo:
     # (folding's kernels run once, at load, so they take the hand-coded opts even under BEAM: a search costs up to its

@@ -320,3 +320,19 @@ def test_batchnorm_constants_over_an_input_are_folded() -> None:
   np.testing.assert_allclose(yf["y"], ref, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(yp["y"], ref, rtol=1e-5, atol=1e-5)
   assert kf == 1 and kp == 2, (kf, kp)
+
+def test_only_costly_weight_computations_are_folded() -> None:
+  """x / w, w an initializer: the reciprocal of w (a costly op) is computed once at load, while the cheap part
+  (the division's subnormal test on w, a bool) stays fused into the per-call kernel: realized it was a bool
+  buffer, which keeps a CPU kernel from vector code."""
+  rng = np.random.default_rng(9)
+  w = rng.uniform(0.5, 2.0, (1, 8, 1, 1)).astype(np.float32)
+  proto = _model([helper.make_node("Div", ["x", "w"], ["y"])], [_vi("x", TensorProto.FLOAT, [1, 8, 4, 4])], [_vi("y", TensorProto.FLOAT, None)],
+                 [helper.make_tensor("w", TensorProto.FLOAT, [1, 8, 1, 1], w.ravel())])
+  x = rng.standard_normal((1, 8, 4, 4)).astype(np.float32)
+  m = tox.load(proto)
+  out, kernels = _kernels_per_call(m, {"x": x})
+  np.testing.assert_allclose(out["y"], x / w, rtol=1e-6)
+  (cap,) = m._captures.values()
+  assert kernels == 1 and all(b.dtype != np.bool_ and str(b.dtype) != "dtypes.bool" for si in cap.schedule for b in si.bufs), \
+    [[str(b.dtype) for b in si.bufs] for si in cap.schedule]

@@ -133,5 +133,5 @@ def test_onnx_weight_transform_folded_at_load() -> None:
     y = m.run({"x": x})["y"]
   _close(y, np.maximum(_np_conv(x, w, b, (1, 1)), 0), 2e-5)
   # input transform, matmul, output transform, NCHW copy + bias + relu; the weight transform (a 5th kernel in
-  # Tensor code) ran once, at the build (graph.py: _fold_weight_reduces); load(fold=False) runs it per call
+  # Tensor code) ran once, at the build (graph.py: _fold_weight_computations); load(fold=False) runs it per call
   assert realize.kernel_count - k0 == 4

@@ -13,13 +13,14 @@ from tilecraft.frontend.winograd import choose_tile, eligible, on_cpu, winograd_
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
 
 def max_pad_value(x: Tensor, padding: Sequence[tuple[int, int]], k: Sequence[int], stride: Sequence[int],
-                  dilation: Sequence[int]) -> Union[int, float]:
+                  dilation: Sequence[int], zero_ok: bool = True) -> Union[int, float]:
   """What to pad x's last len(k) dims with (`padding`: (before, after) each) before a max over windows
   k / stride / dilation: the dtype's lowest value, or 0 where x is known >= 0 (frontend/nonnegative.py)
   and every window still reaches an element of x, so the maxima agree. A zero pad is a mask on the
-  pool's own loads; the lowest value is a where() the scheduler realizes as a padded copy first."""
+  pool's own loads; the lowest value is a where() the scheduler realizes as a padded copy first.
+  `zero_ok=False` where a padded 0 tied with a real 0 would matter (the position of the first maximum)."""
   lowest = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
-  if not known_nonnegative(x.lazydata): return lowest
+  if not zero_ok or not known_nonnegative(x.lazydata): return lowest
   for L, (before, after), kk, st, d in zip(x.shape[x.ndim - len(k):], padding, k, stride, dilation):
     if not all(isinstance(v, int) for v in (L, before, after)): return lowest
     for w in range((L + before + after - (kk - 1) * d - 1) // st + 1):

@@ -255,7 +255,7 @@ class OnnxModel:
         env[oname] = o
     if folded: self._fold_constants(folded, env)
     res = [env[name] if name in env else value(name) for name, _ in self.outputs]
-    if self.fold: _fold_weight_reduces([t.lazydata for t in res], {id(env[name].lazydata.base) for name in (*feed, *overrides)})
+    if self.fold: _fold_weight_computations([t.lazydata for t in res], {id(env[name].lazydata.base) for name in (*feed, *overrides)})
     for (name, dt), i in zip(self.outputs, range(len(res))):
       if dt is not None and res[i].dtype != dt: res[i] = res[i].cast(dt)
     guard_ts = [g[1] for g in tensor_guards]
@@ -281,11 +281,11 @@ class OnnxModel:
       b = env[name].lazydata.base
       if b.op is not None and b.op is not BufferOps.CONST: todo.append(env[name])
     if todo:
-      with Context(BEAM=0): Tensor.realize(*todo)  # (kernels that run once: see _fold_weight_reduces)
+      with Context(BEAM=0): Tensor.realize(*todo)  # (kernels that run once: see _fold_weight_computations)
 
 _COSTLY = {*ReduceOps, UnaryOps.SQRT, UnaryOps.RECIP, UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, BinaryOps.IDIV, BinaryOps.MOD}
 
-def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
+def _fold_weight_computations(outs: list[Any], inputs: set[Any]) -> None:
   """Constant folding inside an op: a costly computation (a reduce, a sqrt, a division, exp or log: _COSTLY) from
   weights (initializers, folded values) and constants alone under a value that depends on the graph inputs is
   realized now, once, instead of in every call: the Winograd weight transform a Conv makes of its weights
@@ -295,7 +295,6 @@ def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
   the kernels that read them: a realized comparison of weights (a subnormal test) was a bool buffer, which made
   ResNet-50's pooling kernel scalar code. A computation of constants alone (an arange's index math) stays too."""
   dyn: dict[int, bool] = {}   # base id -> depends on an input
-  fold: dict[int, bool] = {}  # base id -> a costly computation from weights and constants alone, a weight among them
   weight: dict[int, bool] = {}  # base id -> reads a weight (a realized buffer that is not an input)
   costly: dict[int, bool] = {}  # base id -> holds a _COSTLY op
   todo: dict[int, Any] = {}
@@ -304,7 +303,7 @@ def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
     b, done = stack.pop()
     if id(b) in dyn: continue
     if b.op is None or b.op is BufferOps.CONST:
-      dyn[id(b)], fold[id(b)], weight[id(b)], costly[id(b)] = id(b) in inputs, False, b.op is None and id(b) not in inputs, False
+      dyn[id(b)], weight[id(b)], costly[id(b)] = id(b) in inputs, b.op is None and id(b) not in inputs, False
       continue
     srcs = [s.base for s in b.srcs]
     if not done:
@@ -314,8 +313,8 @@ def _fold_weight_reduces(outs: list[Any], inputs: set[Any]) -> None:
     dyn[id(b)] = any(dyn[id(s)] for s in srcs)
     weight[id(b)] = any(weight[id(s)] for s in srcs)
     costly[id(b)] = b.op in _COSTLY or any(costly[id(s)] for s in srcs)
-    fold[id(b)] = not dyn[id(b)] and weight[id(b)] and costly[id(b)]
-    if dyn[id(b)]: todo.update((id(s), s) for s in srcs if fold[id(s)])
+    # (a source to fold: a costly computation from weights and constants alone, a weight among them)
+    if dyn[id(b)]: todo.update((id(s), s) for s in srcs if not dyn[id(s)] and weight[id(s)] and costly[id(s)])
   if todo:
     # (folding's kernels run once, at load, so they take the hand-coded opts even under BEAM: a search costs up to its
     # budget per kernel and could save microseconds once; `tilecraft tune --model` tunes only the per-call kernels, so

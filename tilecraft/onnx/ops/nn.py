@@ -9,7 +9,6 @@ import numpy as np
 from typing import Any
 from tilecraft.dtype import dtypes
 from tilecraft.frontend.nn import max_pad_value
-from tilecraft.onnx.ops.common import is_float
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -223,8 +222,7 @@ def _maxpool(n: Node, i: list) -> Any:
   spatial = [(p[0], p[1] + e) for p, e in zip(pads, extra)]
   indices = len(n.outputs) > 1 and bool(n.outputs[1])
   # (with Indices the pad stays the lowest value: a padded 0 tied with a real 0 could be the first maximum)
-  lo = max_pad_value(x, spatial, k, st, dl) if not indices else -math.inf if is_float(x) else int(dtypes.min(x.dtype))
-  xp = x.pad(((0, 0), (0, 0), *spatial), value=lo)
+  xp = x.pad(((0, 0), (0, 0), *spatial), value=max_pad_value(x, spatial, k, st, dl, zero_ok=not indices))
   win = xp._pool(k, st, dl)
   y = win.max(tuple(range(2 + nd, 2 + 2 * nd))).cast(x.dtype)
   if not indices: return y

@@ -282,6 +282,33 @@ def test_general_rules_keep_scalar_tiles_within_the_registers():
       assert not _vector_upcast(k) and 4 <= prod_upcast(k) <= 2 * vw, opts(k)
       check(k, [a, b], a @ b, atol=1e-4 * float(np.abs(a @ b).max()))
 
+def test_columns_of_one_vector_take_8_rows_not_32(rng):
+  """AVX-512, a matmul whose 16 output columns are one vector (narrower than the tile's 2): one vector x 8 rows. The
+  general rules took 32 rows of it (32 accumulators and a broadcast: spilled, 5x slower on 1024x4096 @ 4096x16)."""
+  a, b = rng.standard_normal((128, 256), dtype=np.float32), rng.standard_normal((256, 16), dtype=np.float32)
+  with Context(CPU_ARCH="skylake-avx512"):
+    k = hand(bench.matmul_ast(128, 16, 256))
+    assert opts(k) == [(U, 1, 16), (U, 0, 8)], opts(k)
+    check(k, [a, b], a @ b, rtol=1e-4)
+  with Context(CPU_ARCH="haswell"):  # (2 vectors of 8 columns: the usual tile)
+    assert opts(hand(bench.matmul_ast(128, 16, 256)))[:1] == [(U, 1, 8)]
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_panels_of_one_vector_take_the_next_panel_as_the_second_vector(arch, rng):
+  """Weights laid out in panels of one vector of columns, (n / vw, k, vw), contracted with x (m, k): the vector runs
+  along the panel's columns (unit stride), the next panel gives the tile's second vector, and nothing is packed (the
+  panels are contiguous already). The general rules' vectors ran across the panels (gathers, 30x slower)."""
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal((32, 128), dtype=np.float32), rng.standard_normal((8, 128, vw), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    t = (Tensor(x).reshape(32, 1, 128, 1) * Tensor(w).reshape(1, 8, 128, vw)).sum(2)
+    [si] = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
+    k = hand(si.ast)
+    up = {k.full_shape[a]: a for a in range(k.first_upcast, k.shape_len)}
+    assert (U, 2, vw) in opts(k) and (U, 1, 2) in opts(k) and not any(o[0] is P for o in opts(k)), opts(k)
+    assert k.sts[0].real_strides()[up[vw]] == 1, "the vector runs along the panel's columns"
+    check_tensor(t, np.einsum("mk,nkl->mnl", x, w), rtol=1e-4, atol=1e-4)
+
 def prod_upcast(k) -> int:
   """Accumulators per tile: the upcast output axes (not unrolled reduces)."""
   n = 1

@@ -336,3 +336,39 @@ def test_only_costly_weight_computations_are_folded() -> None:
   (cap,) = m._captures.values()
   assert kernels == 1 and all(b.dtype != np.bool_ and str(b.dtype) != "dtypes.bool" for si in cap.schedule for b in si.bufs), \
     [[str(b.dtype) for b in si.bufs] for si in cap.schedule]
+
+def _linear(op: str, w: np.ndarray, lead: list, rng: np.random.Generator, trans_b: int = 0) -> onnx.ModelProto:
+  """x (rows, *lead, K) @ w (a constant; transposed with trans_b), then relu; Gemm adds alpha and a bias."""
+  k, n = w.shape[::-1] if trans_b else w.shape
+  inits = [helper.make_tensor("w", TensorProto.FLOAT, list(w.shape), w.ravel())]
+  if op == "Gemm":
+    inits.append(helper.make_tensor("c", TensorProto.FLOAT, [n], rng.standard_normal(n).astype(np.float32)))
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["m"], transB=trans_b, alpha=0.5)]
+  else: nodes = [helper.make_node("MatMul", ["x", "w"], ["m"])]
+  nodes.append(helper.make_node("Relu", ["m"], ["y"]))
+  return _model(nodes, [_vi("x", TensorProto.FLOAT, ["rows"] + lead + [k])], [_vi("y", TensorProto.FLOAT, None)], inits)
+
+@pytest.mark.parametrize("op,lead,trans_b", [("MatMul", [], 0), ("MatMul", [12], 0), ("Gemm", [], 0), ("Gemm", [], 1)])
+def test_constant_matmul_weights_are_read_in_panels(op, lead, trans_b) -> None:
+  """A MatMul or Gemm of a constant weight on the CPU reads the weight laid out in column panels (frontend/panels.py),
+  made once per model: a second input signature reuses it; 4 rows (the matrix-vector rules) and an overridden
+  initializer read the weight as it is. Each against onnxruntime."""
+  rng = np.random.default_rng(10)
+  w = (rng.standard_normal((48, 64) if trans_b else (64, 48)) / 8).astype(np.float32)
+  proto = _linear(op, w, lead, rng, trans_b)
+  m = tox.load(proto)
+  for rows in (24, 40):
+    x = rng.standard_normal([rows] + lead + [64]).astype(np.float32)
+    np.testing.assert_allclose(m.run({"x": x})["y"], _ort_run(proto, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert list(m._derived_tensors) == [("w", "panels_t" if trans_b else "panels")]
+    assert next(iter(m._derived_tensors.values())).shape == (3, 64, 16)
+  cases = [(24, (rng.standard_normal(w.shape) / 8).astype(np.float32))] + ([(4, None)] if not lead else [])
+  for rows, feed_w in cases:
+    x = rng.standard_normal([rows] + lead + [64]).astype(np.float32)
+    other = tox.load(proto)
+    got = other.run({"x": x} if feed_w is None else {"x": x, "w": feed_w})["y"]
+    assert not other._derived_tensors
+    ref_proto = onnx.ModelProto()
+    ref_proto.CopyFrom(proto)
+    if feed_w is not None: ref_proto.graph.initializer[0].CopyFrom(helper.make_tensor("w", TensorProto.FLOAT, list(w.shape), feed_w.ravel()))
+    np.testing.assert_allclose(got, _ort_run(ref_proto, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -27,7 +27,7 @@ and matmul kernels."""
 from __future__ import annotations
 import os, threading
 from collections import OrderedDict
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
@@ -154,6 +154,7 @@ class OnnxModel:
     self.bn_folded = 0
     if fold: self.nodes, self.bn_folded = fold_batchnorm(self.nodes, self.consts, {vi.name for vi in g.output}, self.opset)
     self._init_tensors: dict[str, Tensor] = {}
+    self._derived_tensors: dict[tuple[str, str], Tensor] = {}  # (value name, kind) -> Node.derived's Tensor
     self._captures: OrderedDict[tuple, _Capture] = OrderedDict()
     self._lock = threading.Lock()  # one run at a time: a capture's buffers are shared by its calls
 
@@ -236,7 +237,12 @@ class OnnxModel:
       def const(i: int, _ins: list[Any] = ins, _n: Any = n) -> Optional[np.ndarray]:
         nm = _n.input[i]
         return known.get(nm) if nm not in dyn else None
-      node = Node(n.name or n.op_type, n.op_type, self.opset, attrs, list(n.input), list(n.output), static, self.device or "", const, guard)
+      def derived(i: int, kind: str, make: Callable[[np.ndarray], np.ndarray], _n: Any = n) -> Tensor:
+        name = _n.input[i]
+        if name not in self.consts: return Tensor(make(known[name]), device=self.device)  # (a shape's value differs per signature)
+        if (t := self._derived_tensors.get((name, kind))) is None: t = self._derived_tensors[(name, kind)] = Tensor(make(known[name]), device=self.device)
+        return t
+      node = Node(n.name or n.op_type, n.op_type, self.opset, attrs, list(n.input), list(n.output), static, self.device or "", const, guard, derived)
       outs = fn(node, ins)
       if not isinstance(outs, (list, tuple)): outs = [outs]
       data_dependent |= read_dyn

@@ -9,14 +9,23 @@ import numpy as np
 from typing import Any
 from tilecraft.dtype import dtypes
 from tilecraft.frontend.nn import max_pad_value
+from tilecraft.frontend.panels import panel_eligible, panel_layout, panel_matmul
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
+
+def _matmul_weight(n: Node, a: Tensor, b: Tensor, transposed: bool = False) -> Tensor:
+  """a @ b, for b input 1 of n (transposed: b is that input's transpose). A constant b on a CPU is read in column
+  panels (frontend/panels.py), laid out once per model."""
+  if panel_eligible(a.shape, b.shape, a.dtype, a.device) and b.dtype == a.dtype:
+    wp = n.derived(1, "panels_t" if transposed else "panels", lambda w: panel_layout(w.T if transposed else w))
+    if wp is not None: return panel_matmul(a, wp)
+  return a.matmul(b)
 
 @op("MatMul")
 def _matmul(n: Node, i: list) -> Tensor:
   a, b = i
   if a.dtype != b.dtype: raise unsupported(n, "operands of differing dtypes")
-  return a.matmul(b).cast(a.dtype)
+  return _matmul_weight(n, a, b).cast(a.dtype)
 
 @op("Gemm")
 def _gemm(n: Node, i: list) -> Tensor:
@@ -25,7 +34,7 @@ def _gemm(n: Node, i: list) -> Tensor:
   if n.attr("transA", 0): a = a.transpose(0, 1)
   if n.attr("transB", 0): b = b.transpose(0, 1)
   alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
-  y = a.matmul(b)
+  y = _matmul_weight(n, a, b, transposed=bool(n.attr("transB", 0)))
   if alpha != 1.0: y = y * alpha
   if c is not None:
     y = y + (c * beta if beta != 1.0 else c)

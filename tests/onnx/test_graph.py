@@ -178,6 +178,28 @@ def test_gather_computed_index() -> None:
   with pytest.raises(IndexError, match=r"'g1'.*index 5 is out of range for axis 0 of size 5"):
     m.run({"d": D, "i": np.array([0, 4, 1], np.int64)})  # (checked after the run, from the indices' max)
 
+@pytest.mark.parametrize("axis,idt", [(0, TensorProto.INT64), (1, TensorProto.INT32)])
+def test_gather_of_a_constant_table_by_input_indices_copies_rows_on_the_host(axis, idt) -> None:
+  """An embedding lookup (a constant table, indices from a graph input) is a copy on the host in every call, after
+  the index guard: no one-hot kernel over the table; reruns take the new indices, bad ones raise naming the node,
+  and an overridden table takes the kernel path, all right against numpy."""
+  rng = np.random.default_rng(11)
+  table = rng.standard_normal((40, 6) if axis == 0 else (6, 40)).astype(np.float32)
+  proto = _model([helper.make_node("Gather", ["t", "i"], ["e"], name="emb", axis=axis), helper.make_node("Relu", ["e"], ["y"])],
+                 [_vi("i", idt, [2, 3])], [_vi("y", TensorProto.FLOAT, None)], [helper.make_tensor("t", TensorProto.FLOAT, list(table.shape), table.ravel())])
+  npi = np.int64 if idt == TensorProto.INT64 else np.int32
+  m = tox.load(proto)
+  for ids in ([[0, 39, -1], [5, 5, 2]], [[1, 2, 3], [-40, 38, 0]]):
+    ix = np.array(ids, npi)
+    out, kernels = _kernels_per_call(m, {"i": ix})
+    np.testing.assert_array_equal(out["y"], np.maximum(np.take(table, ix, axis=axis), 0))
+    assert kernels == 1, kernels  # (the relu alone)
+  with pytest.raises(IndexError, match=r"'emb' \(op Gather, opset 17\): index 40 is out of range"):
+    m.run({"i": np.array([[0, 40, 1], [0, 0, 0]], npi)})
+  t2 = rng.standard_normal(table.shape).astype(np.float32)
+  ix = np.array([[3, 1, 0], [2, 2, -2]], npi)
+  np.testing.assert_array_equal(tox.load(proto).run({"i": ix, "t": t2})["y"], np.maximum(np.take(t2, ix, axis=axis), 0))
+
 def test_gather_elements_and_nd_index_errors() -> None:
   ge = tox.load(_model([helper.make_node("GatherElements", ["d", "i"], ["y"], name="ge", axis=1)],
                        [_vi("d", TensorProto.FLOAT, [5, 2]), _vi("i", TensorProto.INT64, [5, 2])], [_vi("y", TensorProto.FLOAT, None)]))

@@ -25,9 +25,9 @@ are computed once when the graph is built, not in every call (OnnxModel._fold_co
 epilogues (bias, activation, residual add) need nothing here: the scheduler fuses them into the conv
 and matmul kernels."""
 from __future__ import annotations
-import os, threading
+import operator, os, threading
 from collections import OrderedDict
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
 from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
@@ -199,6 +199,7 @@ class OnnxModel:
     data_dependent = False  # whether building read a dyn value (the graph is then valid for these data only)
     host_guards: list[tuple[Node, str, int, int, Optional[int]]] = []  # index checks on graph inputs, redone per call
     tensor_guards: list[tuple[Node, Tensor, int, int, Optional[int]]] = []  # index checks on computed indices: their min and max, computed with the graph
+    host_values: list[tuple[Callable[[dict], np.ndarray], Tensor]] = []  # Node.host's values: made from each call's feed
     for name, arr in feed.items():
       known[name] = arr
       env[name] = Tensor(arr, device=self.device, dtype=dict(self.inputs)[name])
@@ -242,7 +243,18 @@ class OnnxModel:
         if name not in self.consts: return Tensor(make(known[name]), device=self.device)  # (a shape's value differs per signature)
         if (t := self._derived_tensors.get((name, kind))) is None: t = self._derived_tensors[(name, kind)] = Tensor(make(known[name]), device=self.device)
         return t
-      node = Node(n.name or n.op_type, n.op_type, self.opset, attrs, list(n.input), list(n.output), static, self.device or "", const, guard, derived)
+      def host(idxs: Sequence[int], fn: Callable[..., np.ndarray], _n: Any = n) -> Optional[Tensor]:
+        names = [_n.input[i] for i in idxs]
+        if not all(nm in feed or (nm in known and nm not in dyn) for nm in names): return None
+        fixed = {nm: known[nm] for nm in names if nm not in feed}
+        def make(f: dict, _names: list = names, _fixed: dict = fixed) -> np.ndarray: return fn(*[f[nm] if nm in f else _fixed[nm] for nm in _names])
+        v = make(feed)
+        if v.dtype.kind not in "fiub" or v.dtype.name == "bfloat16": return None
+        t = Tensor(np.ascontiguousarray(v), device=self.device)
+        host_values.append((make, t))
+        return t
+      node = Node(n.name or n.op_type, n.op_type, self.opset, attrs, list(n.input), list(n.output), static, self.device or "", const, guard,
+                  derived, host)
       outs = fn(node, ins)
       if not isinstance(outs, (list, tuple)): outs = [outs]
       data_dependent |= read_dyn
@@ -269,7 +281,7 @@ class OnnxModel:
     ts = [t if (t.lazydata.realized and not t.lazydata.is_view) else t.contiguous() for t in res + guard_ts]
     schedule = Tensor.schedule(*ts) if ts else []
     run_schedule(schedule)
-    cap = _Capture([(name, env[name]) for name in feed], schedule, ts[:len(res)], host_guards,
+    cap = _Capture([(operator.itemgetter(name), env[name]) for name in feed] + host_values, schedule, ts[:len(res)], host_guards,
                    [(node, t, size, axis, col) for (node, _, size, axis, col), t in zip(tensor_guards, ts[len(res):])])
     out = cap.read_outputs([name for name, _ in self.outputs])
     return (None if data_dependent or not cap.reusable() else cap), out
@@ -339,15 +351,17 @@ class _Capture:
   Buffers take the next call's data), the schedule bound to its launches (engine/realize.py: BoundSchedule;
   its kernels' buffers kept, so a rerun writes the same output buffers), the outputs and the index guards.
   Rerunning it is: check the indices that come from graph inputs on the host, copy the inputs into their
-  Buffers, launch the bound kernels, check the computed indices' min and max, copy the outputs out of their
-  Buffers. Nothing is built, scheduled or looked up again: besides the launches, a call's work grows with
-  the graph's inputs, outputs and guards, not with its nodes."""
+  Buffers (and the host values made of them: Node.host), launch the bound kernels, check the computed indices'
+  min and max, copy the outputs out of their Buffers. Nothing is built, scheduled or looked up again: besides
+  the launches, a call's work grows with the graph's inputs, outputs and guards, not with its nodes.
+  `inputs`: (what makes the Buffer's data from a call's feed, the Tensor), a graph input's own or a host value's."""
   __slots__ = ("inputs", "schedule", "bound", "in_bufs", "outputs", "readers", "host_guards", "tensor_guards", "guard_readers", "names")
-  def __init__(self, inputs: list[tuple[str, Tensor]], schedule: list, outputs: list[Tensor], host_guards: list, tensor_guards: list):
+  def __init__(self, inputs: list[tuple[Callable[[dict], np.ndarray], Tensor]], schedule: list, outputs: list[Tensor], host_guards: list,
+               tensor_guards: list):
     self.inputs, self.schedule, self.outputs = inputs, schedule, outputs
     self.host_guards, self.tensor_guards = host_guards, tensor_guards
     self.bound: Optional[BoundSchedule] = None  # made at the first rerun (a capture that isn't reusable never reruns)
-    self.in_bufs: list[tuple[str, Any]] = []    # (input name, its Buffer), with bound
+    self.in_bufs: list[tuple[Callable[[dict], np.ndarray], Any]] = []  # (its data from the feed, its Buffer), with bound
     self.readers = [_reader(t) for t in outputs]
     self.guard_readers = [_reader(t) for _, t, _, _, _ in tensor_guards]
   def reusable(self) -> bool:
@@ -359,10 +373,10 @@ class _Capture:
       a = feed[nm]
       _check_host(node, a[..., col] if col is not None else a, size, axis, col)
     if self.bound is None:
-      self.in_bufs = [(name, t.lazydata.buffer) for name, t in self.inputs]
+      self.in_bufs = [(make, t.lazydata.buffer) for make, t in self.inputs]
       read_after = [t.lazydata.base.buffer for t in self.outputs + [t for _, t, _, _, _ in self.tensor_guards]]
       self.bound = BoundSchedule(self.schedule, keep=[b for _, b in self.in_bufs] + read_after)  # the rest: memory planned
-    for name, buf in self.in_bufs: buf.copyin(feed[name].reshape(-1))
+    for make, buf in self.in_bufs: buf.copyin(np.ascontiguousarray(make(feed)).reshape(-1))
     self.bound.run()
     return self.read_outputs(None)
   def read_outputs(self, names: Optional[list[str]]) -> dict[str, np.ndarray]:

@@ -6,7 +6,8 @@ values), the opset, and `static(i)` to read an input whose value must be known t
 (shapes, axes, pads: a numpy array; a value that depends on the graph inputs' data makes the built graph
 valid for those data only), `const(i)` for an input's value only when it is known without reading any
 graph input's data (else None, nothing realized), `derived(i, kind, make)` for a Tensor of a constant
-input transformed once per model (a weight's layout), and `check_indices(i, size, axis)` to guard index
+input transformed once per model (a weight's layout), `host(idxs, fn)` for a value the host computes from
+graph inputs and constants in every call (an embedding lookup), and `check_indices(i, size, axis)` to guard index
 inputs (an index outside -size..size-1 is an IndexError naming the node, the axis and the index, raised
 by the graph at build time or after the run, never a wrong answer). Implementations raise
 `unsupported(node, why)` for any case they don't cover (a NotImplementedError naming the node, the op
@@ -17,14 +18,15 @@ import numpy as np
 
 class Node:
   """One ONNX node as the op implementations see it."""
-  __slots__ = ("name", "op", "opset", "attrs", "inputs", "outputs", "_static", "device", "_const", "_guard", "_derived")
+  __slots__ = ("name", "op", "opset", "attrs", "inputs", "outputs", "_static", "device", "_const", "_guard", "_derived", "_host")
   def __init__(self, name: str, op: str, opset: int, attrs: dict[str, Any], inputs: Sequence[str], outputs: Sequence[str],
                static: Callable[[int], Optional[np.ndarray]], device: str, const: Optional[Callable[[int], Optional[np.ndarray]]] = None,
                guard: Optional[Callable[["Node", int, int, int, Optional[int]], None]] = None,
-               derived: Optional[Callable[[int, str, Callable[[np.ndarray], np.ndarray]], Any]] = None):
+               derived: Optional[Callable[[int, str, Callable[[np.ndarray], np.ndarray]], Any]] = None,
+               host: Optional[Callable[[Sequence[int], Callable[..., np.ndarray]], Any]] = None):
     self.name, self.op, self.opset, self.attrs = name, op, opset, attrs
     self.inputs, self.outputs, self._static, self.device = list(inputs), list(outputs), static, device
-    self._const, self._guard, self._derived = const, guard, derived
+    self._const, self._guard, self._derived, self._host = const, guard, derived, host
   def attr(self, key: str, default: Any = None) -> Any:
     return self.attrs.get(key, default)
   def static(self, i: int) -> Optional[np.ndarray]:
@@ -41,6 +43,13 @@ class Node:
     weight's panel layout), whatever input signature the graph is built for; None where input i isn't constant."""
     if self.const(i) is None or self._derived is None: return None
     return self._derived(i, kind, make)
+  def host(self, idxs: Sequence[int], fn: Callable[..., np.ndarray]) -> Any:
+    """A Tensor of fn(*values of inputs idxs) computed on the host, in every call, where each of those inputs is a
+    graph input or a constant (an embedding table's Gather by token ids: a copy of rows, not a one-hot select over
+    the vocabulary); None otherwise (computed inputs, overridden initializers, no graph). Runs after the host index
+    guards (check_indices), so fn sees valid indices."""
+    if self._host is None or any(not self.has(i) for i in idxs): return None
+    return self._host(idxs, fn)
   def check_indices(self, i: int, size: int, axis: int, column: Optional[int] = None) -> None:
     """Input i holds indices into an axis of `size` elements (negative ones count from the end): one
     outside -size..size-1 is an IndexError naming this node, the axis and the index. `column`: only

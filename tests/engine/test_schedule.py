@@ -111,6 +111,19 @@ def test_a_reduce_read_twice_is_realized_once(rng: np.random.Generator) -> None:
   assert count_ops(out2, ReduceOps.SUM) <= 1 and n_kernels(out2) <= 2
   close(out2, sn.reshape(5) * 2 + np.exp(sn.reshape(5)), 1e-4)
 
+def test_a_matmul_under_an_erf_gelu_is_computed_once(rng: np.random.Generator) -> None:
+  """0.5 h (1 + erf(h / d)), h = x @ w + b and d a loaded scalar (an ONNX FFN as PyTorch exports it): the erf's pieces
+  are values read many times, realized by the recompute rule after the reduce rule ran; the matmul they all read was
+  then fused into two kernels (computed twice, BERT-like's FFN 2x slower). The reduce is realized once instead."""
+  (x, xn), (w, wn), (b, bn) = T(rng, 16, 32), T(rng, 32, 48), T(rng, 48)
+  d = Tensor(np.array([np.sqrt(2)], np.float32))
+  h = x @ w + b
+  out = h * 0.5 * (1 + (h / d).erf())
+  assert count_ops(out, ReduceOps.SUM) == 1
+  import math
+  hn = xn @ wn + bn
+  close(out, hn * 0.5 * (1 + np.vectorize(math.erf)(hn / np.float32(np.sqrt(2)))), 1e-4)
+
 def test_realized_values_are_not_recomputed(rng: np.random.Generator) -> None:
   (x, xn) = T(rng, 4, 4)
   s = x.exp().sum(0)

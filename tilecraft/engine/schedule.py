@@ -152,6 +152,10 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
       realizes.add(id(b))
       d = 0
     depth[id(b)] = d
+  # a reduce read through elementwise values that the rules above realized since (GELU's erf pieces over a matmul's
+  # output) would be computed again by each of the kernels that now read it: it is realized itself, once
+  for b in order:
+    if b.op in ReduceOps and id(b) not in realizes and len(_kernels_reading(b, consumers, realizes)) > 1: realizes.add(id(b))
   return realizes
 
 MAX_KERNEL_DEPTH = 256  # ops on the longest path from a kernel's store to its loads (see _decide_realizes)

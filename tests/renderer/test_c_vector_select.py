@@ -1,6 +1,7 @@
 """Vector compares and selects on the C renderer (bool vectors as int lane vectors): relu and
 where(a < b, ...) stay vector code, and agree with numpy bit for bit, NaN and -0.0 included, on
 every vector dtype and both vector widths."""
+import re
 import numpy as np
 import pytest
 from tilecraft import Context, Tensor
@@ -57,3 +58,25 @@ def test_compare_of_a_value_with_itself_folds_to_a_vector():
     v = x if op is BinaryOps.CMPLT else UOp(UOps.LOAD, dtypes.int32.vec(8), (buf, UOp.const(dtypes.int32, 0)))
     got = graph_rewrite(UOp.alu(op, v, v), symbolic_rules)
     assert got.dtype == dtypes.bool.vec(8) and all(s.op is UOps.CONST and s.arg is False for s in got.src), got
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_bool_logic_and_reciprocals_stay_vector_code(arch, dt, rng):
+  """and / or / not of bool vectors (a float abs's x <= 0 is x < 0 or not x != 0), with lanes of 1 from a bool
+  constant (a concatenation's piece mask) as well as a compare's -1, and 1 / x: one vector op each, not one per
+  lane; bit for bit with numpy, NaN, -0.0 and subnormals included."""
+  require_arch(arch)
+  x = np.concatenate([np.array(SPECIAL * 8), rng.standard_normal(952)]).astype(dt)
+  y = rng.standard_normal(1024).astype(dt)
+  X, Y = Tensor(x), Tensor(y)
+  with Context(CPU_ARCH=arch):
+    for t in (X.abs(), X.reciprocal(), ((X <= 0) | (Y < 0)).where(X, Y), ((X < Y) & (Y < 1)).logical_not().where(X, Y)):
+      src = _src(t)
+      assert not re.search(r"\b(alu|val|vec)\d+\[\d+\]", src), src  # (no lane read out of a vector)
+    _same(X.abs().numpy(), np.abs(x))
+    with np.errstate(divide="ignore", over="ignore"): _same(X.reciprocal().numpy(), (dt(1) / x).astype(dt))
+    _same(((X <= 0) | (Y < 0)).where(X, Y).numpy(), np.where((x <= 0) | (y < 0), x, y))
+    _same(((X < Y) & (Y < 1)).logical_not().where(X, Y).numpy(), np.where(~((x < y) & (y < 1)), x, y))
+    # a bool constant's lanes (1, not -1) or-ed and negated with a compare's
+    pieces = Tensor.cat(X[:512] < 0, Y[512:] < 5)
+    _same((pieces.logical_not() | (X > 1)).where(X, Y).numpy(), np.where(~np.concatenate([x[:512] < 0, y[512:] < 5]) | (x > 1), x, y))

@@ -38,7 +38,8 @@ class CRenderer(CStyleLanguage):
   wraps_signed = True  # built with -fwrapv (runtime/cpu.py)
   type_names = C_TYPE_NAMES
   vector_dtypes = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64})
-  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
+  # (RECIP: 1/v, an IEEE division of each lane (no -ffast-math), one vdivps instead of a scalar one per lane)
+  vector_alu = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, UnaryOps.RECIP, UnaryOps.EXP2, UnaryOps.LOG2, BinaryOps.MAX,
                           BinaryOps.CMPLT, BinaryOps.CMPNE, TernaryOps.WHERE})
   has_prefetch = True  # PREFETCH uops: __builtin_prefetch (a hint: never faults, whatever the address)
   vector_masks = True  # bool vectors are int vectors (int16 for 16 lanes): a vector compare's -1/0, or 0/1 lanes
@@ -55,6 +56,7 @@ class CRenderer(CStyleLanguage):
       return cmp if src_dt.scalar().itemsize == 4 else f"__builtin_convertvector({cmp}, {self.render_dtype(dt)})"
     if op is TernaryOps.WHERE and dt.count > 1: return f"tc_where_{self.render_dtype(dt)}({srcs[0]}, {srcs[1]}, {srcs[2]})"
     if op in (BinaryOps.AND, BinaryOps.OR) and dt.count > 1: return f"({srcs[0]}{_C_BINARY[op]}{srcs[1]})"  # bool vectors too: lanes 0/1/-1
+    if op is UnaryOps.NEG and dt.count > 1 and dt.scalar() == dtypes.bool: return f"({srcs[0]}==0)"  # (~ would make a 1 lane -2: still true)
     return super().render_alu(op, srcs, dt, src_dt)
   def render_masked_load(self, buf: str, idx: str, mask: str, dt: DType, alt: UOp) -> str:
     if not (alt.op is UOps.VECTORIZE and all(s.op is UOps.CONST and s.arg == 0 for s in alt.src)):

@@ -120,9 +120,21 @@ def test_a_matmul_under_an_erf_gelu_is_computed_once(rng: np.random.Generator) -
   h = x @ w + b
   out = h * 0.5 * (1 + (h / d).erf())
   assert count_ops(out, ReduceOps.SUM) == 1
+  assert n_kernels(out) == 1  # (the erf's pieces, read many times but by this one kernel at their own elements, inline)
   import math
   hn = xn @ wn + bn
   close(out, hn * 0.5 * (1 + np.vectorize(math.erf)(hn / np.float32(np.sqrt(2)))), 1e-4)
+
+def test_a_costly_value_read_through_two_views_in_one_kernel_is_stored(rng: np.random.Generator) -> None:
+  """y[:-1] + y[1:] of a costly y (an erf): one kernel reads y, but at two elements per output, so inline each
+  element of y would be computed twice; y is stored and read instead."""
+  (x, xn) = T(rng, 65)
+  y = x.erf()
+  out = y[:-1] + y[1:]
+  assert count_ops(out, UnaryOps.EXP2) == 1
+  import math
+  yn = np.vectorize(math.erf)(xn)
+  close(out, yn[:-1] + yn[1:], 1e-5)
 
 def test_realized_values_are_not_recomputed(rng: np.random.Generator) -> None:
   (x, xn) = T(rng, 4, 4)

@@ -1,7 +1,8 @@
 """The scheduler: turns the lazy graph into a list of kernels (ScheduleItems, API).
 
 Fusion rules:
-- elementwise ops fuse into whatever reads them (and are recomputed in each reader while cheap);
+- elementwise ops fuse into whatever reads them (and are recomputed in each reader while cheap; a costly
+  value that only one kernel reads, at its own elements, is computed once there however often it is read);
 - a reduce fuses with the elementwise ops that feed it, and with the elementwise ops that consume
   its result at the same number of elements (through reshapes only);
 - movement ops fold into the views of each kernel's loads;
@@ -141,8 +142,11 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
       realizes.add(id(b))
   # elementwise values read many times are recomputed only while that stays cheap
   memo: dict[int, int] = {}
+  # (read by one kernel only, and only at its own elements all the way to it, a value is computed once in that kernel
+  # however many times it is read: an erf GELU's pieces in its matmul's epilogue)
   for b in order:
-    if b.op in ELEMENTWISE_OPS and users.get(id(b), 0) > 1 and _subtree_ops(b, realizes, memo) * users[id(b)] > 48: realizes.add(id(b))
+    if b.op in ELEMENTWISE_OPS and users.get(id(b), 0) > 1 and _subtree_ops(b, realizes, memo) * users[id(b)] > 48 and \
+        not _computed_once(b, consumers, realizes): realizes.add(id(b))
   # no kernel computes an expression deeper than MAX_KERNEL_DEPTH ops: a longer chain (a loop of
   # `x = x + 1`) is cut into kernels, each reading the value the one before stored
   depth: dict[int, int] = {}
@@ -174,6 +178,21 @@ def _kernels_reading(r: LazyBuffer, consumers: dict[int, list[LazyBuffer]], real
       stack.extend(consumers.get(id(c), []))
       if not consumers.get(id(c)): out.add(id(c))
   return out
+
+def _computed_once(b: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> bool:
+  """Whether one kernel computes b and every element of it once, inline: its readers, through the elementwise values
+  inlined with it, end in a single kernel, and every read on the way is of the value itself, not a view (two views,
+  x[:-1] + x[1:], would compute each element twice)."""
+  if len(_kernels_reading(b, consumers, realizes)) != 1: return False
+  stack, seen = [b], set()
+  while stack:
+    x = stack.pop()
+    if id(x) in seen: continue
+    seen.add(id(x))
+    for c in consumers.get(id(x), []):
+      if any(s.base is x and s.is_view for s in c.srcs): return False
+      if id(c) not in realizes and c.op in ELEMENTWISE_OPS: stack.append(c)
+  return True
 
 def _is_expanding(v: LazyBuffer) -> bool:
   """Does this view read some element of its base more than once?"""

@@ -146,6 +146,8 @@ def workloads() -> list[Workload]:
     Workload("matmul 16x4096x1024 (K>>M)", "LLaMA-style decode batch", [(16, 4096), (4096, 1024)], _mm_tc, _mm_jx, _mm_ref, _mm_ref, [1.0, 1 / 64]),
     Workload("matmul 8x4096x2048 (decode)", "LLaMA-style decode, 8 sequences", [(8, 4096), (4096, 2048)], _mm_tc, _mm_jx, _mm_ref, _mm_ref,
              [1.0, 1 / 64]),
+    Workload("matmul 512x4096x16 (LoRA down)", "LLaMA-style LoRA, rank 16", [(512, 4096), (4096, 16)], _mm_tc, _mm_jx, _mm_ref, _mm_ref,
+             [1.0, 1 / 64]),
     Workload("gelu 128x3072", "GPT-2 MLP epilogue", [(128, 3072)], _gelu_tc, lambda J, x: J.nn.gelu(x, approximate=True), _gelu_ref, _gelu_ref),
   ]
 

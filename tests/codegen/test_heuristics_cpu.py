@@ -293,6 +293,20 @@ def test_columns_of_one_vector_take_8_rows_not_32(rng):
   with Context(CPU_ARCH="haswell"):  # (2 vectors of 8 columns: the usual tile)
     assert opts(hand(bench.matmul_ast(128, 16, 256)))[:1] == [(U, 1, 8)]
 
+@pytest.mark.parametrize("N,tile", [(8, [(U, 1, 8), (U, 0, 8)]), (24, [(U, 1, 8), (U, 0, 8), (U, 1, 3)]),
+                                     (40, [(D, 1, 48), (U, 1, 16), (U, 0, 8), (U, 1, 3)]), (72, [(U, 1, 8), (U, 0, 8), (U, 1, 3)]),
+                                     (80, [(D, 1, 48), (U, 1, 16), (U, 0, 8), (U, 1, 3)])])
+def test_narrow_columns_take_a_tile_of_at_most_3_vectors(N, tile, rng):
+  """AVX-512, a matmul whose columns (a multiple of 8) the 2-vector tile doesn't fit: at most 3 whole or half vectors
+  x 8 rows, padded by at most 1/4. The general rules took 32 rows of one vector (spilled): 32 x 4096 @ 4096 x 24, 40,
+  72 and 80 ran 4.5-11x slower."""
+  a, b = rng.standard_normal((32, 256), dtype=np.float32), rng.standard_normal((256, N), dtype=np.float32)
+  with Context(CPU_ARCH="skylake-avx512"):
+    k = hand(bench.matmul_ast(32, N, 256))
+    assert opts(k)[:len(tile)] == tile, opts(k)
+    assert prod_upcast(k) <= 24 * 16, prod_upcast(k)
+    check(k, [a, b], a @ b, rtol=1e-4, atol=1e-4)
+
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_panels_of_one_vector_take_the_next_panel_as_the_second_vector(arch, rng):
   """Weights laid out in panels of one vector of columns, (n / vw, k, vw), contracted with x (m, k): the vector runs

@@ -307,6 +307,16 @@ def test_narrow_columns_take_a_tile_of_at_most_3_vectors(N, tile, rng):
     assert prod_upcast(k) <= 24 * 16, prod_upcast(k)
     check(k, [a, b], a @ b, rtol=1e-4, atol=1e-4)
 
+@pytest.mark.parametrize("N,tile", [(12, [(D, 1, 16), (U, 1, 8), (D, 0, 6), (U, 0, 6), (U, 1, 2)]), (20, [(D, 1, 24), (U, 1, 8), (U, 0, 4), (U, 1, 3)])])
+def test_narrow_columns_on_avx2_take_padded_8_lane_vectors(N, tile, rng):
+  """AVX2, 12 or 20 columns: 2 vectors x 6 rows or 3 x 4 (12 accumulators of 16 registers), padded by at most 1/3. The
+  general rules took 4-lane vectors: 100 x 2048 @ 2048 x 12 and x 20 ran 1.8x and 2.7x slower."""
+  a, b = rng.standard_normal((100, 256), dtype=np.float32), rng.standard_normal((256, N), dtype=np.float32)
+  with Context(CPU_ARCH="haswell"):
+    k = hand(bench.matmul_ast(100, N, 256))
+    assert opts(k)[:len(tile)] == tile, opts(k)
+    check(k, [a, b], a @ b, rtol=1e-4, atol=1e-4)
+
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_panels_of_one_vector_take_the_next_panel_as_the_second_vector(arch, rng):
   """Weights laid out in panels of one vector of columns, (n / vw, k, vw), contracted with x (m, k): the vector runs

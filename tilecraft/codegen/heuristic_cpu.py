@@ -102,8 +102,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     if partner is None: return _apply_matmul_tile(k, n, m, vw, vw, why=" (the columns are one vector)")
     return _apply_matmul_tile(k, n, m, vw, cols, why=f" (the columns are one vector; axis {partner} gives the second)", col_axis=partner)
   if n is None and len(k.reduceops) == 1 and (narrow := _narrow_columns(k, vw, cols, out, reused, unit, rows_axis)) is not None:
-    n, m, lanes, count = narrow
-    rows = TILE_ROWS if k.full_shape[m] % TILE_ROWS == 0 else _tile_rows(k, k.full_shape[m], vw)
+    n, m, lanes, count, rows = narrow
     return _apply_matmul_tile(k, n, m, lanes, lanes * count, rows=rows, why=f" (narrow columns: {count} vectors of {lanes})")
 
   # the packed tile, tried on a copy and kept only with its pack; not for short reduces (a 7x7 stem's 147:
@@ -206,20 +205,27 @@ def _one_vector_columns(k: KernelShape, vw: int, cols: int, out: tuple, ins: lis
   return n, m, partner
 
 def _narrow_columns(k: KernelShape, vw: int, cols: int, out: tuple, reused: Any, unit: Any,
-                    rows_axis: Any) -> Optional[tuple[int, int, int, int]]:
-  """(n, m, lanes, count) for 32 registers where the output's contiguous axis n is a multiple of 8 that the rules above
-  don't tile (24, 40, 72 or 80 columns on AVX-512): `count` (at most 3) vectors of `lanes` (a whole vector or a half
-  one), the widest such tile (at least 1.5 vectors or the whole row) that pads the row by at most 1/4. The
-  general rules took 32 rows of one half vector (spilled): 32 x 4096 @ 4096 x 24 and x 40 ran 9-11x slower than
-  3 half vectors x 8 rows (181 GFLOP/s) and 3 whole ones padded to 48 (181 GFLOP/s)."""
-  if vw < 16: return None
+                    rows_axis: Any) -> Optional[tuple[int, int, int, int, int]]:
+  """(n, m, lanes, count, rows) where the output's contiguous axis n is narrower than, or pads badly to, the tile the
+  rules above take (24, 40, 72 or 80 columns on AVX-512; 12 or 20 on AVX2): `count` (at most 3) vectors of `lanes`
+  (a whole vector, or a half one with 32 registers) x `rows` (8 with 32 registers; with 16, 6 for up to 2 vectors
+  and 4 for 3), the widest such tile (at least 1.5 vectors or the whole row) that pads the row least: a multiple of 8
+  by at most 1/4 with 32 registers; with 16, rows under 2 tiles' columns by at most 1/3. The general rules took 32 rows of one vector on AVX-512 (spilled): 32 x 4096 @ 4096 x 24, 40, 72
+  and 80 ran 4.5-11x slower than this; on AVX2 they took 4-lane vectors: 100 x 2048 @ 2048 x 12 and x 20 1.5-2x slower."""
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and unit(a) and reused(a)), None)
   size = None if n is None else k.full_shape[n]
-  if not isinstance(size, int) or size % 8 or (m := rows_axis(n)) is None: return None
-  # (the widest tile, at least 1.5 vectors or the whole row, then the least padding)
-  best = max(((lanes * count, -(round_up(size, lanes * count) - size), lanes, count) for lanes in (vw, vw // 2) for count in (1, 2, 3)
-              if lanes * count >= min(size, 3 * vw // 2) and 4 * (round_up(size, lanes * count) - size) <= size), default=None)
-  return None if best is None else (n, m, best[2], best[3])
+  regs32 = vw >= 16
+  # (32 registers: a multiple of 8, padded by at most 1/4; 16: under 2 tiles' columns, padded by at most 1/3)
+  if not isinstance(size, int) or size < 8 or (size % 8 if regs32 else size >= 2 * cols) or (m := rows_axis(n)) is None: return None
+  def pad(w: int) -> int: return round_up(size, w) - size
+  # (within 1/4 first, then the widest tile, then the least padding)
+  best = max(((4 * pad(lanes * count) <= size, lanes * count, -pad(lanes * count), lanes, count) for lanes in ((vw, vw // 2) if regs32 else (vw,))
+              for count in (1, 2, 3) if lanes * count >= min(size, 3 * vw // 2) and (4 if regs32 else 3) * pad(lanes * count) <= size), default=None)
+  if best is None: return None
+  lanes, count = best[3], best[4]
+  rows = (TILE_ROWS if k.full_shape[m] % TILE_ROWS == 0 else _tile_rows(k, k.full_shape[m], vw)) if regs32 else \
+    (TILE_ROWS_16_REGS if count <= 2 else 4)
+  return None if rows is None else (n, m, lanes, count, rows)
 
 def adopt_trial(k: KernelShape, trial: KernelShape) -> None:
   """Apply to k the opts (with their reasons) a trial copy of it took after k's own."""

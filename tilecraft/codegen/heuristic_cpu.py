@@ -210,8 +210,9 @@ def _narrow_columns(k: KernelShape, vw: int, cols: int, out: tuple, reused: Any,
   rules above take (24, 40, 72 or 80 columns on AVX-512; 12 or 20 on AVX2): `count` (at most 3) vectors of `lanes`
   (a whole vector, or a half one with 32 registers) x `rows` (8 with 32 registers; with 16, 6 for up to 2 vectors
   and 4 for 3), the widest such tile (at least 1.5 vectors or the whole row) that pads the row least: a multiple of 8
-  by at most 1/4 with 32 registers; with 16, rows under 2 tiles' columns by at most 1/3. The general rules took 32 rows of one vector on AVX-512 (spilled): 32 x 4096 @ 4096 x 24, 40, 72
-  and 80 ran 4.5-11x slower than this; on AVX2 they took 4-lane vectors: 100 x 2048 @ 2048 x 12 and x 20 1.5-2x slower."""
+  by at most 1/4 with 32 registers; with 16, rows under 2 tiles' columns by at most 1/3. The general rules took 32
+  rows of one vector on AVX-512 (spilled): 32 x 4096 @ 4096 x 24, 40, 72 and 80 ran 4.5-11x slower than this; on
+  AVX2 they took 4-lane vectors: 100 x 2048 @ 2048 x 12 and x 20 1.8-2.7x slower."""
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and unit(a) and reused(a)), None)
   size = None if n is None else k.full_shape[n]
   regs32 = vw >= 16

@@ -15,8 +15,9 @@ BoundSchedule, whose intermediates share one arena where their lifetimes allow: 
 and copy the outputs straight out of their buffers: no graph building, no scheduling, no per-kernel
 lookups or checks. Host values (Node.host: an embedding lookup, a numpy take of a constant table by input
 indices) are computed from each call's inputs after the index guards and copied in like inputs; derived
-constants (Node.derived: a matmul weight in column panels) are made once per model, shared by its captures. A graph whose building read a value that depends on the inputs' data (a
-Reshape to a shape given as an input, say) is valid for those data only and is built again on every call.
+constants (Node.derived: a matmul weight in column panels) are made once per model, shared by its captures.
+A graph whose building read a value that depends on the inputs' data (a Reshape to a shape given as an input,
+say) is valid for those data only and is built again on every call.
 Index inputs (Gather and the like) are guarded: out of range is an IndexError naming the node, the axis
 and the index, checked on the host for indices from graph inputs and initializers, and from the min and
 max of computed indices, which the run computes with the outputs.

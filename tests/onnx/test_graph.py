@@ -383,7 +383,10 @@ def test_constant_matmul_weights_are_read_in_panels(op, lead, trans_b) -> None:
     x = rng.standard_normal([rows] + lead + [64]).astype(np.float32)
     np.testing.assert_allclose(m.run({"x": x})["y"], _ort_run(proto, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert list(m._derived_tensors) == [("w", "panels_t" if trans_b else "panels")]
-    assert next(iter(m._derived_tensors.values())).shape == (3, 64, 16)
+    wp = next(iter(m._derived_tensors.values()))
+    assert wp.shape == (3, 64, 16)
+    (cap,) = [c for key, c in m._captures.items() if key[0][1][0] == rows]
+    assert any(b is wp.lazydata.buffer for si in cap.schedule for b in si.bufs), "the kernel reads the panels"
   cases = [(24, (rng.standard_normal(w.shape) / 8).astype(np.float32))] + ([(4, None)] if not lead else [])
   for rows, feed_w in cases:
     x = rng.standard_normal([rows] + lead + [64]).astype(np.float32)

@@ -138,7 +138,7 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
   for b in order:
     for s in b.srcs: consumers.setdefault(id(s.base), []).append(b)
   for b in order:
-    if b.op in ReduceOps and id(b) not in realizes and users.get(id(b), 0) > 1 and len(_kernels_reading(b, consumers, realizes)) != 1:
+    if b.op in ReduceOps and id(b) not in realizes and users.get(id(b), 0) > 1 and len(_kernels_reading(b, consumers, realizes)[0]) != 1:
       realizes.add(id(b))
   # elementwise values read many times are recomputed only while that stays cheap
   memo: dict[int, int] = {}
@@ -159,40 +159,35 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
   # a reduce read through elementwise values that the rules above realized since (GELU's erf pieces over a matmul's
   # output) would be computed again by each of the kernels that now read it: it is realized itself, once
   for b in order:
-    if b.op in ReduceOps and id(b) not in realizes and len(_kernels_reading(b, consumers, realizes)) > 1: realizes.add(id(b))
+    if b.op in ReduceOps and id(b) not in realizes and len(_kernels_reading(b, consumers, realizes)[0]) > 1: realizes.add(id(b))
   return realizes
 
 MAX_KERNEL_DEPTH = 256  # ops on the longest path from a kernel's store to its loads (see _decide_realizes)
 
-def _kernels_reading(r: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> set[int]:
+def _kernels_reading(r: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> tuple[set[int], bool]:
   """The kernels (their realized outputs) that would compute r inline: follow r's readers through
-  elementwise ops that aren't realized themselves. Another reduce on the way counts as its own kernel."""
+  elementwise ops that aren't realized themselves. Another reduce on the way counts as its own kernel. And whether
+  any read on the way (of r or of such an inlined value) is through a view."""
   out: set[int] = set()
-  stack, seen = list(consumers.get(id(r), [])), set()
+  viewed = False
+  stack, seen = [(r, c) for c in consumers.get(id(r), [])], set()
   while stack:
-    c = stack.pop()
+    x, c = stack.pop()
+    viewed = viewed or any(s.base is x and s.is_view for s in c.srcs)
     if id(c) in seen: continue
     seen.add(id(c))
     if id(c) in realizes or c.op not in ELEMENTWISE_OPS: out.add(id(c))
     if id(c) not in realizes and c.op in ELEMENTWISE_OPS:
-      stack.extend(consumers.get(id(c), []))
+      stack.extend((c, d) for d in consumers.get(id(c), []))
       if not consumers.get(id(c)): out.add(id(c))
-  return out
+  return out, viewed
 
 def _computed_once(b: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> bool:
   """Whether one kernel computes b and every element of it once, inline: its readers, through the elementwise values
   inlined with it, end in a single kernel, and every read on the way is of the value itself, not a view (two views,
   x[:-1] + x[1:], would compute each element twice)."""
-  if len(_kernels_reading(b, consumers, realizes)) != 1: return False
-  stack, seen = [b], set()
-  while stack:
-    x = stack.pop()
-    if id(x) in seen: continue
-    seen.add(id(x))
-    for c in consumers.get(id(x), []):
-      if any(s.base is x and s.is_view for s in c.srcs): return False
-      if id(c) not in realizes and c.op in ELEMENTWISE_OPS: stack.append(c)
-  return True
+  kernels, viewed = _kernels_reading(b, consumers, realizes)
+  return len(kernels) == 1 and not viewed
 
 def _is_expanding(v: LazyBuffer) -> bool:
   """Does this view read some element of its base more than once?"""

@@ -25,7 +25,7 @@ Per model, each in fresh worker processes:
 onnx and onnxruntime are bench/test dependencies only (the `[test]` extra)."""
 from __future__ import annotations
 import argparse, json, os, subprocess, sys, tempfile, time
-from typing import Any
+from typing import Any, Optional
 import numpy as np
 
 DEFAULT_MODELS = ["squeezenet", "shufflenet", "resnet50", "inception_v1", "densenet121", "bert_like"]
@@ -151,6 +151,106 @@ def count_kernels(name: str) -> dict:
   finally: graph.run_schedule, graph._Capture.read_outputs = real_run, real_read
   return out
 
+# ---- per node: where the two runtimes' time goes -----------------------------------------------------
+def node_groups(name: str, repeat: int, threads: int) -> dict:
+  """Both runtimes' time per part of the graph, in one process, alternating: tilecraft's OnnxModel.profile (each kernel
+  timed in sequence, in a call after a pause and two untimed calls) and onnxruntime's profiler (each node, timed on the
+  second call of a pair after a pause, as above); medians of `repeat` each. The
+  two fuse differently (onnxruntime folds a residual Add into the conv before it, tilecraft into the kernel that
+  writes the Relu after it; tilecraft's Winograd conv is four kernels), so the parts compared are the smallest sets
+  of the model's nodes that each side's entries don't straddle: every tilecraft entry and every onnxruntime node
+  joins the nodes it computes, a BatchNormalization joins the node it normalizes, and joined sets merge."""
+  import onnx, onnxruntime as ort
+  from tilecraft.onnx import load
+  m, inp = model_and_input(name)
+  g = m.graph
+  producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+  parent = list(range(len(g.node)))
+  def find(i: int) -> int:
+    while parent[i] != i: parent[i] = parent[parent[i]]; i = parent[i]  # noqa: E702
+    return i
+  def join(ids: list[int]) -> None:
+    for i in ids[1:]: parent[find(i)] = find(ids[0])
+  for i, n in enumerate(g.node):
+    if n.op_type == "BatchNormalization" and n.input[0] in producer: join([i, producer[n.input[0]]])
+  tm = load(m)
+  with tempfile.TemporaryDirectory(prefix="tc_bench_nodes_") as tmp:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.enable_profiling, so.profile_file_prefix = True, os.path.join(tmp, "ort")
+    so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for _ in range(2): sess.run(None, inp)
+    ours = []
+    for _ in range(repeat):
+      time.sleep(SETTLE_S)
+      ours.append(tm.profile(inp, repeat=1))
+      time.sleep(SETTLE_S)
+      for _ in range(2): sess.run(None, inp)
+    with open(sess.end_profiling()) as f: events = json.load(f)
+    optimized = {n.name: n for n in onnx.load(so.optimized_model_filepath).graph.node}
+  tc_parts = [([producer[v] for v in r.values if v in producer], float(np.median([run[k].seconds for run in ours]))) for k, r in enumerate(ours[0])]
+  durations: dict[str, list[float]] = {}
+  for e in events:
+    if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"): durations.setdefault(e["name"][:-len("_kernel_time")], []).append(e["dur"] * 1e-6)
+  by_name = {n.name: i for i, n in enumerate(g.node) if n.name}
+  ort_parts = []
+  for nm, ds in durations.items():
+    # which model node an onnxruntime node stands for: its NCHWc rewrite keeps the value name (r11 -> "r11_nchwc"),
+    # other nodes keep the node's name or write one of the model's values; layout reorders stand for none
+    n = optimized.get(nm)
+    cands = [producer.get(nm[:-len("_nchwc")])] if nm.endswith("_nchwc") else []
+    cands += [by_name.get(nm)] + [producer.get(o) for o in (n.output if n is not None else [])]
+    ids = [i for i in cands if i is not None][:1]
+    ort_parts.append((ids, float(np.median(ds[2:][1::2] or ds))))
+  for ids, _ in tc_parts + ort_parts:
+    if ids: join(ids)
+  groups: dict[Any, dict] = {}
+  for side, parts in (("tilecraft", tc_parts), ("ort", ort_parts)):
+    for ids, t in parts:
+      key = find(ids[0]) if ids else None
+      grp = groups.setdefault(key, {"tilecraft_s": 0.0, "ort_s": 0.0})
+      grp[f"{side}_s"] += t
+  inits = {i.name: list(i.dims) for i in g.initializer}
+  def weight_shape(v: str) -> Optional[list]:
+    if v in inits: return inits[v]
+    p = g.node[producer[v]] if v in producer else None
+    if p is not None and p.op_type == "ConstantOfShape" and p.input[0] in producer and g.node[producer[p.input[0]]].op_type == "Constant":
+      return [int(d) for d in onnx.numpy_helper.to_array(g.node[producer[p.input[0]]].attribute[0].t)]
+    return None
+  def describe(i: int) -> str:
+    n = g.node[i]
+    if n.op_type not in ("Conv", "Gemm", "MatMul"): return n.op_type
+    w = weight_shape(n.input[1]) if len(n.input) > 1 else None
+    if n.op_type != "Conv" or not w or len(w) != 4: return f"{n.op_type} {'x'.join(map(str, w))}" if w else n.op_type
+    st = next((list(a.ints) for a in n.attribute if a.name == "strides"), [1, 1])
+    return f"Conv {w[2]}x{w[3]}{' s' + str(st[0]) if st[0] != 1 else ''} {w[1]}->{w[0]}"
+  members: dict[Any, list[int]] = {}
+  for i in range(len(g.node)): members.setdefault(find(i), []).append(i)
+  rows = []
+  for key, grp in groups.items():
+    ops = [describe(i) for i in members.get(key, [])] if key is not None else ["(layout reorders)"]
+    main = [d for d in ops if d.startswith(("Conv ", "Gemm", "MatMul"))] or [d for d in ops if d not in ("Constant", "ConstantOfShape", "Shape")] or ops
+    rows.append({"part": " + ".join(dict.fromkeys(main)), "tilecraft_s": grp["tilecraft_s"], "ort_s": grp["ort_s"]})
+  return {"model": name, "parts": rows}
+
+def print_node_groups(res: dict, top: int) -> None:
+  """The parts of node_groups slowest first (top of them, 0: all), then the parts summed by what they compute."""
+  rows = res["parts"]
+  tt, to = sum(r["tilecraft_s"] for r in rows), sum(r["ort_s"] for r in rows)
+  print(f"\n{res['model']}: per part of the graph (sums in sequence: tilecraft {tt * 1e3:.2f} ms, onnxruntime {to * 1e3:.2f} ms)")
+  print(f"  {'tilecraft ms':>12s} {'ort ms':>8s} {'ratio':>6s}  part")
+  for r in sorted(rows, key=lambda r: -max(r["tilecraft_s"], r["ort_s"]))[:top or len(rows)]:
+    ratio = r["ort_s"] / r["tilecraft_s"] if r["tilecraft_s"] else float("nan")
+    print(f"  {r['tilecraft_s'] * 1e3:12.3f} {r['ort_s'] * 1e3:8.3f} {ratio:6.2f}  {r['part']}")
+  kinds: dict[str, list] = {}
+  for r in rows:
+    k = kinds.setdefault(r["part"], [0, 0.0, 0.0])
+    k[0] += 1; k[1] += r["tilecraft_s"]; k[2] += r["ort_s"]  # noqa: E702
+  print(f"  summed by part: {'count':>5s} {'tilecraft ms':>12s} {'ort ms':>8s} {'ratio':>6s}")
+  for part, (cnt, t, o) in sorted(kinds.items(), key=lambda kv: -max(kv[1][1], kv[1][2])):
+    print(f"  {part[:60]:60s} {cnt:5d} {t * 1e3:12.3f} {o * 1e3:8.3f} {o / t if t else float('nan'):6.2f}")
+
 def _spawn(name: str, phase: str, cache: str, repeat: int, threads: int, fold: bool) -> dict:
   env = dict(os.environ, XDG_CACHE_HOME=cache, OMP_NUM_THREADS=str(threads))
   p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--phase", phase, "--repeat", str(repeat), "--threads", str(threads)]
@@ -168,11 +268,14 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--no-fold", action="store_true", help="load with fold=False (no BatchNorm folding, no constant folding)")
   ap.add_argument("--cache", default=None, metavar="DIR", help="use this XDG_CACHE_HOME (kept) instead of a fresh one per model: 'cold' is then the first call with that cache")
   ap.add_argument("--count-kernels", action="store_true", help="only count the kernels per call with and without folding (nothing timed)")
+  ap.add_argument("--per-node", type=int, nargs="?", const=15, default=None, metavar="N",
+                  help="then, per model, both runtimes' time per part of the graph (its N slowest parts, default 15; 0: all) and summed by kind")
   ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   ap.add_argument("--phase", default="cold", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
   if args.worker:
-    print(json.dumps(worker(args.worker, args.phase, args.repeat, args.threads, not args.no_fold)))
+    res = node_groups(args.worker, args.repeat, args.threads) if args.phase == "nodes" else worker(args.worker, args.phase, args.repeat, args.threads, not args.no_fold)
+    print(json.dumps(res))
     return 0
   if args.models == "all":
     from tilecraft.onnx.light import light_model_names
@@ -204,6 +307,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{warm if warm is not None else float('nan'):7.1f} {row['kernels_per_call']:7d} {row['max_rel_err']:11.1e} {'yes' if row['agree'] else 'NO'}", flush=True)
   print(f"(ratio: onnxruntime time / tilecraft time, medians of {args.repeat} calls each, alternating in pairs, {args.threads} threads; "
         "cold: first call with an empty kernel cache; warm: first call of a new process with the disk cache filled)")
+  if args.per_node is not None:
+    for name in names:
+      with tempfile.TemporaryDirectory(prefix="tc_bench_onnx_") as tmp:
+        res = _spawn(name, "nodes", os.path.abspath(os.path.expanduser(args.cache)) if args.cache else tmp, args.repeat, args.threads, True)
+      if "error" in res: print(f"{name}: per-node profile failed: {res['error']}", flush=True)
+      else: print_node_groups(res, args.per_node)
+      next((r for r in rows if r.get("model") == name), {})["parts"] = res.get("parts")
   if args.json:
     with open(args.json, "w") as f: json.dump(rows, f, indent=1)
   return 0

@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("--out", default=None, metavar="DIR", help="save each output as DIR/NAME.npy instead of printing a summary")
   p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
   p.add_argument("--no-fold", action="store_true", help="no graph rewrites (BatchNorm folded into Conv, constant folding)")
+  p.add_argument("--profile", type=int, nargs="?", const=20, default=None, metavar="N",
+                 help="then time each kernel in sequence (10 calls, medians) and print the N graph nodes that take longest (default 20; 0: all)")
 
 def _random_input(vi: Any, dt: Any, rng: Any) -> Any:
   import numpy as np
@@ -65,4 +67,21 @@ def run(args: argparse.Namespace) -> int:
       print(f"output {name}: {v.dtype} {v.shape} {summary}{' ...' if v.size > 8 else ''}")
   rest = f", best of {len(times) - 1} more: {min(times[1:]) * 1e3:.2f} ms" if len(times) > 1 else ""
   print(f"time per call: first {times[0] * 1e3:.2f} ms (compiles){rest}")
+  if args.profile is not None:
+    if args.profile < 0: raise CLIError(f"--profile takes a count >= 0, got {args.profile}")
+    with Context(BEAM=args.beam):
+      try: rows = model.profile(feed)
+      except ValueError as e: raise CLIError(str(e), 1) from None
+    print_profile(rows, args.profile)
   return 0
+
+def print_profile(rows: list, top: int) -> None:
+  """The per-node table of OnnxModel.profile: the `top` slowest nodes (0: all), slowest first, with their share."""
+  total = sum(r.seconds for r in rows) or 1e-12
+  kernels = sum(len(r.kernels) for r in rows)
+  print(f"profile: {len(rows)} graph nodes run {kernels} kernels, {total * 1e3:.2f} ms in sequence (medians of 10 calls)")
+  shown = sorted(rows, key=lambda r: -r.seconds)[:top or len(rows)]
+  for r in shown:
+    ops = "+".join(r.ops)
+    print(f"  {r.seconds * 1e3:8.3f} ms {100 * r.seconds / total:5.1f}%  {r.node[:24]:24s} {ops[:40]:40s} {' '.join(r.kernels)}")
+  if len(shown) < len(rows): print(f"  ({len(rows) - len(shown)} more nodes, {sum(r.seconds for r in rows if r not in shown) * 1e3:.3f} ms)")

@@ -4,7 +4,7 @@ binaries and the plans of replayed graphs live in engine/plan_cache.py. A schedu
 on the same buffers (a model built once, called many times) is a BoundSchedule: its launches bound once
 per runner settings, a rerun is the launches alone."""
 from __future__ import annotations
-import atexit, operator, threading, warnings
+import atexit, operator, threading, time, warnings
 from typing import Any, Optional
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
@@ -299,13 +299,14 @@ class BoundSchedule:
   """A schedule whose buffers stay the same, rerun with `run()`; see above. With `keep` (the buffers the
   caller reads or writes between runs) and MEMORY_PLAN=1, the other buffers it writes before reading
   share memory where their lifetimes allow (engine/memory_plan.py); `memory` says what that did."""
-  __slots__ = ("schedule", "devices", "key", "steps", "kernels", "memory")
+  __slots__ = ("schedule", "devices", "key", "steps", "names", "kernels", "memory")
   def __init__(self, schedule: list, keep: Optional[list[Buffer]] = None):
     self.schedule = schedule
     self.memory = plan_memory(schedule, keep) if keep is not None and MEMORY_PLAN else MemoryPlan()
     self.devices = tuple(dict.fromkeys(si.bufs[0].device for si in schedule if si.ast.op is not MetaOps.COPY))
     self.key: Any = None  # (plan_cache.generation, per device (RunnerSettings, DEBUG)) the steps were bound under
     self.steps: tuple = ()
+    self.names: tuple[str, ...] = ()  # per step: its kernel's name, or "copy"
     self.kernels = sum(si.ast.op is not MetaOps.COPY for si in schedule)
 
   def _bind(self, key: Any) -> None:
@@ -317,19 +318,23 @@ class BoundSchedule:
                if si.ast.op is not MetaOps.COPY and loaded_runners(settings[si.bufs[0].device]).get(si.ast) is None]
     if len(missing) >= 2: compile_ahead(missing, settings)
     steps: list[tuple[Any, tuple]] = []
+    names: list[str] = []
     for si in self.schedule:
       if si.ast.op is MetaOps.COPY:
         steps.append((_copy_item, tuple(si.bufs)))
+        names.append("copy")
         continue
       device = si.bufs[0].device
       runner = get_runner(si.ast, device, list(si.bufs), settings[device])
+      names.append(runner.p.name)
       handles, _ = runner.launch_args(list(si.bufs), si.var_vals)  # (checks the buffers: count, device, allocated)
       if runner.p.vars: steps.append((_launch_vars, (runner, list(si.bufs), si.var_vals)))
       else: steps.append((runner.launcher().launch, tuple(handles)))
-    self.steps, self.key = tuple(steps), key
+    self.steps, self.names, self.key = tuple(steps), tuple(names), key
 
-  def run(self) -> None:
-    """Run the schedule again on its buffers (binding it first when the settings changed)."""
+  def run(self, timings: Optional[list[float]] = None) -> None:
+    """Run the schedule again on its buffers (binding it first when the settings changed). With `timings`,
+    each step's wall time in seconds is appended to it, in schedule order (a profile: OnnxModel.profile)."""
     global kernel_count
     key = (plan_cache.generation, tuple([_run_settings(d, Device[d]) for d in self.devices]))
     if key != self.key:
@@ -337,8 +342,15 @@ class BoundSchedule:
       self._bind(key)
     done = 0
     try:
-      for fn, args in self.steps:
-        fn(*args)
-        done += 1
+      if timings is None:
+        for fn, args in self.steps:
+          fn(*args)
+          done += 1
+      else:
+        for fn, args in self.steps:
+          t0 = time.perf_counter()
+          fn(*args)
+          timings.append(time.perf_counter() - t0)
+          done += 1
     finally:
       kernel_count += self.kernels if done == len(self.steps) else sum(fn is not _copy_item for fn, _ in self.steps[:done])

@@ -30,6 +30,7 @@ and matmul kernels."""
 from __future__ import annotations
 import operator, os, threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 from tilecraft.dtype import DType, dtypes
@@ -170,6 +171,42 @@ class OnnxModel:
     """Run the graph on numpy inputs (by graph input name); outputs as numpy, keyed by graph output name.
     The graph is built once per input signature (names, shapes, dtypes) and its kernels rerun on later
     calls with the same signature (see _Capture)."""
+    return self._call(*self._feed(inputs))
+
+  def profile(self, inputs: dict[str, Any], repeat: int = 10) -> list["NodeProfile"]:
+    """Where a call's time goes, per graph node, in the order the kernels run: the call is made twice (built, then
+    bound), then `repeat` more times with each kernel timed in sequence, as it runs in a call; a kernel's time is
+    its median over those. Kernels count under the node whose output they write, with the nodes fused into them
+    (attribute_nodes). Only for a graph kept for its signature (not one whose building read input data, or run
+    with an overridden initializer: it is built again on every call)."""
+    if not isinstance(repeat, int) or repeat < 1: raise ValueError(f"tilecraft.onnx: profile needs repeat >= 1, got {repeat!r}")
+    feed, overrides, key = self._feed(inputs)
+    for _ in range(2): self._call(feed, overrides, key)
+    cap = self._captures.get(key) if key is not None else None
+    if cap is None or cap.bound is None:
+      raise ValueError("tilecraft.onnx: this graph is built again on every call (its building read input data, or an initializer is "
+                       "overridden), so it has no fixed kernels to profile")
+    rows = []
+    for _ in range(repeat):
+      t: list[float] = []
+      self._call(feed, overrides, key, t)
+      if len(t) != len(cap.schedule): raise RuntimeError("tilecraft.onnx: no per-kernel times (DEBUG >= 2 runs the schedule unbound)")
+      rows.append(t)
+    med = np.median(np.array(rows), axis=0)
+    groups: dict[int, list[int]] = {}
+    for i, (j, _) in enumerate(cap.item_nodes): groups.setdefault(j, []).append(i)
+    out = []
+    for j, items in groups.items():
+      fused = next(f for i2, (j2, f) in enumerate(cap.item_nodes) if j2 == j and i2 == items[0])
+      fused = fused or (j,)
+      nd = [self.nodes[f][0] for f in fused]
+      out.append(NodeProfile(nd[-1].name or f"{nd[-1].op_type}->{nd[-1].output[0]}", nd[-1].op_type,
+                             tuple(n.name or f"{n.op_type}->{n.output[0]}" for n in nd), tuple(n.op_type for n in nd), tuple(n.output[0] for n in nd),
+                             tuple(cap.bound.names[i] for i in items), float(sum(med[i] for i in items))))
+    return out
+
+  def _feed(self, inputs: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Optional[tuple]]:
+    """The checked graph inputs, the overridden initializers and the signature key of a call (None: no capture)."""
     feed: dict[str, np.ndarray] = {}
     for name, dt in self.inputs:
       if name not in inputs: raise ValueError(f"tilecraft.onnx: missing graph input {name!r} (inputs: {[n for n, _ in self.inputs]})")
@@ -182,10 +219,14 @@ class OnnxModel:
       if name not in self.consts: raise ValueError(f"tilecraft.onnx: {name!r} is not an input of the graph")
       overrides[name] = np.asarray(inputs[name])
     key = None if overrides else tuple((name, a.shape, a.dtype.str) for name, a in feed.items())
+    return feed, overrides, key
+
+  def _call(self, feed: dict[str, np.ndarray], overrides: dict[str, np.ndarray], key: Optional[tuple],
+            timings: Optional[list[float]] = None) -> dict[str, np.ndarray]:
     with self._lock:
       if key is not None and (cap := self._captures.get(key)) is not None:
         self._captures.move_to_end(key)
-        return cap.run(feed)
+        return cap.run(feed, timings)
       cap, out = self._build(feed, overrides)
       if cap is not None and key is not None:
         self._captures[key] = cap
@@ -203,6 +244,7 @@ class OnnxModel:
     host_guards: list[tuple[Node, str, int, int, Optional[int]]] = []  # index checks on graph inputs, redone per call
     tensor_guards: list[tuple[Node, Tensor, int, int, Optional[int]]] = []  # index checks on computed indices: their min and max, computed with the graph
     host_values: list[tuple[Callable[[dict], np.ndarray], Tensor]] = []  # Node.host's values: made from each call's feed
+    made_by: dict[int, int] = {}  # id(a node output's base LazyBuffer) -> the index in self.nodes of the first node that output it
     for name, arr in feed.items():
       known[name] = arr
       env[name] = Tensor(arr, device=self.device, dtype=dict(self.inputs)[name])
@@ -228,7 +270,7 @@ class OnnxModel:
       t = t.cast(dtypes.int64)
       tensor_guards.append((node, t.min(), size, axis, column))
       tensor_guards.append((node, t.max(), size, axis, column))
-    for n, attrs, fn in self.nodes:
+    for node_idx, (n, attrs, fn) in enumerate(self.nodes):
       ins = [value(x) for x in n.input]
       read_dyn = False
       def static(i: int, _ins: list[Any] = ins, _n: Any = n) -> Optional[np.ndarray]:
@@ -274,6 +316,7 @@ class OnnxModel:
         elif reads_dyn: dyn.add(oname)
         elif self.fold and all(x in self.consts or x in known or x in folded for x in n.input if x): folded.add(oname)
         env[oname] = o
+        made_by.setdefault(id(o.lazydata.base), node_idx)
     if folded: self._fold_constants(folded, env)
     res = [env[name] if name in env else value(name) for name, _ in self.outputs]
     if self.fold: _fold_weight_computations([t.lazydata for t in res], {id(env[name].lazydata.base) for name in (*feed, *overrides)})
@@ -285,7 +328,8 @@ class OnnxModel:
     schedule = Tensor.schedule(*ts) if ts else []
     run_schedule(schedule)
     cap = _Capture([(operator.itemgetter(name), env[name]) for name in feed] + host_values, schedule, ts[:len(res)], host_guards,
-                   [(node, t, size, axis, col) for (node, _, size, axis, col), t in zip(tensor_guards, ts[len(res):])])
+                   [(node, t, size, axis, col) for (node, _, size, axis, col), t in zip(tensor_guards, ts[len(res):])],
+                   attribute_nodes(schedule, made_by, len(self.nodes)))
     out = cap.read_outputs([name for name, _ in self.outputs])
     return (None if data_dependent or not cap.reusable() else cap), out
 
@@ -349,6 +393,20 @@ def _check_host(node: Node, idx: np.ndarray, size: int, axis: int, column: Optio
   lo, hi = int(idx.min()), int(idx.max())
   if lo < -size or hi >= size: raise index_error(node, hi if hi >= size else lo, size, axis, column)
 
+@dataclass(frozen=True)
+class NodeProfile:
+  """A graph node's share of a call (OnnxModel.profile): its name (or "Op->its first output" for an unnamed node)
+  and op type; the names, op types and first outputs of the nodes computed in its kernels (itself last: a Conv and
+  a residual Add under a Relu); its kernels' names ("copy" for a copy) in the order they run, and their summed
+  time in seconds."""
+  node: str
+  op: str
+  nodes: tuple[str, ...]
+  ops: tuple[str, ...]
+  values: tuple[str, ...]
+  kernels: tuple[str, ...]
+  seconds: float
+
 class _Capture:
   """A graph built for one input signature, after its first run: the input Tensors (realized bases whose
   Buffers take the next call's data), the schedule bound to its launches (engine/realize.py: BoundSchedule;
@@ -358,10 +416,11 @@ class _Capture:
   min and max, copy the outputs out of their Buffers. Nothing is built, scheduled or looked up again: besides
   the launches, a call's work grows with the graph's inputs, outputs and guards, not with its nodes.
   `inputs`: (what makes the Buffer's data from a call's feed, the Tensor), a graph input's own or a host value's."""
-  __slots__ = ("inputs", "schedule", "bound", "in_bufs", "outputs", "readers", "host_guards", "tensor_guards", "guard_readers", "names")
+  __slots__ = ("inputs", "schedule", "bound", "in_bufs", "outputs", "readers", "host_guards", "tensor_guards", "guard_readers", "names",
+               "item_nodes")
   def __init__(self, inputs: list[tuple[Callable[[dict], np.ndarray], Tensor]], schedule: list, outputs: list[Tensor], host_guards: list,
-               tensor_guards: list):
-    self.inputs, self.schedule, self.outputs = inputs, schedule, outputs
+               tensor_guards: list, item_nodes: list[tuple[int, tuple[int, ...]]]):
+    self.inputs, self.schedule, self.outputs, self.item_nodes = inputs, schedule, outputs, item_nodes
     self.host_guards, self.tensor_guards = host_guards, tensor_guards
     self.bound: Optional[BoundSchedule] = None  # made at the first rerun (a capture that isn't reusable never reruns)
     self.in_bufs: list[tuple[Callable[[dict], np.ndarray], Any]] = []  # (its data from the feed, its Buffer), with bound
@@ -371,7 +430,8 @@ class _Capture:
     """Whether every input is a realized base of its own (a buffer the next call's data can go into)."""
     bufs = [t.lazydata.base.buffer for _, t in self.inputs]
     return all(t.lazydata.realized and not t.lazydata.is_view for _, t in self.inputs) and len({id(b) for b in bufs}) == len(bufs)
-  def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  def run(self, feed: dict[str, np.ndarray], timings: Optional[list[float]] = None) -> dict[str, np.ndarray]:
+    """One call on `feed` (its signature's); with `timings`, each schedule item's time is appended to it (BoundSchedule.run)."""
     for node, nm, size, axis, col in self.host_guards:
       a = feed[nm]
       _check_host(node, a[..., col] if col is not None else a, size, axis, col)
@@ -380,7 +440,7 @@ class _Capture:
       read_after = [t.lazydata.base.buffer for t in self.outputs + [t for _, t, _, _, _ in self.tensor_guards]]
       self.bound = BoundSchedule(self.schedule, keep=[b for _, b in self.in_bufs] + read_after)  # the rest: memory planned
     for make, buf in self.in_bufs: buf.copyin(np.ascontiguousarray(make(feed)).reshape(-1))
-    self.bound.run()
+    self.bound.run(timings)
     return self.read_outputs(None)
   def read_outputs(self, names: Optional[list[str]]) -> dict[str, np.ndarray]:
     for (node, _, size, axis, col), read in zip(self.tensor_guards, self.guard_readers):
@@ -388,6 +448,38 @@ class _Capture:
       if not -size <= v < size: raise index_error(node, v, size, axis, col)
     if names is not None: self.names = names
     return {name: read() for name, read in zip(self.names, self.readers)}
+
+def attribute_nodes(schedule: list, made_by: dict[int, int], n_nodes: int) -> list[tuple[int, tuple[int, ...]]]:
+  """Per schedule item, (the graph node it is counted under, the nodes first counted with it), node indices.
+  An item counts under the node whose output it writes (the earliest, for several). A node whose output no
+  item writes was fused into a later kernel: it goes with the first written node after it (a Conv's bias and
+  BatchNorm, a residual Add, under the Relu whose output the kernel writes), and is listed with the first item
+  of that node. An item that writes no node's output (a Winograd conv's transforms, a reduce realized for the
+  kernels that read it, one slice of a concatenation written in place) counts under the node of the first later
+  item that reads or writes a buffer it writes (else the previous item's, or the next one's)."""
+  own = [min((made_by[id(lb)] for lb in si.outputs if id(lb) in made_by), default=None) for si in schedule]
+  for i in range(len(own) - 1, -1, -1):  # (latest first: a reader's node is known before its writers')
+    if own[i] is not None: continue
+    si = schedule[i]
+    writes = {id(b) for b in si.bufs[:len(si.bufs) - len(si.inputs)]}
+    own[i] = next((own[j] for j in range(i + 1, len(schedule)) if any(id(b) in writes for b in schedule[j].bufs)), None)
+  for i in range(1, len(own)):
+    if own[i] is None: own[i] = own[i - 1]
+  for i in range(len(own) - 2, -1, -1):
+    if own[i] is None: own[i] = own[i + 1]
+  written = sorted({j for j in own if j is not None})
+  if not written: return [(0, ())] * len(schedule)
+  fused: dict[int, list[int]] = {j: [] for j in written}
+  at = 0
+  for j in range(n_nodes):
+    while at < len(written) - 1 and written[at] < j: at += 1
+    fused[written[at]].append(j)  # (j itself for a written node; nodes after the last written one go with it)
+  out, listed = [], set()
+  for j in own:
+    assert j is not None
+    out.append((j, () if j in listed else tuple(fused[j])))
+    listed.add(j)
+  return out
 
 def _reader(t: Tensor) -> Any:
   """What reads Tensor t as numpy (graph outputs in bfloat16 as ml_dtypes' bfloat16 where it is installed):

@@ -611,6 +611,19 @@ def test_1x1_conv_at_7_and_14_pixels_on_32_registers(arch, size, rng):
     else: assert o == [(U, 0, vw), (D, 1, vw), (U, 1, vw), (P, 2, 0)] and "one vector of columns" not in k.applied_opts_reasons[2], o
     _check_conv(t, x, w, 1, 0)
 
+@pytest.mark.parametrize("cout, packed", [(16, False), (64, True)])
+def test_a_panel_only_two_row_tiles_read_is_not_packed(cout, packed, rng):
+  """A 1x1 conv to 16 output channels (SqueezeNet's squeeze convs) on AVX-512: 2 row tiles of 8 read each panel of pixels,
+  a run of vector loads, which stays in L1 between them with the column tiles outermost: no copy. 64 output channels (8 row
+  tiles) keep the pack."""
+  x, w = rng.standard_normal((1, 128, 55, 55), dtype=np.float32), rng.standard_normal((cout, 128, 1, 1), dtype=np.float32) * 0.1
+  with Context(CPU_ARCH="skylake-avx512"):
+    t, k = _conv_kernel(x, w, 1, 0)
+    o = opts(k)
+    assert (U, 0, 8) in o and (S, 0, 1) in o and ((P, 1, 0) in o) == packed, o
+    if not packed: assert any("only 2 row tile(s) read it: no pack" in r for r in k.applied_opts_reasons), k.applied_opts_reasons
+    _check_conv(t, x, w, 1, 0)
+
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_strided_conv_with_28_wide_rows_takes_7_rows_on_32_registers(arch, rng):
   """A 3x3 stride-2 conv to 28-wide output rows: the accumulators are vectors of the packed output channels (the
@@ -746,7 +759,7 @@ def test_fused_matmuls_share_one_tile_with_both_panels_packed(arch, rng):
   8 rows (AVX-512) or 4 (AVX2): each reduce has its own accumulators, 16 or 8 in all, which fit the registers; both
   column operands packed."""
   vw = ARCHS[arch]
-  x, w1, w3 = (rng.standard_normal(s, dtype=np.float32) * 0.2 for s in ((16, 64), (64, 4 * vw), (64, 4 * vw)))
+  x, w1, w3 = (rng.standard_normal(s, dtype=np.float32) * 0.2 for s in ((32, 64), (64, 4 * vw), (64, 4 * vw)))  # (4 row tiles or more: packed)
   with Context(CPU_ARCH=arch):
     tx = Tensor(x)
     h = tx @ Tensor(w1)

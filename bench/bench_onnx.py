@@ -194,15 +194,24 @@ def node_groups(name: str, repeat: int, threads: int) -> dict:
   for e in events:
     if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"): durations.setdefault(e["name"][:-len("_kernel_time")], []).append(e["dur"] * 1e-6)
   by_name = {n.name: i for i, n in enumerate(g.node) if n.name}
-  ort_parts = []
-  for nm, ds in durations.items():
+  def model_node(nm: str) -> Optional[int]:
     # which model node an onnxruntime node stands for: its NCHWc rewrite keeps the value name (r11 -> "r11_nchwc"),
-    # other nodes keep the node's name or write one of the model's values; layout reorders stand for none
+    # a fusion the first node's name ("l0_q_mm/MatMulAddFusion"), other nodes their name or one of the model's values
     n = optimized.get(nm)
     cands = [producer.get(nm[:-len("_nchwc")])] if nm.endswith("_nchwc") else []
-    cands += [by_name.get(nm)] + [producer.get(o) for o in (n.output if n is not None else [])]
-    ids = [i for i in cands if i is not None][:1]
-    ort_parts.append((ids, float(np.median(ds[2:][1::2] or ds))))
+    cands += [by_name.get(nm), by_name.get(nm.split("/")[0])] + [producer.get(o) for o in (n.output if n is not None else [])]
+    return next((i for i in cands if i is not None), None)
+  readers: dict[str, list[str]] = {}
+  for n in optimized.values():
+    for x in n.input: readers.setdefault(x, []).append(n.name)
+  def stands_for(nm: str, seen: frozenset = frozenset()) -> Optional[int]:
+    # a node of onnxruntime's own (a reshape around a fused Gemm, a layout reorder) stands for the model node its readers do
+    if (i := model_node(nm)) is not None or nm in seen or nm not in optimized: return i
+    return next((j for o in optimized[nm].output for r in readers.get(o, []) if (j := stands_for(r, seen | {nm})) is not None), None)
+  ort_parts = []
+  for nm, ds in durations.items():
+    i = stands_for(nm)
+    ort_parts.append(([i] if i is not None else [], float(np.median(ds[2:][1::2] or ds))))
   for ids, _ in tc_parts + ort_parts:
     if ids: join(ids)
   groups: dict[Any, dict] = {}
@@ -229,7 +238,7 @@ def node_groups(name: str, repeat: int, threads: int) -> dict:
   for i in range(len(g.node)): members.setdefault(find(i), []).append(i)
   rows = []
   for key, grp in groups.items():
-    ops = [describe(i) for i in members.get(key, [])] if key is not None else ["(layout reorders)"]
+    ops = [describe(i) for i in members.get(key, [])] if key is not None else ["(onnxruntime's own nodes)"]
     main = [d for d in ops if d.startswith(("Conv ", "Gemm", "MatMul"))] or [d for d in ops if d not in ("Constant", "ConstantOfShape", "Shape")] or ops
     rows.append({"part": " + ".join(dict.fromkeys(main)), "tilecraft_s": grp["tilecraft_s"], "ort_s": grp["ort_s"]})
   return {"model": name, "parts": rows}

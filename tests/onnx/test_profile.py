@@ -44,14 +44,19 @@ def test_kernels_count_under_the_node_they_compute() -> None:
                                                                                               _t("w2", 64, 32, seed=2)])).run({"x": x})["y"], rtol=1e-5)
 
 def test_concatenated_slices_count_under_the_concat() -> None:
+  # an Inception-style block: branch a's conv, then branch b's 1x1 reduce (its own kernel: a 3x3 conv reads it) and 3x3
+  # conv, both branches written into the concatenation; branch a counts under the Concat it is written into, not under
+  # the reduce conv that comes next in the file
   nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="ca"), helper.make_node("Relu", ["a"], ["ra"], name="relu_a"),
-           helper.make_node("Conv", ["x", "wb"], ["b"], pads=[1, 1, 1, 1], name="cb"), helper.make_node("Relu", ["b"], ["rb"], name="relu_b"),
+           helper.make_node("Conv", ["x", "wr"], ["r"], name="cr"), helper.make_node("Relu", ["r"], ["rr"], name="relu_r"),
+           helper.make_node("Conv", ["rr", "wb"], ["b"], pads=[1, 1, 1, 1], name="cb"), helper.make_node("Relu", ["b"], ["rb"], name="relu_b"),
            helper.make_node("Concat", ["ra", "rb"], ["cat"], axis=1, name="cat"), helper.make_node("Conv", ["cat", "wc"], ["y"], name="cc")]
-  m = tox.load(_model(nodes, [1, 8, 12, 12], [_t("wa", 4, 8, 1, 1), _t("wb", 4, 8, 3, 3, seed=1), _t("wc", 2, 8, 1, 1, seed=2)]))
+  m = tox.load(_model(nodes, [1, 8, 12, 12], [_t("wa", 4, 8, 1, 1), _t("wr", 4, 8, 1, 1, seed=3), _t("wb", 4, 4, 3, 3, seed=1), _t("wc", 2, 8, 1, 1, seed=2)]))
   rows = m.profile({"x": np.ones((1, 8, 12, 12), np.float32)}, repeat=1)
   assert sorted(k for r in rows for k in r.kernels) == sorted(_capture_names(m))
-  cat = next(r for r in rows if r.node == "cat")
-  assert set(cat.nodes) >= {"ca", "relu_a", "cb", "relu_b", "cat"} and len(cat.kernels) >= 2
+  by = {r.node: r for r in rows}
+  assert set(by["cat"].nodes) == {"ca", "relu_a", "cb", "relu_b", "cat"} and len(by["cat"].kernels) >= 2, by["cat"]
+  assert by["relu_r"].nodes == ("cr", "relu_r")
   assert [r.node for r in rows][-1] == "cc"
 
 def test_profile_refuses_what_it_cannot_time() -> None:

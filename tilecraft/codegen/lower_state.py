@@ -35,6 +35,7 @@ BLOCKED_SUM_MIN, BLOCKED_SUM_MAX_ACCS, BLOCKED_SUM_BLOCK = 256, 4, 16
 # the reduce is at least this long (its lane-by-lane stores amortized); the switch is for A/B measurements
 STRIDED_STORE_VECTORS, STRIDED_STORE_MIN_REDUCE = True, 64
 VECTOR_LANES = (2, 4, 8, 16)  # the upcast lengths an axis may have to be the vector axis
+PARALLEL_MIN_WORK = 1 << 15  # CPU: a kernel's iterations (its full shape, lanes included) from which its outer loop runs in parallel
 
 def vectors_along_strided_axis(out_rs: tuple, packed: list[tuple], others: list[tuple], contiguous: list[tuple[int, bool]], a: int) -> bool:
   """Whether output axis `a`, strided in the output (strides `out_rs`), may be a reduce's vector axis: every axis in
@@ -219,7 +220,7 @@ class LoweringState:
       # CPU: global axes are nested loops, the outermost parallel unless the kernel is too small
       # for waking the other cores to pay off
       work = prod(shape)
-      parallel = not isinstance(work, int) or work >= 1 << 15
+      parallel = not isinstance(work, int) or work >= PARALLEL_MIN_WORK
       parent: Optional[UOp] = None
       # BLOCK with one output loop (column sums: its tiles): the block loop goes outside it, so each
       # thread walks a block of rows across all its tiles (whole pages of each row, not a few lines)

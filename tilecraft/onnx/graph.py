@@ -329,7 +329,7 @@ class OnnxModel:
     run_schedule(schedule)
     cap = _Capture([(operator.itemgetter(name), env[name]) for name in feed] + host_values, schedule, ts[:len(res)], host_guards,
                    [(node, t, size, axis, col) for (node, _, size, axis, col), t in zip(tensor_guards, ts[len(res):])],
-                   attribute_nodes(schedule, made_by, len(self.nodes)))
+                   attribute_nodes(schedule, made_by, _consumers([n for n, _, _ in self.nodes])))
     out = cap.read_outputs([name for name, _ in self.outputs])
     return (None if data_dependent or not cap.reusable() else cap), out
 
@@ -449,12 +449,21 @@ class _Capture:
     if names is not None: self.names = names
     return {name: read() for name, read in zip(self.names, self.readers)}
 
-def attribute_nodes(schedule: list, made_by: dict[int, int], n_nodes: int) -> list[tuple[int, tuple[int, ...]]]:
-  """Per schedule item, (the graph node it is counted under, the nodes first counted with it), node indices.
-  An item counts under the node whose output it writes (the earliest, for several). A node whose output no
-  item writes was fused into a later kernel: it goes with the first written node after it (a Conv's bias and
-  BatchNorm, a residual Add, under the Relu whose output the kernel writes), and is listed with the first item
-  of that node. An item that writes no node's output (a Winograd conv's transforms, a reduce realized for the
+def _consumers(nodes: list) -> list[list[int]]:
+  """For each node (by index), the later nodes that read one of its outputs."""
+  readers: dict[str, list[int]] = {}
+  for j, n in enumerate(nodes):
+    for x in n.input:
+      if x: readers.setdefault(x, []).append(j)
+  return [sorted({r for o in n.output if o for r in readers.get(o, ()) if r > j}) for j, n in enumerate(nodes)]
+
+def attribute_nodes(schedule: list, made_by: dict[int, int], consumers: list[list[int]]) -> list[tuple[int, tuple[int, ...]]]:
+  """Per schedule item, (the graph node it is counted under, the nodes first counted with it), node indices
+  (`consumers`: each node's readers, _consumers). An item counts under the node whose output it writes (the
+  earliest, for several). A node whose output no item writes was fused into a kernel that computes a reader of
+  it: it goes with its first reader's node, followed until a written one (a Conv and a residual Add under the
+  Relu whose output the kernel writes; a branch's conv under the Concat it is written into), or, with no reader,
+  the first written node after it; it is listed with the first item of that node. An item that writes no node's output (a Winograd conv's transforms, a reduce realized for the
   kernels that read it, one slice of a concatenation written in place) counts under the node of the first later
   item that reads or writes a buffer it writes (else the previous item's, or the next one's)."""
   own = [min((made_by[id(lb)] for lb in si.outputs if id(lb) in made_by), default=None) for si in schedule]
@@ -470,10 +479,12 @@ def attribute_nodes(schedule: list, made_by: dict[int, int], n_nodes: int) -> li
   written = sorted({j for j in own if j is not None})
   if not written: return [(0, ())] * len(schedule)
   fused: dict[int, list[int]] = {j: [] for j in written}
-  at = 0
-  for j in range(n_nodes):
-    while at < len(written) - 1 and written[at] < j: at += 1
-    fused[written[at]].append(j)  # (j itself for a written node; nodes after the last written one go with it)
+  home: list[int] = [0] * len(consumers)
+  for j in range(len(consumers) - 1, -1, -1):  # (readers come later: their homes are known)
+    if j in fused: home[j] = j
+    elif consumers[j]: home[j] = home[consumers[j][0]]
+    else: home[j] = next((w for w in written if w > j), written[-1])
+  for j, h in enumerate(home): fused[h].append(j)
   out, listed = [], set()
   for j in own:
     assert j is not None

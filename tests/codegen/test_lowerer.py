@@ -163,3 +163,30 @@ def test_c_offset_addressing() -> None:
   src = Kernel((a.reshape(8, 8)[:, 1:] + b.reshape(8, 8)[:, :7]).schedule()[-1].ast, Device["CPU"].renderer).to_program().src
   assert re.search(r"\(data1\+\w+\)\[1\]", src) and not re.search(r"data\d\[\(\w+\+\d+\)\]", src), src
   np.testing.assert_array_equal((a.reshape(8, 8)[:, 1:] + b.reshape(8, 8)[:, :7]).numpy(), np.arange(64, dtype=np.float32).reshape(8, 8)[:, 1:] + 1)
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("op", ["max", "sum"])
+def test_vector_accumulator_lanes_combine_in_vector_halves(device: str, op: str) -> None:
+  """A row reduce whose accumulator is a vector (UNROLL of the contiguous reduce axis) combines its lanes as vectors,
+  half against half (16 -> 8 -> 4 -> 2 lanes, then the last pair), where the target has the vector op; the max keeps
+  NaN and the -inf/+inf cases numpy has."""
+  from tilecraft.codegen.kernel import Opt, OptOps
+  from tilecraft.codegen.uops import UOps
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((6, 64)).astype(np.float32)
+  x[1, 37], x[2, :], x[3, 5], x[4, 63] = np.nan, -np.inf, np.inf, np.nan
+  if op == "sum": x[1:5] = rng.standard_normal((4, 64)).astype(np.float32)
+  t = Tensor(x, device=device)
+  t = t.max(-1) if op == "max" else t.sum(-1)
+  k = Kernel(t.schedule()[-1].ast, opts=Device[device].renderer)
+  k.apply_opt(Opt(OptOps.UNROLL, 0, 16))
+  prog = k.to_program()
+  alu = "MAX" if op == "max" else "ADD"
+  widths = sorted({u.dtype.count for u in k.uops if u.op is UOps.ALU and u.arg.name == alu and u.dtype.count > 1})
+  vector_alu = Device[device].renderer.vector_alu
+  assert widths == ([2, 4, 8, 16] if any(o.name == alu for o in vector_alu) else []), widths
+  from tilecraft.device import Buffer, CompiledRunner
+  out = Buffer(device, 6, dtypes.float32).allocate()
+  CompiledRunner(prog)([out, Buffer(device, x.size, dtypes.float32).copyin(x)])
+  want = x.max(-1) if op == "max" else x.astype(np.float64).sum(-1)
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -7,6 +7,7 @@ first stage is a local STORE lowered behind a barrier by the caller's `barrier`.
 from __future__ import annotations
 from typing import Any, Callable, Optional
 from tilecraft.codegen.lower_index import _ceil, _subst
+from tilecraft.codegen import lower_state
 from tilecraft.codegen.lower_state import LowerOp, LoweringState
 from tilecraft.codegen.lower_wmma import lower_wmma
 from tilecraft.codegen.uops import UOp, UOps
@@ -115,6 +116,15 @@ def _dependent_loops(s: LoweringState, op: LazyOp, red_axes: set, lower_op: Lowe
   return src, [r for r in ranges if r.arg[1] in red_axes]
 
 def _horizontal(s: LoweringState, op: Any, v: UOp) -> UOp:
+  n = v.dtype.count
+  alu = BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
+  while lower_state.HORIZONTAL_VECTOR_STEPS and n >= 4 and n % 2 == 0 and s.vector_op_ok(alu, v.dtype.scalar().vec(n // 2)):
+    # halves combined as vectors (lane i with lane i + n/2) while the target has the vector op: log2(n) vector steps,
+    # not n - 1 scalar ones
+    half, sdt = n // 2, v.dtype.scalar()
+    lo = UOp(UOps.VECTORIZE, sdt.vec(half), tuple(v.gep(i) for i in range(half)))
+    hi = UOp(UOps.VECTORIZE, sdt.vec(half), tuple(v.gep(i + half) for i in range(half)))
+    v, n = s.combine(op, lo, hi), half
   parts = [v.gep(i) for i in range(v.dtype.count)]
   while len(parts) > 1: parts = [s.combine(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
   return parts[0]

@@ -35,6 +35,8 @@ BLOCKED_SUM_MIN, BLOCKED_SUM_MAX_ACCS, BLOCKED_SUM_BLOCK = 256, 4, 16
 # the reduce is at least this long (its lane-by-lane stores amortized); the switch is for A/B measurements
 STRIDED_STORE_VECTORS, STRIDED_STORE_MIN_REDUCE = True, 64
 VECTOR_LANES = (2, 4, 8, 16)  # the upcast lengths an axis may have to be the vector axis
+# a vector accumulator's lanes are combined in halves, as vectors (lower_reduce.py: _horizontal); the switch is for A/B measurements
+HORIZONTAL_VECTOR_STEPS = True
 PARALLEL_MIN_WORK = 1 << 15  # CPU: a kernel's iterations (its full shape, lanes included) from which its outer loop runs in parallel
 
 def vectors_along_strided_axis(out_rs: tuple, packed: list[tuple], others: list[tuple], contiguous: list[tuple[int, bool]], a: int) -> bool:

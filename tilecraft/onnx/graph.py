@@ -463,9 +463,10 @@ def attribute_nodes(schedule: list, made_by: dict[int, int], consumers: list[lis
   earliest, for several). A node whose output no item writes was fused into a kernel that computes a reader of
   it: it goes with its first reader's node, followed until a written one (a Conv and a residual Add under the
   Relu whose output the kernel writes; a branch's conv under the Concat it is written into), or, with no reader,
-  the first written node after it; it is listed with the first item of that node. An item that writes no node's output (a Winograd conv's transforms, a reduce realized for the
-  kernels that read it, one slice of a concatenation written in place) counts under the node of the first later
-  item that reads or writes a buffer it writes (else the previous item's, or the next one's)."""
+  the first written node after it; it is listed with the first item of that node. An item that writes no node's
+  output (a Winograd conv's transforms, a reduce realized for the kernels that read it, one slice of a
+  concatenation written in place) counts under the node of the first later item that reads or writes a buffer it
+  writes (else the previous item's, or the next one's)."""
   own = [min((made_by[id(lb)] for lb in si.outputs if id(lb) in made_by), default=None) for si in schedule]
   for i in range(len(own) - 1, -1, -1):  # (latest first: a reader's node is known before its writers')
     if own[i] is not None: continue

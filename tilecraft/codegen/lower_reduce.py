@@ -117,7 +117,7 @@ def _dependent_loops(s: LoweringState, op: LazyOp, red_axes: set, lower_op: Lowe
 
 def _horizontal(s: LoweringState, op: Any, v: UOp) -> UOp:
   n = v.dtype.count
-  alu = BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
+  alu = s.combine_alu(op)
   while lower_state.HORIZONTAL_VECTOR_STEPS and n >= 4 and n % 2 == 0 and s.vector_op_ok(alu, v.dtype.scalar().vec(n // 2)):
     # halves combined as vectors (lane i with lane i + n/2) while the target has the vector op: log2(n) vector steps,
     # not n - 1 scalar ones

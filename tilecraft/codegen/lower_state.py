@@ -457,9 +457,13 @@ class LoweringState:
   def where_zero(self, cond: UOp, c: UOp, dtype: DType) -> UOp: return UOp.alu(TernaryOps.WHERE, cond, c, UOp.const(dtype, 0))
 
   def vector_op_ok(self, op: Any, dt: DType) -> bool: return _vector_op_ok(self.ren, op, dt)
+  @staticmethod
+  def combine_alu(op: Any) -> Any:
+    """The ALU op that combines two partial results of reduce op `op`."""
+    return BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
   def combine(self, op: Any, a: UOp, b: UOp) -> UOp:
     """a and b combined by reduce op `op` (lane by lane where the target has no such vector op)."""
-    alu = BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
+    alu = self.combine_alu(op)
     if a.dtype.count > 1 and not self.vector_op_ok(alu, a.dtype):
       return UOp(UOps.VECTORIZE, a.dtype, tuple(UOp.alu(alu, a.gep(i), b.gep(i)) for i in range(a.dtype.count)))
     return UOp.alu(alu, a, b)

@@ -195,14 +195,12 @@ class OnnxModel:
     med = np.median(np.array(rows), axis=0)
     groups: dict[int, list[int]] = {}
     for i, (j, _) in enumerate(cap.item_nodes): groups.setdefault(j, []).append(i)
+    def label(n: Any) -> str: return n.name or f"{n.op_type}->{n.output[0]}"
     out = []
     for j, items in groups.items():
-      fused = next(f for i2, (j2, f) in enumerate(cap.item_nodes) if j2 == j and i2 == items[0])
-      fused = fused or (j,)
-      nd = [self.nodes[f][0] for f in fused]
-      out.append(NodeProfile(nd[-1].name or f"{nd[-1].op_type}->{nd[-1].output[0]}", nd[-1].op_type,
-                             tuple(n.name or f"{n.op_type}->{n.output[0]}" for n in nd), tuple(n.op_type for n in nd), tuple(n.output[0] for n in nd),
-                             tuple(cap.bound.names[i] for i in items), float(sum(med[i] for i in items))))
+      nd = [self.nodes[f][0] for f in cap.item_nodes[items[0]][1] or (j,)]  # (a node's first item lists the nodes fused into it)
+      out.append(NodeProfile(label(nd[-1]), nd[-1].op_type, tuple(label(n) for n in nd), tuple(n.op_type for n in nd),
+                             tuple(n.output[0] for n in nd), tuple(cap.bound.names[i] for i in items), float(sum(med[i] for i in items))))
     return out
 
   def _feed(self, inputs: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Optional[tuple]]:

@@ -259,3 +259,71 @@ def test_program_cache_keys_on_render_settings() -> None:
   with Context(CPU_STREAM_MIN_BYTES=0): streamed = get_program(ast, opts)
   assert "stream" not in plain.src and "stream" in streamed.src
   assert get_program(ast, opts) is plain
+
+# ---- recorded kernels (fuzz_recorded, `tilecraft fuzz --replay`) -----------------------------------
+
+def _model_kernels() -> dict[str, LazyOp]:
+  """Kernels shaped like a model's: a 1x1 conv with a residual and relu at 7x7, a 3x3 stride-2 conv, a max
+  pool, a matmul against weights in column panels with a bias."""
+  from tilecraft.frontend.panels import panel_matmul
+  from tilecraft.ops import MetaOps
+  rng = np.random.default_rng(0)
+  def t(*shape: int) -> Tensor: return Tensor(rng.standard_normal(shape).astype(np.float32)).realize()
+  x7, r7 = t(1, 64, 7, 7), t(1, 32, 7, 7)
+  exprs = {"conv1x1_residual": (x7.conv2d(t(32, 64, 1, 1)) + r7).relu(), "conv3x3_s2": t(1, 16, 15, 15).conv2d(t(32, 16, 3, 3), stride=2, padding=1),
+           "maxpool": t(1, 16, 13, 13).max_pool2d(3, 2), "panel_matmul": panel_matmul(t(24, 96), t(4, 96, 16)) + t(64)}
+  return {name: next(si.ast for si in e.schedule() if si.ast.op is MetaOps.KERNEL) for name, e in exprs.items()}
+
+@pytest.fixture(scope="module")
+def recorded_db(tmp_path_factory):
+  """A process-replay DB of the model-shaped kernels above, each with its hand-coded opts."""
+  db = str(tmp_path_factory.mktemp("replay") / "replay.db")
+  with pytest.MonkeyPatch.context() as m:
+    m.setenv("REPLAY_DB", db)
+    m.setenv("RUN_PROCESS_REPLAY", "1")
+    for name, ast in _model_kernels().items(): Kernel(ast, opts=Device["CPU"].renderer).hand_coded_optimizations().to_program(name_override=f"rec_{name}")
+  return db
+
+def test_fuzz_recorded_checks_recorded_and_random_opts(recorded_db):
+  kernels = fuzz.recorded_kernels(recorded_db, "CPU")
+  assert sorted(n for n, _ in kernels) == sorted(f"rec_{n}" for n in _model_kernels())
+  assert fuzz.recorded_kernels(recorded_db, "LLVM") == []
+  e, opts = fuzz.recorded_entry(recorded_db, kernels[0][1])
+  assert e.reference is None and e.atol_scaled and opts  # (differential only; the heuristics chose opts for each)
+  reps = fuzz.fuzz_recorded(recorded_db, "CPU", n=3)
+  assert set(reps) == {n for n, _ in kernels} and all(r.ok for r in reps.values()), {n: r.summary() for n, r in reps.items()}
+  assert all(r.pairs >= 2 for r in reps.values())  # the recorded opts and random ones
+  assert set(fuzz.fuzz_recorded(recorded_db, "CPU", n=0, names=["maxpool"])) == {"rec_maxpool"}
+
+def test_fuzz_recorded_catches_wrong_recorded_opts(recorded_db, monkeypatch):
+  """A compiler that breaks every kernel with an UPCAST: each recorded kernel's own opts (all upcast) fail."""
+  orig = Kernel.to_program
+  def to_program(self: Kernel, name_override=None):
+    p = orig(self, name_override)
+    if any(o.op is OptOps.UPCAST for o in self.applied_opts):
+      body = p.src.rstrip()
+      p = dataclasses.replace(p, src=body[:-1] + f"  data0[{fuzz.FRONT_GUARD}] = data0[{fuzz.FRONT_GUARD}] * 2.0f + 1.0f;\n}}\n// corrupted\n")
+    return p
+  monkeypatch.setattr(Kernel, "to_program", to_program)
+  monkeypatch.setattr(fuzz, "_program_cache", type(fuzz._program_cache)())
+  monkeypatch.setattr(fuzz, "_runner_cache", type(fuzz._runner_cache)())
+  reps = fuzz.fuzz_recorded(recorded_db, "CPU", n=0, isolate=False)
+  assert reps and all(not r.ok and r.first_failure.kind == "mismatch" and "(the recorded opts)" in r.first_failure.message for r in reps.values())
+
+def test_scaled_tolerance_passes_rounding_and_catches_wrong_elements():
+  """atol_scaled: an error far below the output's scale passes even on a result near 0 (cancellation in a long
+  reduce), an element off by the output's scale fails."""
+  ast = kernel(store(0, dtypes.float32, ST((4,)), ld(1, dtypes.float32, ST((4,)))))
+  want = [np.array([100.0, -50.0, 0.001, 3.0], np.float32)]
+  near = [want[0] + np.array([0, 0, 0.004, 0], np.float32)]  # 4x the result, 4e-5 of the scale
+  assert fuzz.compare_outputs(near, want, ast) is not None and fuzz.compare_outputs(near, want, ast, atol=2e-4, atol_scaled=True) is None
+  wrong = [want[0] + np.array([0, 0, 1.0, 0], np.float32)]
+  assert fuzz.compare_outputs(wrong, want, ast, atol=2e-4, atol_scaled=True) is not None
+
+def test_fuzz_cli_replay(recorded_db, capsys):
+  from tilecraft.__main__ import main
+  assert main(["fuzz", "--replay", recorded_db, "-n", "1", "-k", "conv", "--quiet"]) == 0
+  out = capsys.readouterr().out
+  assert "fuzzed 2 recorded kernels" in out and "no unexpected failures" in out
+  assert main(["fuzz", "--replay", recorded_db, "--list"]) == 0 and "rec_maxpool" in capsys.readouterr().out
+  assert main(["fuzz", "--replay", recorded_db + ".missing"]) == 2 and "no process-replay DB" in capsys.readouterr().err

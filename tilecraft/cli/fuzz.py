@@ -4,6 +4,9 @@ For each corpus kernel, random valid opt sequences must give the same output as 
 kernel and as numpy. Failures are printed with the minimal failing opt list. Failures of
 corpus entries listed as known bugs (tilecraft.testing.corpus.KNOWN_BUGS) are reported as
 expected and don't fail the run unless --strict.
+With --replay [DB], the kernels recorded in a process-replay DB (`tilecraft replay record --models
+resnet50,...`: what real models run) are fuzzed instead: each with the opts it was recorded with, then
+random ones, against its own unoptimized kernel (tilecraft.testing.fuzz.fuzz_recorded).
 Exit codes: 0 all passed, 1 a failure, 2 bad arguments or an unusable device."""
 from __future__ import annotations
 import argparse, json, time
@@ -17,6 +20,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   ap.add_argument("--seed", type=int, default=0, help="seed (runs are reproducible per seed)")
   ap.add_argument("-k", "--kernel", action="append", metavar="NAME", help="only corpus kernels whose name contains NAME (repeatable)")
   ap.add_argument("--big", action="store_true", help="include the larger corpus kernels")
+  ap.add_argument("--replay", nargs="?", const="", default=None, metavar="DB",
+                  help="fuzz the kernels recorded in a process-replay DB (default: REPLAY_DB or the cache's; record with "
+                       "`tilecraft replay record --models ...`): each with its recorded opts, then random ones")
   ap.add_argument("--no-isolate", action="store_true", help="run kernels in this process (faster; a kernel that corrupts memory may crash it)")
   ap.add_argument("--strict", action="store_true", help="known-bug failures fail the run too")
   ap.add_argument("--list", action="store_true", help="list the corpus kernels and exit")
@@ -28,9 +34,10 @@ def _check_of(f: Any) -> str: return "fuzz" if f.opts else "noopt"
 def run(args: argparse.Namespace) -> int:
   """Run `tilecraft fuzz`; 1 on an unexpected failure."""
   from tilecraft.testing import fuzz as fz
-  from tilecraft.testing.corpus import corpus, known_bug
+  from tilecraft.testing.corpus import corpus
   device = open_device(args.device)
   if args.n < 0: raise CLIError("--n must be >= 0")
+  if args.replay is not None: return _run_recorded(args, device)
   entries = corpus(not args.big)
   if args.kernel:
     entries = {name: v for name, v in entries.items() if any(s in name for s in args.kernel)}
@@ -49,6 +56,31 @@ def run(args: argparse.Namespace) -> int:
   finally:
     if iso is not None: iso.close()
   prog.clear()
+  return _report(args, device, reports, t0, "corpus kernels")
+
+def _run_recorded(args: argparse.Namespace, device: str) -> int:
+  """`tilecraft fuzz --replay [DB]`: fuzz_recorded on the DB's kernels of `device` (-k: names containing NAME)."""
+  import os
+  from tilecraft.codegen.replay_record import db_path
+  from tilecraft.testing import fuzz as fz
+  path = args.replay or db_path()
+  if not os.path.exists(path): raise CLIError(f"no process-replay DB at {path} (record one: tilecraft replay record --models resnet50,...)")
+  kernels = [(n, k) for n, k in fz.recorded_kernels(path, device) if not args.kernel or any(s in n for s in args.kernel)]
+  if not kernels: raise CLIError(f"no kernel of {device}{' matching ' + str(args.kernel) if args.kernel else ''} is recorded in {path}")
+  if args.list:
+    for name, key in kernels: print(f"{name:40s} {key[:16]}")
+    return 0
+  prog = Progress(enabled=not args.quiet, total=len(kernels))
+  t0 = time.perf_counter()
+  reports = fz.fuzz_recorded(path, device, args.n, args.seed, args.kernel, isolate=not args.no_isolate,
+                             progress=lambda name: prog.step(f"{name}: its recorded opts and {args.n} opt sequences on {device}"))
+  prog.clear()
+  return _report(args, device, reports, t0, f"recorded kernels from {path}")
+
+def _report(args: argparse.Namespace, device: str, reports: dict[str, Any], t0: float, what: str) -> int:
+  """Print (and with --json write) the fuzz reports; 1 on an unexpected failure."""
+  from tilecraft.testing import fuzz as fz
+  from tilecraft.testing.corpus import known_bug
   total = fz.FuzzReport()
   unexpected: list[tuple[str, Any]] = []
   expected: list[tuple[str, Any, str]] = []
@@ -58,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
       why = known_bug(name, device, _check_of(f))
       if why and not args.strict: expected.append((name, f, why))
       else: unexpected.append((name, f))
-  print(f"fuzzed {len(reports)} corpus kernels on {device} (seed {args.seed}, {args.n} opt sequences each) in {time.perf_counter() - t0:.1f}s")
+  print(f"fuzzed {len(reports)} {what} on {device} (seed {args.seed}, {args.n} opt sequences each) in {time.perf_counter() - t0:.1f}s")
   print(f"  {total.pairs} (kernel, opts) pairs, {total.programs} distinct programs, {total.runs} runs, {total.refusals} refused opts")
   bad_names = sorted({n for n, _ in unexpected})
   if expected:

@@ -20,11 +20,13 @@ class CorpusEntry:
   name: str
   ast: LazyOp
   make_inputs: Callable[[np.random.Generator], Inputs]
-  reference: Callable[[Inputs, VarVals], list[np.ndarray]]
+  reference: Optional[Callable[[Inputs, VarVals], list[np.ndarray]]]  # None: checked against its unoptimized kernel only
   var_vals: list[VarVals] = field(default_factory=lambda: [{}])
   rtol: Optional[float] = None  # None: by the output dtype (see engine/verify.py: tolerance)
   atol: Optional[float] = None
   tags: tuple[str, ...] = ()
+  atol_scaled: bool = False  # atol is a fraction of the reference's largest finite |value| (a recorded kernel's, fuzz.recorded_entry)
+  origin: Optional[tuple] = None  # where a worker process rebuilds the entry from (fuzz.entry_from); None: the corpus, by name
   def __repr__(self) -> str: return f"<CorpusEntry {self.name}>"
 
 # ---- AST building helpers ------------------------------------------------------------------------

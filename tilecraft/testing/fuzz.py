@@ -13,12 +13,14 @@ guard zones (NaN / extreme values) so out-of-bounds reads show up as mismatches,
   random_opts(kernel, rng, max_opts) -> OptSequence (tilecraft/testing/opt_sampler.py)
   fuzz_ast(entry, rng, n, device) -> FuzzReport (first failure shrunk to a minimal opt list)
   fuzz_corpus(device, n_per_kernel, seed) -> dict[name, FuzzReport]
+  fuzz_recorded(path, device, n, seed) -> dict[name, FuzzReport]: the kernels real models ran (a process-replay
+    DB: `tilecraft replay record --models ...`), each with the opts it was recorded with, then random ones
   (the launch property of accepted opt lists on the emulated GPU targets: testing/launch_check.py)
 
 `tilecraft fuzz --device CPU --n 20` (tilecraft/cli/fuzz.py) fuzzes the corpus from the command line.
 """
 from __future__ import annotations
-import collections, hashlib, re, time, traceback, zlib
+import collections, functools, hashlib, pickle, re, sqlite3, time, traceback, zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 import numpy as np
@@ -28,7 +30,7 @@ from tilecraft.dtype import DType, ImageDType, bf16_bits_from_f32, dtypes
 from tilecraft.helpers import TC, Context, prod
 from tilecraft.engine.isolation import Job, Pool
 from tilecraft.engine.verify import SENTINELS, compare, filled, poison, raw_bytes, shift_ast, shift_st, tolerance  # noqa: F401
-from tilecraft.testing.corpus import CorpusEntry, corpus, image_corpus
+from tilecraft.testing.corpus import CorpusEntry, corpus, image_corpus, rand
 from tilecraft.testing.opt_sampler import OptSequence, random_opts
 from tilecraft.ops import BufferOps, LazyOp, MemBuffer
 from tilecraft.renderer import Program
@@ -161,6 +163,13 @@ def required_opts(ast: LazyOp, device: str) -> list[Opt]:
 def find_entry(name: str, small: bool = True) -> CorpusEntry:
   """A corpus entry by name, image kernels included."""
   return corpus(small)[name] if name in corpus(small) else image_corpus()[name]
+
+def entry_from(name: str, small: bool, origin: Optional[tuple]) -> CorpusEntry:
+  """The entry a worker process runs: a corpus entry by name, or where `origin` says (a recorded kernel)."""
+  if origin is None: return find_entry(name, small)
+  kind, *args = origin
+  assert kind == "recorded", origin
+  return recorded_entry(*args)[0]
 
 def guarded(ast: LazyOp, front: int = FRONT_GUARD) -> LazyOp:
   """The AST the fuzzer compiles: ast with every global buffer access `front` elements in, so a
@@ -313,10 +322,10 @@ def run_ast(ast: LazyOp, inputs: dict[int, np.ndarray], opts: Sequence[Opt] = ()
 class KernelCrash(RuntimeError):
   """The worker process running a kernel died (a segfault or heap corruption in the kernel)."""
 
-def _iso_run(name: str, small: bool, opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
-  """Worker side: run corpus entry `name` (rebuilt here: ASTs don't travel between processes)."""
+def _iso_run(name: str, small: bool, origin: Optional[tuple], opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
+  """Worker side: run corpus entry `name` (rebuilt here, or from `origin`: ASTs don't travel between processes)."""
   try:
-    e = find_entry(name, small)
+    e = entry_from(name, small, origin)
     p = get_program(e.ast, opts, device, front=FRONT_GUARD)
     outs = run_program(e.ast, p, inputs, device, e.var_vals[vv_index], guard, FRONT_GUARD)
     return "ok", (outs, _src_hash(p.src), (cache_stats.programs, cache_stats.compiles))
@@ -331,10 +340,10 @@ def _opts_to_wire(opts: Sequence[Opt]) -> list: return [(o.op.name, o.axis, o.am
 class FuzzWorker:
   """The fuzzer's job in a worker process (see tilecraft.engine.isolation): run one corpus entry, or
   build a corpus entry's kernels ahead in batches (prebuild)."""
-  def run(self, name: str, small: bool, opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
-    return _iso_run(name, small, _opts_from_wire(opts), device, vv_index, guard, inputs)
-  def prebuild(self, name: str, small: bool, opt_lists: list, device: str) -> tuple[str, Any]:
-    ast = find_entry(name, small).ast
+  def run(self, name: str, small: bool, origin: Optional[tuple], opts: list, device: str, vv_index: int, guard: int, inputs: dict) -> tuple[str, Any]:
+    return _iso_run(name, small, origin, _opts_from_wire(opts), device, vv_index, guard, inputs)
+  def prebuild(self, name: str, small: bool, origin: Optional[tuple], opt_lists: list, device: str) -> tuple[str, Any]:
+    ast = entry_from(name, small, origin).ast
     return "ok", prebuild([(ast, _opts_from_wire(o)) for o in opt_lists], device)
 
 class IsolatedRunner:
@@ -348,7 +357,7 @@ class IsolatedRunner:
     self.worker_stats = (0, 0)  # (programs rendered, runners compiled) by the current worker so far
   def run(self, entry: CorpusEntry, opts: Sequence[Opt], inputs: dict[int, np.ndarray], device: str, vv_index: int,
           guard: int = 64) -> list[np.ndarray]:
-    args = (entry.name, self.small, _opts_to_wire(opts), device, vv_index, guard, inputs)
+    args = (entry.name, self.small, entry.origin, _opts_to_wire(opts), device, vv_index, guard, inputs)
     kind, res = self.pool.run([Job("run", args, self.timeout)], 1)[0] or ("crash", "not run")
     if kind in ("crash", "hang"):
       why = (f"hung: {res} (rendering, compiling or running it is that slow)" if kind == "hang"
@@ -363,7 +372,7 @@ class IsolatedRunner:
   def prebuild(self, entry: CorpusEntry, opt_lists: Sequence[Sequence[Opt]], device: str) -> int:
     """fuzz.prebuild in the worker (how many runners it made; 0 when the worker died doing it: the
     kernels are then built one by one as they run)."""
-    args = (entry.name, self.small, [_opts_to_wire(o) for o in opt_lists], device)
+    args = (entry.name, self.small, entry.origin, [_opts_to_wire(o) for o in opt_lists], device)
     kind, res = self.pool.run([Job("prebuild", args, self.timeout)], 1)[0] or ("crash", "not run")
     return res if kind == "ok" else 0
   def close(self) -> None: self.pool.close()
@@ -373,10 +382,14 @@ class IsolatedRunner:
 # ---- comparing -----------------------------------------------------------------------------------
 
 def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], ast: LazyOp, rtol: Optional[float] = None,
-                    atol: Optional[float] = None) -> Optional[str]:
+                    atol: Optional[float] = None, atol_scaled: bool = False) -> Optional[str]:
+  """None where every output matches, else the first mismatch. `atol_scaled`: atol is a fraction of each wanted
+  output's largest finite |value| (CorpusEntry.atol_scaled)."""
   if len(got) != len(want): return f"{len(got)} outputs, want {len(want)}"
   for i, (g, w) in enumerate(zip(got, want)):
-    if (msg := compare(g, w, ast.src[i].arg.dtype, rtol, atol)) is not None: return f"output {i}: {msg}"
+    scale = 1.0
+    if atol_scaled and (fin := np.abs(np.asarray(w, np.float64))[np.isfinite(np.asarray(w, np.float64))]).size: scale = max(float(fin.max()), 1e-30)
+    if (msg := compare(g, w, ast.src[i].arg.dtype, rtol, atol, scale)) is not None: return f"output {i}: {msg}"
   return None
 
 # ---- fuzzing -------------------------------------------------------------------------------------
@@ -460,11 +473,12 @@ class _Checker:
           try: self.baseline[vi] = self.run(self.base, vi)
           except Exception as ex:  # noqa: BLE001
             return self._fail([], "exception", f"the unoptimized kernel failed: {type(ex).__name__}: {str(ex)[:2000]}", vi)
-        if (msg := compare_outputs(got, self.baseline[vi], e.ast, e.rtol, e.atol)) is not None:
+        if (msg := compare_outputs(got, self.baseline[vi], e.ast, e.rtol, e.atol, e.atol_scaled)) is not None:
           return self._fail(opts, "mismatch", f"vs unoptimized: {msg}", vi)
       elif vi not in self.baseline: self.baseline[vi] = got
+      if e.reference is None: continue
       with np.errstate(all="ignore"): want = e.reference(self.inputs, vv)
-      if (msg := compare_outputs(got, want, e.ast, e.rtol, e.atol)) is not None:
+      if (msg := compare_outputs(got, want, e.ast, e.rtol, e.atol, e.atol_scaled)) is not None:
         return self._fail(opts, "reference", f"vs numpy: {msg}", vi)
     return None
 
@@ -571,6 +585,79 @@ def fuzz_corpus(device: str = "CPU", n_per_kernel: int = 20, seed: int = 0, smal
     for name, e in entries.items():
       out[name] = fuzz_entry(e, n_per_kernel, device, seed, isolated=iso)
       if verbose: print(f"{name:40s} {out[name].summary().splitlines()[0]}", flush=True)
+  finally:
+    if iso is not None: iso.close()
+  return out
+
+# ---- recorded kernels: what real models run -------------------------------------------------------
+# The corpus's kernels are small and written by hand; the kernels real models run (a Winograd conv's
+# transforms, 1x1 convs with residual epilogues, weights in panels, fused pools, concatenations written
+# in place) take the heuristics' less travelled paths (PACK, BLOCK, vectors along a strided output
+# axis) at their real sizes. `tilecraft replay record --models ...` records them (AST, device, the opts
+# the heuristics chose) in a process-replay DB; fuzz_recorded checks each distinct one: its recorded
+# opts, then random ones, against its own unoptimized kernel. No numpy reference exists for an
+# arbitrary AST, so the check is differential (and the guard zones). Inputs are random by dtype
+# (floats in [-2, 2]): a long reduce over such data cancels, and two summation orders then differ by
+# rounding far beyond a small result's rtol, so floats compare with atol = RECORDED_ATOL x the output's
+# largest |value| (an element computed wrong is off by about the output's own scale).
+RECORDED_ATOL = 2e-4
+
+def recorded_kernels(path: str, device: str) -> list[tuple[str, str]]:
+  """(name, key) of each distinct recorded kernel AST of `device` with concrete shapes (a symbolic one
+  needs variable values the record doesn't have), in recording order; a name that repeats for another
+  AST gets its key's first 8 characters appended."""
+  c = sqlite3.connect(path, timeout=60)
+  try: rows = c.execute("SELECT key, name, ast FROM kernels WHERE device = ? ORDER BY recorded, key", (device,)).fetchall()
+  finally: c.close()
+  out, seen, names = [], set(), collections.Counter()
+  for key, name, ast_b in rows:
+    ast = pickle.loads(ast_b)
+    if ast.key in seen or has_images(ast) or any(not isinstance(d, int) for x in ast.lazyops if isinstance(x.arg, MemBuffer)
+                                                   for d in x.arg.st.shape): continue
+    seen.add(ast.key)
+    names[name] += 1
+    out.append((name if names[name] == 1 else f"{name}@{key[:8]}", key))
+  return out
+
+@functools.lru_cache(maxsize=64)
+def recorded_entry(path: str, key: str, name: Optional[str] = None) -> tuple[CorpusEntry, tuple[Opt, ...]]:
+  """The kernel recorded under `key` in the process-replay DB at `path`, as a corpus entry without a numpy
+  reference (see above), and the opts it was recorded with."""
+  c = sqlite3.connect(path, timeout=60)
+  try: row = c.execute("SELECT name, ast, opts_obj FROM kernels WHERE key = ?", (key,)).fetchone()
+  finally: c.close()
+  if row is None: raise KeyError(f"no kernel {key} recorded in {path}")
+  ast, opts = pickle.loads(row[1]), tuple(pickle.loads(row[2]))
+  views = {i: v for i, v in buffer_views(ast).items() if i >= len(ast.src)}
+  def make(rng: np.random.Generator) -> dict[int, np.ndarray]:
+    return {i: rand(rng, v[0].dtype, buffer_size(v)) for i, v in views.items()}
+  return CorpusEntry(name or row[0], ast, make, None, atol=RECORDED_ATOL, atol_scaled=True, tags=("recorded",),
+                     origin=("recorded", path, key, name)), opts
+
+def fuzz_recorded(path: str, device: str = "CPU", n: int = 20, seed: int = 0, names: Optional[Iterable[str]] = None,
+                  isolate: bool = True, progress: Optional[Any] = None) -> dict[str, FuzzReport]:
+  """Each distinct kernel of `device` recorded in the process-replay DB at `path` (or those whose name
+  contains one of `names`): its recorded opts, then `n` random opt sequences, each against its
+  unoptimized kernel (fuzz_ast). A failure of the recorded opts comes first in its report. Opts the
+  current settings refuse (recorded under another CPU_ARCH, say) are skipped like any refused list.
+  `progress(name)` is called before each kernel."""
+  wanted = list(names) if names is not None else None
+  out: dict[str, FuzzReport] = {}
+  iso = IsolatedRunner() if isolate else None
+  try:
+    for name, key in recorded_kernels(path, device):
+      if wanted is not None and not any(w in name for w in wanted): continue
+      if progress is not None: progress(name)
+      e, opts = recorded_entry(path, key, name)
+      rep = fuzz_entry(e, n, device, seed, isolated=iso)
+      if opts:
+        st = time.perf_counter()
+        f = _Checker(e, entry_inputs(e, seed), device, 64, iso).check(list(opts))
+        if f is not None:
+          f.message = f"(the recorded opts) {f.message}"
+          rep.failures.insert(0, f)
+        rep.pairs, rep.runs, rep.seconds = rep.pairs + 1, rep.runs + 1, rep.seconds + time.perf_counter() - st
+      out[name] = rep
   finally:
     if iso is not None: iso.close()
   return out

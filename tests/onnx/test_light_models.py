@@ -3,7 +3,8 @@ onnxruntime: the logits (the final Softmax's input) and the probabilities match 
 default CPU device and on LLVM (every model), and on OPENCL and on PYTHON under EMULATE=CUDA (the GPU
 emulator with the CUDA renderer's limits and vector types: SqueezeNet, ShuffleNet). Each is run twice
 on two inputs: the second call reruns the graph built by the first. Slow tier: each model compiles tens
-of kernels. (A device that can't be opened skips, or fails in CI: tests/conftest.py.)"""
+of kernels. (A device that can't be opened skips, or fails in CI: tests/conftest.py.) Also: the kernels of a
+model's call, recorded as they are built, pass the fuzzer (SqueezeNet on CPU in the default tier)."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -46,3 +47,25 @@ def test_light_model_on_emulated_cuda_matches_onnxruntime(name: str) -> None:
   with Context(EMULATE="CUDA"):
     assert Device["PYTHON"].renderer.target == "CUDA"
     check_matches_onnxruntime(name, "PYTHON")
+
+@pytest.mark.fuzz
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("name,device", [("squeezenet", "CPU"), pytest.param("shufflenet", "LLVM", marks=pytest.mark.slow)])
+def test_light_model_kernels_fuzzed(name: str, device: str, tmp_path, monkeypatch) -> None:
+  """Every distinct kernel of the model's call, recorded as it is built (process replay), passes the fuzzer
+  (tilecraft.testing.fuzz.fuzz_recorded): its hand-coded opts and 2 random opt lists against its unoptimized
+  kernel. SqueezeNet on CPU (~15 s) is in the default tier; `tilecraft fuzz --replay` runs the same on any
+  recorded model (docs/architecture.md)."""
+  from tilecraft.engine import plan_cache
+  from tilecraft.testing import fuzz
+  db = str(tmp_path / "replay.db")
+  monkeypatch.setenv("REPLAY_DB", db)
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "1")
+  plan_cache.clear()  # (kernels built earlier in this process would not be rendered, so not recorded)
+  m = light_model(name, seed=0)
+  load(m, device).run(light_input(m))
+  monkeypatch.setenv("RUN_PROCESS_REPLAY", "0")
+  assert len(fuzz.recorded_kernels(db, device)) >= 15
+  reps = fuzz.fuzz_recorded(db, device, n=2, seed=3)
+  bad = {k: r.summary() for k, r in reps.items() if not r.ok}
+  assert not bad, bad

@@ -69,3 +69,14 @@ def test_light_model_kernels_fuzzed(name: str, device: str, tmp_path, monkeypatc
   reps = fuzz.fuzz_recorded(db, device, n=2, seed=3)
   bad = {k: r.summary() for k, r in reps.items() if not r.ok}
   assert not bad, bad
+
+@pytest.mark.fuzz
+def test_fuzz_cli_models(capsys) -> None:
+  """`tilecraft fuzz --models M`: one call of the model recorded into a temporary DB, its kernels fuzzed."""
+  from tilecraft.__main__ import main
+  from tilecraft.engine import plan_cache
+  plan_cache.clear()  # (kernels built earlier in this process would not be rendered, so not recorded)
+  assert main(["fuzz", "--models", "squeezenet", "-n", "0", "--quiet"]) == 0
+  out = capsys.readouterr().out
+  assert "kernels of squeezenet's call on CPU" in out and "no unexpected failures" in out
+  assert main(["fuzz", "--models", "nosuch"]) == 2 and "unknown light model" in capsys.readouterr().err

@@ -6,7 +6,8 @@ corpus entries listed as known bugs (tilecraft.testing.corpus.KNOWN_BUGS) are re
 expected and don't fail the run unless --strict.
 With --replay [DB], the kernels recorded in a process-replay DB (`tilecraft replay record --models
 resnet50,...`: what real models run) are fuzzed instead: each with the opts it was recorded with, then
-random ones, against its own unoptimized kernel (tilecraft.testing.fuzz.fuzz_recorded).
+random ones, against its own unoptimized kernel (tilecraft.testing.fuzz.fuzz_recorded); --models M,M
+records one call of those light ONNX models into a temporary DB first and fuzzes that.
 Exit codes: 0 all passed, 1 a failure, 2 bad arguments or an unusable device."""
 from __future__ import annotations
 import argparse, json, time
@@ -23,6 +24,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   ap.add_argument("--replay", nargs="?", const="", default=None, metavar="DB",
                   help="fuzz the kernels recorded in a process-replay DB (default: REPLAY_DB or the cache's; record with "
                        "`tilecraft replay record --models ...`): each with its recorded opts, then random ones")
+  ap.add_argument("--models", metavar="M,M", help="run one call of these light ONNX models (resnet50,squeezenet,...; needs the "
+                  "[onnx] extra), recording their kernels into a temporary process-replay DB, and fuzz those (as --replay)")
   ap.add_argument("--no-isolate", action="store_true", help="run kernels in this process (faster; a kernel that corrupts memory may crash it)")
   ap.add_argument("--strict", action="store_true", help="known-bug failures fail the run too")
   ap.add_argument("--list", action="store_true", help="list the corpus kernels and exit")
@@ -37,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
   from tilecraft.testing.corpus import corpus
   device = open_device(args.device)
   if args.n < 0: raise CLIError("--n must be >= 0")
+  if args.models: return _run_models(args, device)
   if args.replay is not None: return _run_recorded(args, device)
   entries = corpus(not args.big)
   if args.kernel:
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
   prog.clear()
   return _report(args, device, reports, t0, "corpus kernels")
 
-def _run_recorded(args: argparse.Namespace, device: str) -> int:
+def _run_recorded(args: argparse.Namespace, device: str, what: str = "") -> int:
   """`tilecraft fuzz --replay [DB]`: fuzz_recorded on the DB's kernels of `device` (-k: names containing NAME)."""
   import os
   from tilecraft.codegen.replay_record import db_path
@@ -75,7 +79,28 @@ def _run_recorded(args: argparse.Namespace, device: str) -> int:
   reports = fz.fuzz_recorded(path, device, args.n, args.seed, args.kernel, isolate=not args.no_isolate,
                              progress=lambda name: prog.step(f"{name}: its recorded opts and {args.n} opt sequences on {device}"))
   prog.clear()
-  return _report(args, device, reports, t0, f"recorded kernels from {path}")
+  return _report(args, device, reports, t0, what or f"recorded kernels from {path}")
+
+def _run_models(args: argparse.Namespace, device: str) -> int:
+  """`tilecraft fuzz --models M,M`: one call of each light model on `device`, its kernels recorded into a
+  temporary DB (tilecraft.testing.replay.record_models), then _run_recorded on it."""
+  import os, tempfile
+  from tilecraft.cli.replay import light_models_arg
+  from tilecraft.testing import replay
+  if args.replay is not None: raise CLIError("--models records its own kernels: give --models or --replay, not both")
+  models = light_models_arg(args.models)
+  with tempfile.TemporaryDirectory(prefix="tilecraft-fuzz-") as tmp:
+    args.replay = os.path.join(tmp, "replay.db")
+    saved = {k: os.environ.get(k) for k in ("REPLAY_DB", "RUN_PROCESS_REPLAY")}
+    os.environ.update(REPLAY_DB=args.replay, RUN_PROCESS_REPLAY="1")
+    try:
+      if not args.quiet: print(f"recording the kernels of {', '.join(models)} on {device} ...", flush=True)
+      replay.record_models([device], models)
+    finally:
+      for k, v in saved.items():
+        if v is None: os.environ.pop(k, None)
+        else: os.environ[k] = v
+    return _run_recorded(args, device, f"kernels of {', '.join(models)}'s call")
 
 def _report(args: argparse.Namespace, device: str, reports: dict[str, Any], t0: float, what: str) -> int:
   """Print (and with --json write) the fuzz reports; 1 on an unexpected failure."""

@@ -34,6 +34,17 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   ls = sub.add_parser("list", help="list the recorded kernels")
   ls.add_argument("--db", help="the replay database (default: REPLAY_DB or the cache dir)")
 
+def light_models_arg(arg: str | None) -> list[str]:
+  """The light ONNX models a --models M,M option names (none for None), each checked: CLIError for a name that
+  isn't one, or without the onnx package."""
+  models = [m.strip() for m in (arg or "").split(",") if m.strip()]
+  if models:
+    try: from tilecraft.onnx.light import light_model_names
+    except ImportError as e: raise CLIError(f"--models needs the onnx package (pip install 'tilecraft[onnx]'): {e}") from None
+    if (unknown := [m for m in models if m not in light_model_names()]):
+      raise CLIError(f"--models: unknown light model(s) {unknown}; the models are {', '.join(light_model_names())}")
+  return models
+
 def run(args: argparse.Namespace) -> int:
   """Run `tilecraft replay ACTION`."""
   from tilecraft.testing import replay
@@ -46,12 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.device:
       try: Device["LLVM"]; devices.append("LLVM")  # noqa: E702
       except DeviceUnavailable: pass
-    models = [m.strip() for m in (args.models or "").split(",") if m.strip()]
-    if models:  # (checked before anything is recorded)
-      try: from tilecraft.onnx.light import light_model_names
-      except ImportError as e: raise CLIError(f"--models needs the onnx package (pip install 'tilecraft[onnx]'): {e}") from None
-      if (unknown := [m for m in models if m not in light_model_names()]):
-        raise CLIError(f"--models: unknown light model(s) {unknown}; the models are {', '.join(light_model_names())}")
+    models = light_models_arg(args.models)  # (checked before anything is recorded)
     os.environ["RUN_PROCESS_REPLAY"] = "1"
     n = replay.record_suite(devices, args.quick)
     print(f"process replay: recorded {n} kernels ({', '.join(devices)}) into {path}")

@@ -533,10 +533,12 @@ def sample_opt_sequences(entry: CorpusEntry, rng: np.random.Generator, n: int, d
 
 def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str = "CPU", max_opts: int = 4,
              inputs: Optional[dict[int, np.ndarray]] = None, shrink_first: bool = True, max_failures: int = 20,
-             isolated: Optional[IsolatedRunner] = None, guard: int = 64, max_lanes: Optional[int] = 256) -> FuzzReport:
-  """Check the unoptimized kernel against numpy, then up to `n` distinct random valid opt sequences
-  against it (and numpy). Stops after max_failures failures; the first one is shrunk to a minimal
-  failing opt list. `isolated` runs the kernels in a worker process (crashes become failures)."""
+             isolated: Optional[IsolatedRunner] = None, guard: int = 64, max_lanes: Optional[int] = 256,
+             first: Sequence[Opt] = ()) -> FuzzReport:
+  """Check the unoptimized kernel against numpy, then the opt list `first` if any (a recorded kernel's own
+  opts, fuzz_recorded), then up to `n` distinct random valid opt sequences against it (and numpy). Stops
+  after max_failures failures; the first one is shrunk to a minimal failing opt list. `isolated` runs the
+  kernels in a worker process (crashes become failures)."""
   st = time.perf_counter()
   rep = FuzzReport()
   if inputs is None: inputs = entry.make_inputs(rng)
@@ -547,11 +549,17 @@ def fuzz_ast(entry: CorpusEntry, rng: np.random.Generator, n: int, device: str =
     rep.seconds = time.perf_counter() - st
     return rep
   seqs, refusals, apply_fails = sample_opt_sequences(entry, rng, n, device, max_opts, k0, max_lanes)
-  lists = [list(checker.base)] + [list(seq) for seq in seqs]  # (sampling compiles nothing: build them all ahead, in batches)
+  firsts = [list(first)] if first else []
+  lists = [list(checker.base)] + firsts + [list(seq) for seq in seqs]  # (sampling compiles nothing: build them all ahead, in batches)
   if isolated is not None: isolated.prebuild(entry, lists, device)
-  else: prebuild([(entry.ast, o) for o in lists], device, [k0.copy() if not checker.base else None] + [seq.kernel for seq in seqs])  # type: ignore[attr-defined]
+  else: prebuild([(entry.ast, o) for o in lists], device, [k0.copy() if not checker.base else None] + [None] * len(firsts) + [seq.kernel for seq in seqs])  # type: ignore[attr-defined]
   if (f := checker.check(checker.base, k0.copy() if isolated is None and not checker.base else None)) is not None: rep.failures.append(f)
   rep.runs += len(entry.var_vals)
+  for opts in firsts:
+    rep.pairs, rep.runs = rep.pairs + 1, rep.runs + len(entry.var_vals)
+    if (f := checker.check(opts)) is not None:
+      f.message = f"(the given opts) {f.message}"
+      rep.failures.append(f)
   rep.refusals = refusals
   rep.failures += apply_fails
   for seq in seqs:
@@ -638,8 +646,9 @@ def fuzz_recorded(path: str, device: str = "CPU", n: int = 20, seed: int = 0, na
                   isolate: bool = True, progress: Optional[Any] = None) -> dict[str, FuzzReport]:
   """Each distinct kernel of `device` recorded in the process-replay DB at `path` (or those whose name
   contains one of `names`): its recorded opts, then `n` random opt sequences, each against its
-  unoptimized kernel (fuzz_ast). A failure of the recorded opts comes first in its report. Opts the
-  current settings refuse (recorded under another CPU_ARCH, say) are skipped like any refused list.
+  unoptimized kernel (fuzz_ast's `first`: a failure of the recorded opts is reported as "(the given opts)",
+  shrunk to a minimal failing subset). Opts the current settings refuse (recorded under another CPU_ARCH,
+  say) are skipped like any refused list.
   `progress(name)` is called before each kernel."""
   wanted = list(names) if names is not None else None
   out: dict[str, FuzzReport] = {}
@@ -649,15 +658,7 @@ def fuzz_recorded(path: str, device: str = "CPU", n: int = 20, seed: int = 0, na
       if wanted is not None and not any(w in name for w in wanted): continue
       if progress is not None: progress(name)
       e, opts = recorded_entry(path, key, name)
-      rep = fuzz_entry(e, n, device, seed, isolated=iso)
-      if opts:
-        st = time.perf_counter()
-        f = _Checker(e, entry_inputs(e, seed), device, 64, iso).check(list(opts))
-        if f is not None:
-          f.message = f"(the recorded opts) {f.message}"
-          rep.failures.insert(0, f)
-        rep.pairs, rep.runs, rep.seconds = rep.pairs + 1, rep.runs + 1, rep.seconds + time.perf_counter() - st
-      out[name] = rep
+      out[name] = fuzz_entry(e, n, device, seed, isolated=iso, first=opts)
   finally:
     if iso is not None: iso.close()
   return out

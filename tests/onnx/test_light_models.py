@@ -75,8 +75,11 @@ def test_fuzz_cli_models(capsys) -> None:
   """`tilecraft fuzz --models M`: one call of the model recorded into a temporary DB, its kernels fuzzed."""
   from tilecraft.__main__ import main
   from tilecraft.engine import plan_cache
+  import os
   plan_cache.clear()  # (kernels built earlier in this process would not be rendered, so not recorded)
+  env = {k: os.environ.get(k) for k in ("REPLAY_DB", "RUN_PROCESS_REPLAY")}
   assert main(["fuzz", "--models", "squeezenet", "-n", "0", "--quiet"]) == 0
+  assert {k: os.environ.get(k) for k in env} == env  # (recording is switched off again afterwards)
   out = capsys.readouterr().out
   assert "kernels of squeezenet's call on CPU" in out and "no unexpected failures" in out
   assert main(["fuzz", "--models", "nosuch"]) == 2 and "unknown light model" in capsys.readouterr().err

@@ -91,15 +91,8 @@ def _run_models(args: argparse.Namespace, device: str) -> int:
   models = light_models_arg(args.models)
   with tempfile.TemporaryDirectory(prefix="tilecraft-fuzz-") as tmp:
     args.replay = os.path.join(tmp, "replay.db")
-    saved = {k: os.environ.get(k) for k in ("REPLAY_DB", "RUN_PROCESS_REPLAY")}
-    os.environ.update(REPLAY_DB=args.replay, RUN_PROCESS_REPLAY="1")
-    try:
-      if not args.quiet: print(f"recording the kernels of {', '.join(models)} on {device} ...", flush=True)
-      replay.record_models([device], models)
-    finally:
-      for k, v in saved.items():
-        if v is None: os.environ.pop(k, None)
-        else: os.environ[k] = v
+    if not args.quiet: print(f"recording the kernels of {', '.join(models)} on {device} ...", flush=True)
+    with replay.restored_settings({"REPLAY_DB": ("env", args.replay), "RUN_PROCESS_REPLAY": ("env", "1")}): replay.record_models([device], models)
     return _run_recorded(args, device, f"kernels of {', '.join(models)}'s call")
 
 def _report(args: argparse.Namespace, device: str, reports: dict[str, Any], t0: float, what: str) -> int:

@@ -388,7 +388,7 @@ def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], ast: LazyOp, 
   if len(got) != len(want): return f"{len(got)} outputs, want {len(want)}"
   for i, (g, w) in enumerate(zip(got, want)):
     scale = 1.0
-    if atol_scaled and (fin := np.abs(np.asarray(w, np.float64))[np.isfinite(np.asarray(w, np.float64))]).size: scale = max(float(fin.max()), 1e-30)
+    if atol_scaled and (fin := np.abs(w64 := np.asarray(w, np.float64))[np.isfinite(w64)]).size: scale = max(float(fin.max()), 1e-30)
     if (msg := compare(g, w, ast.src[i].arg.dtype, rtol, atol, scale)) is not None: return f"output {i}: {msg}"
   return None
 

@@ -54,7 +54,7 @@ def test_light_model_on_emulated_cuda_matches_onnxruntime(name: str) -> None:
 def test_light_model_kernels_fuzzed(name: str, device: str, tmp_path, monkeypatch) -> None:
   """Every distinct kernel of the model's call, recorded as it is built (process replay), passes the fuzzer
   (tilecraft.testing.fuzz.fuzz_recorded): its hand-coded opts and 2 random opt lists against its unoptimized
-  kernel. SqueezeNet on CPU (~15 s) is in the default tier; `tilecraft fuzz --replay` runs the same on any
+  kernel. SqueezeNet on CPU (~10 s) is in the default tier; `tilecraft fuzz --replay` runs the same on any
   recorded model (docs/architecture.md)."""
   from tilecraft.engine import plan_cache
   from tilecraft.testing import fuzz

@@ -803,10 +803,13 @@ SHORT_ROWS = {
   (8, 1024, 256): {8: [(U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 16)]},
   # 1000 columns padded to the tile; a reduce of 264 (16 doesn't divide it) in blocks of 8
   (5, 1000, 264): {8: [(D, 1, 16), (U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 8)], 16: [(D, 1, 32), (U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 8)]},
-  # 12 rows: one vector of columns with 32 registers; 2 row tiles of 6 with 16
-  (12, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
-  # 16 rows: the ordinary 8 x 2 tile with 32 registers; 2 row tiles of 8 rows x 1 vector with 16
-  (16, 512, 512): {8: [(U, 1, 8), (U, 0, 8), (B, 0, 16)], 16: None},
+  # 12 rows: 2 row tiles of 6 x 2 vectors of columns (either register count)
+  (12, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 6), (U, 1, 2), (B, 0, 16)]},
+  # 16 rows: 2 row tiles of 8 rows x 2 vectors with 32 registers, x 1 vector with 16
+  (16, 512, 512): {8: [(U, 1, 8), (U, 0, 8), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 8), (U, 1, 2), (B, 0, 16)]},
+  # 13 rows: padded to 2 row tiles of 7 (masked rows) with 32 registers; 10 rows keep one vector x all 10 rows
+  (13, 512, 512): {8: [(U, 1, 8), (D, 0, 7), (U, 0, 7), (B, 0, 16)], 16: [(U, 1, 16), (D, 0, 7), (U, 0, 7), (U, 1, 2), (B, 0, 16)]},
+  (10, 512, 512): {8: [(U, 1, 8), (U, 0, 5), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
   # 11 rows: with 16 registers padded to 2 row tiles of 6 (masked rows)
   (11, 512, 512): {8: [(U, 1, 8), (D, 0, 6), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
   (8, 256, 256): {8: None, 16: None},  # a column operand of 256 KB stays in cache: the ordinary tile

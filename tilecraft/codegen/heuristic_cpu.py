@@ -309,13 +309,13 @@ def _packed_tile_shape(k: KernelShape, m: int, vw: int, cols: int, red: Any, row
 
 SHORT_ROWS_MIN_BYTES = 1 << 20  # the short-rows tile's column operand at least this big (bigger than L2: read from memory)
 SHORT_ROWS_BLOCK = 16  # reduce steps per block of the short-rows tile (row streams of the column operand in flight)
+SHORT_ROWS_SPLIT_32_REGS = 12  # with 32 vector registers, this many rows (up to 16) and more are 2 row tiles of the short-rows tile
 
 def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reused: Any) -> bool:
   """A matmul whose row operand has only a few rows (a decode batch: 8 x 4096 @ 4096 x 2048), too few to repay
   packing the column operand, which is then read from memory once, as a stream. All the rows are the tile (2
-  vectors of columns up to 8 rows; with 32 registers one vector for 9-15 rows, 16 keep the ordinary 8 x 2 tile;
-  with 16 registers 9-16 rows are 2 row tiles, an odd count padded, see below), so one output loop is left (the column
-  tiles), and the long reduce runs in blocks of SHORT_ROWS_BLOCK steps with that loop inside the block loop
+  vectors of columns up to 8 rows; with 32 registers one vector for 9-11 rows; 12-16 rows with 32 registers and 9-16
+  with 16 are 2 row tiles, an odd count padded, see below), so one output loop is left (the column tiles), and the long reduce runs in blocks of SHORT_ROWS_BLOCK steps with that loop inside the block loop
   (BLOCK): each thread walks its share of SHORT_ROWS_BLOCK whole rows of the column operand at a time (a few
   contiguous streams the prefetcher follows), adding each block into the output (the rows x columns of partial
   sums stay in cache). A tile walking the whole reduce down one tile of columns touches a new page every step
@@ -334,11 +334,15 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
   # each, outermost, so the block loop runs inside each; the parallel loop is then those 2 row tiles, each thread
   # streaming the column operand for its half: 1.2-1.45x faster than the packed 4 x 2 tile on 16 x 4096 @ 4096 x 1024)
   # (odd counts padded to an even one: 11 rows 8x faster as 2 x 6 padded than the general rules' tile, AVX2)
-  tile = rows if rows <= TILE_ROWS or vw >= 16 else (rows + 1) // 2 if rows <= 2 * TILE_ROWS else 0
+  # (32 registers, 12-16 rows: the same 2 row tiles, each 6-8 rows x 2 vectors; all the rows x 1 vector takes a broadcast
+  # per FMA (load-bound), and 16 rows took the ordinary tile, its column tiles walking the operand a page a step. Measured
+  # on AVX-512, interleaved, K x N operand hot in L3 | read from memory (4 such products in turn): 16 x 4096 @ 4096 x 1024
+  # 1.43x | 1.34x, 16 x 1024 @ 1024 x 4096 1.6x, 12 x 4096 @ 4096 x 1024 1.7x (12 x 1), 15 rows 1.8x, 14 x 2048 @ 2048 x
+  # 2048 1.9x from memory; 16 x 2048 @ 2048 x 1024 0.88x hot but 1.85x from memory, 12 x 1024 @ 1024 x 2304 0.97x from
+  # memory. 9-11 rows keep rows x 1: 10 and 9 as 2 tiles of 5 ran 0.77-0.83x from memory)
+  tile = rows if rows <= TILE_ROWS or (vw >= 16 and rows < SHORT_ROWS_SPLIT_32_REGS) else (rows + 1) // 2 if rows <= 2 * TILE_ROWS else 0
   vecs = 2 if tile <= TILE_ROWS_16_REGS or (tile <= TILE_ROWS and (vw >= 16 or tile == rows)) else 1
-  # (with 32 registers, 9-15 rows: 12 rows x 1 vector 1.65x faster than 6 x 2 in 2 row tiles; 16 rows keep the ordinary
-  # tile's 8 x 2, as fast as 16 x 1 measured)
-  if tile < 2 or tile * vecs > 16 or (tile == rows and vecs == 1 and rows % TILE_ROWS == 0): return False
+  if tile < 2 or tile * vecs > 16: return False
   size_n = k.full_shape[n]
   # (the column operand must outgrow the L2 cache, SHORT_ROWS_MIN_BYTES: 8 x 512 @ 512 x 256, 0.5 MB, measured 0.82x with the blocks)
   col_bytes = max((b.dtype.itemsize for b, st in zip(k.bufs, k.sts) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs) and

@@ -812,6 +812,12 @@ SHORT_ROWS = {
   (10, 512, 512): {8: [(U, 1, 8), (U, 0, 5), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
   # 11 rows: with 16 registers padded to 2 row tiles of 6 (masked rows)
   (11, 512, 512): {8: [(U, 1, 8), (D, 0, 6), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
+  # 17-24 rows: 4 row tiles of 5-6 rows x 2 vectors (18 padded to 20); 24 rows on 32 registers only with a reduce of 2048+
+  (20, 512, 512): {8: [(U, 1, 8), (U, 0, 5), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 5), (U, 1, 2), (B, 0, 16)]},
+  (18, 512, 512): {8: [(U, 1, 8), (D, 0, 5), (U, 0, 5), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (D, 0, 5), (U, 0, 5), (U, 1, 2), (B, 0, 16)]},
+  (24, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: None},
+  (24, 512, 2048): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 6), (U, 1, 2), (B, 0, 16)]},
+  (32, 512, 2048): {8: None, 16: None},  # more than 24 rows: the ordinary tile
   (8, 256, 256): {8: None, 16: None},  # a column operand of 256 KB stays in cache: the ordinary tile
 }
 

@@ -310,12 +310,15 @@ def _packed_tile_shape(k: KernelShape, m: int, vw: int, cols: int, red: Any, row
 SHORT_ROWS_MIN_BYTES = 1 << 20  # the short-rows tile's column operand at least this big (bigger than L2: read from memory)
 SHORT_ROWS_BLOCK = 16  # reduce steps per block of the short-rows tile (row streams of the column operand in flight)
 SHORT_ROWS_SPLIT_32_REGS = 12  # with 32 vector registers, this many rows (up to 16) and more are 2 row tiles of the short-rows tile
+SHORT_ROWS_MAX = 24  # the short-rows tile's most rows (17-24: 4 row tiles)
+SHORT_ROWS_LONG_REDUCE = 2048  # see _cpu_short_rows_tile: 24 rows on 32 registers only with a reduce this long
 
 def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reused: Any) -> bool:
   """A matmul whose row operand has only a few rows (a decode batch: 8 x 4096 @ 4096 x 2048), too few to repay
   packing the column operand, which is then read from memory once, as a stream. All the rows are the tile (2
   vectors of columns up to 8 rows; with 32 registers one vector for 9-11 rows; 12-16 rows with 32 registers and 9-16
-  with 16 are 2 row tiles, an odd count padded, see below), so one output loop is left (the column tiles), and the long reduce runs in blocks of SHORT_ROWS_BLOCK steps with that loop inside the block loop
+  with 16 are 2 row tiles, 17-24 rows 4, a count they don't divide padded, see below), so one output loop is left
+  (the column tiles) besides the row tiles', and the long reduce runs in blocks of SHORT_ROWS_BLOCK steps with that loop inside the block loop
   (BLOCK): each thread walks its share of SHORT_ROWS_BLOCK whole rows of the column operand at a time (a few
   contiguous streams the prefetcher follows), adding each block into the output (the rows x columns of partial
   sums stay in cache). A tile walking the whole reduce down one tile of columns touches a new page every step
@@ -340,7 +343,17 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
   # 1.43x | 1.34x, 16 x 1024 @ 1024 x 4096 1.6x, 12 x 4096 @ 4096 x 1024 1.7x (12 x 1), 15 rows 1.8x, 14 x 2048 @ 2048 x
   # 2048 1.9x from memory; 16 x 2048 @ 2048 x 1024 0.88x hot but 1.85x from memory, 12 x 1024 @ 1024 x 2304 0.97x from
   # memory. 9-11 rows keep rows x 1: 10 and 9 as 2 tiles of 5 ran 0.77-0.83x from memory)
-  tile = rows if rows <= TILE_ROWS or (vw >= 16 and rows < SHORT_ROWS_SPLIT_32_REGS) else (rows + 1) // 2 if rows <= 2 * TILE_ROWS else 0
+  # (17-24 rows: 4 row tiles of 5-6 rows x 2 vectors, 2 per thread, each thread streaming the operand twice. Against the
+  # general rules, interleaved, operand hot | from memory: AVX2 24 x 4096 @ 4096 x 1024 1.48x, 24 x 2048 @ 2048 x 1024 1.28x
+  # from memory, 24 x 1024 @ 1024 x 2304 1.06x | 1.13x, 20 rows 2.2x; AVX-512 20 x 1024 @ 1024 x 2304 1.45x, 18 x 2048 @
+  # 2048 x 2048 1.54x, 24 x 4096 @ 4096 x 1024 1.42x. Not 24 rows on 32 registers with a reduce under SHORT_ROWS_LONG_REDUCE:
+  # there 3 whole 8 x 2 tiles share each packed panel, which stays in L2 (24 x 1024 @ 1024 x 2304 0.86x hot with 4 tiles;
+  # 25-32 rows on AVX2 as 4-8 row tiles ran 0.8-1.0x)
+  if rows <= TILE_ROWS or (vw >= 16 and rows < SHORT_ROWS_SPLIT_32_REGS): tiles = 1
+  elif rows <= 2 * TILE_ROWS: tiles = 2
+  elif rows <= SHORT_ROWS_MAX and not (vw >= 16 and rows % TILE_ROWS == 0 and size < SHORT_ROWS_LONG_REDUCE): tiles = 4
+  else: return False
+  tile = -(-rows // tiles)
   vecs = 2 if tile <= TILE_ROWS_16_REGS or (tile <= TILE_ROWS and (vw >= 16 or tile == rows)) else 1
   if tile < 2 or tile * vecs > 16: return False
   size_n = k.full_shape[n]
@@ -359,9 +372,9 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
     if not try_opt(trial, Opt(OptOps.UPCAST, m, 0), f"short-rows tile: all {rows} rows (axis {m}) share each vector load of the column operand"): return False
     if m < n: n -= 1  # (the rows' axis is gone: the later axes move down)
   elif m != 0 or (rows % tile and not try_opt(trial, Opt(OptOps.PADTO, m, tile), f"short-rows tile: pad the {rows} rows (axis {m}) to "
-                                                                              f"2 row tiles of {tile} (masked)")) or \
+                                                                              f"{tiles} row tiles of {tile} (masked)")) or \
       not try_opt(trial, Opt(OptOps.UPCAST, m, tile), f"short-rows tile: {tile} rows (axis {m}) share each vector load of the column "
-                                                               f"operand; its 2 row tiles are the outer (parallel) loop (16 vector registers)"): return False
+                                                               f"operand; its {tiles} row tiles are the outer (parallel) loop"): return False
   if vecs == 2 and not try_opt(trial, Opt(OptOps.UPCAST, n, 2), f"short-rows tile: 2 vectors of columns share each broadcast ({rows}x2 accumulators)"):
     return False
   if not try_opt(trial, Opt(OptOps.BLOCK, 0, block), f"short-rows tile: the reduce of {size} in blocks of {block}, the column tiles inside each "

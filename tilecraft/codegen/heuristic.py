@@ -149,6 +149,30 @@ def _reduce_vectors_instead(k: KernelShape, axis: int) -> bool:
   return bool(streams) and all(rs[red] == 1 and rs[axis] != 1 for rs in streams) and \
     all(all(rs[a] == 0 for a in range(k.first_reduce)) for rs in ins if rs[axis] == 0)
 
+def _pad_elementwise_axis(k: KernelShape, axis: int, vw: int, ren: Any) -> bool:
+  """An elementwise kernel (CPU) whose contiguous output axis (its innermost) the vector width doesn't divide: pad that
+  axis to the width (PADTO, masked lanes) and make it the vector, where padding adds at most 1/7; True when applied.
+  Left scalar, or at 4 lanes where 4 divides, such a kernel ran its math a lane at a time: exp over 1000 x 1001 7.5x
+  faster padded on AVX-512 (2.4x on AVX2), sigmoid(x) * y over 8 x 50257 (a vocabulary's logits) 2.5x faster than 4
+  lanes, a broadcast add over 1000 x 1001 3.5x (AVX2: the same; gcc vectorized the scalar loop), interleaved. A copy of
+  one input (a pad: its validity a bool constant; ResNet-50's 64 x 114 x 114 pad before its max-pool 1.7-1.9x faster) may
+  read through masked views; with more inputs no view may be masked along the padded axis: a selection between several
+  inputs there (a concatenation's copy) gates each lane's load, which ran 1.5-2.3x slower as vectors than as 4 lanes in
+  DenseNet-121 (measured while such kernels were still scalar code). A mask along another axis (the channel window of
+  ZFNet's LRN) is one gate per row: its 96 x 109 x 109 LRN kernel, pow by exp2/log2, ran 22x faster padded."""
+  size, mems = k.full_shape[axis], [(b, st) for b, st in zip(k.bufs, k.sts) if isinstance(b, MemBuffer)]
+  if k.reduceops or axis != k.first_reduce - 1 or not isinstance(size, int) or size <= vw or size % vw == 0 or 7 * (round_up(size, vw) - size) > size:
+    return False
+  if not all(b.dtype.scalar() in ren.vector_dtypes for b, _ in mems): return False
+  def lane_gated(st: Any) -> bool:  # (a view masked along the padded axis, or masked behind a reshape: a gate per lane)
+    return any(v.mask is not None for v in st.views) and (len(st.views) > 1 or st.views[-1].mask[axis] != (0, size))
+  if len(mems) > 2 and any(lane_gated(st) for b, st in mems if b.idx >= len(k.outbufs)): return False
+  trial = k.copy()
+  if not (try_opt(trial, Opt(OptOps.PADTO, axis, vw), f"contiguous output axis {axis} ({size}) padded to the vector width {vw} (masked lanes)") and
+          try_opt(trial, Opt(OptOps.UPCAST, axis, vw), f"{vw} lanes of the padded contiguous output axis {axis} per thread (vector loads/stores)")): return False
+  adopt_trial(k, trial)
+  return True
+
 def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # NOLOCALS=1 on a target with workgroups: no local axes, so no grouped reduces or tensor cores (their
   # threads are local ids) either; the rules below lay the kernel out over global ids only
@@ -275,23 +299,11 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     # accumulator chains, plenty for a memory-bound loop; more rows only add horizontal sums
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
     vec_reduce = not gpu and any(st.real_strides()[a] == 1 for st in ins for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] != k.output_shape[a])
-    for amt in ([vw, 4] if not gpu and simd and not vec_reduce else [4]):
-      if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0:
-        why = f"{amt} rows share the reduce loop (independent vector accumulators)" if vec_reduce else f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"
-        if try_opt(k, Opt(OptOps.UPCAST, axis, amt), why): break
-    else:
-      # a copy of one input (a pad: its validity a bool constant) whose contiguous output axis no vector divides (a padded
-      # image's 114-wide rows before ResNet-50's max-pool): padded to the vector width where that adds at most 1/7 (masked
-      # lanes), not left scalar: ResNet-50's 64 x 114 x 114 pad 1.7-1.9x faster (AVX-512). Not a selection between several
-      # inputs (a concatenation's copy: vectors of per-lane gated loads ran 1.5-2.3x slower than 4 lanes in DenseNet-121,
-      # measured while such kernels were still scalar code: not re-measured since vectorizable_leaf)
-      size, mems = k.full_shape[axis], [b for b in k.bufs if isinstance(b, MemBuffer)]  # (the output and one input)
-      if not gpu and not k.reduceops and len(mems) == 2 and all(b.dtype.scalar() in ren.vector_dtypes for b in mems) and \
-          axis == k.first_reduce - 1 and isinstance(size, int) and size > vw and 7 * (round_up(size, vw) - size) <= size:
-        trial = k.copy()
-        if try_opt(trial, Opt(OptOps.PADTO, axis, vw), f"contiguous output axis {axis} ({size}) padded to the vector width {vw} (masked lanes)") and \
-            try_opt(trial, Opt(OptOps.UPCAST, axis, vw), f"{vw} lanes of the padded contiguous output axis {axis} per thread (vector loads/stores)"):
-          adopt_trial(k, trial)
+    if not (not gpu and _pad_elementwise_axis(k, axis, vw, ren)):
+      for amt in ([vw, 4] if not gpu and simd and not vec_reduce else [4]):
+        if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0:
+          why = f"{amt} rows share the reduce loop (independent vector accumulators)" if vec_reduce else f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"
+          if try_opt(k, Opt(OptOps.UPCAST, axis, amt), why): break
     # a reduce walking rows of the output's axis (e.g. column sums): read many cache lines per row
     if k.reduceops and not gpu and axis < k.first_reduce and k.first_reduce < k.first_upcast:
       # (not after a row reduce got vector accumulators along its contiguous rows: more rows would only spill them)

@@ -509,7 +509,10 @@ class Tensor(MovementOps, MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps)
     x = self if _computed_exactly(self.lazydata) else self.contiguous()
     m = x.max(a, keepdim=True)
     idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape((n,) + (1,) * (self.ndim - a - 1))
-    hit = (x == m) | ((x != x) & (m != m))
+    # (a row holding a NaN has m = NaN, max propagates it: no x equals m there, so its NaNs are the hits, the first one
+    # winning as numpy's does; in a row without one x != x is false. No per-row NaN flag: that bool buffer kept the index
+    # reduce scalar code, 2x slower over 1000 x 5000)
+    hit = (x == m) | (x != x)
     return (n - (hit.where(idx._expand_to(self.shape), 0)).max(a, keepdim)).cast(dtypes.int64)
   def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> "Tensor":
     """Index of the first minimum (numpy semantics)."""

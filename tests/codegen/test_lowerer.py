@@ -27,10 +27,11 @@ def test_closed_form_count_past_int32(device: str, noopt: int) -> None:
   computed in the kernel, in int64 (in int32 it came out as 3..6)."""
   N, k = 2**32 + 6, 3
   w = Tensor.full((1,), 1, dtypes.int64, device=device).expand(N).pad(((k, 0),))._windows(N)
-  with Context(NOOPT=noopt): got = w.sum(1).numpy()
+  with Context(NOOPT=noopt, SPLIT_REDUCE=0): got = w.sum(1).numpy()  # (one kernel: its loop is past int32)
   np.testing.assert_array_equal(got, N - k + np.arange(k + 1, dtype=np.int64))
+  np.testing.assert_array_equal(w.sum(1).numpy(), got)  # (split into partial reduces)
   if noopt:
-    src = source(w.sum(1), device, None)
+    with Context(SPLIT_REDUCE=0): src = source(w.sum(1), device, None)
     assert f"4294967302{SUFFIX[device]}" in src and "-6" not in src, src
 
 def test_sum_of_ones_past_int32(device: str) -> None:
@@ -54,7 +55,7 @@ def test_loop_bounds_past_int32_are_64bit(device: str) -> None:
   n = 2**31 + 5
   big = Tensor.empty(n, dtype=dtypes.uint8, device=device)
   for opts in (None, "hand"):
-    src = source(big.max(), device, opts)
+    with Context(SPLIT_REDUCE=0): src = source(big.max(), device, opts)  # (one kernel, not partial reduces)
     if device == "CPU" or opts is None: assert re.search(rf"for \({I64[device]} ridx\d+ = 0{SUFFIX[device]}; ridx\d+ < 2147483653{SUFFIX[device]};", src), src
     assert "2147483653" in src and "-2147483643" not in src, src
   src = source(big + 1, "CPU", None)

@@ -43,3 +43,24 @@ def test_the_table_forgets_dead_values():
   assert len(lazy._consed) < 2 * lazy._sweep_at
   x = a * 2.0
   assert (a * 2.0).lazydata.base is x.lazydata.base  # live ones still share
+
+def test_long_reduces_into_small_outputs_are_split_even_where_no_chunk_count_divides():
+  """A reduce of a prime length (1000003) or a vocabulary's 50257 into a few outputs: partial reduces over the first
+  c * (n // c) elements and the remainder's own reduce, combined (one scalar loop on one thread before: 16x slower),
+  for SUM and MAX (argmax's index reduce too); SPLIT_REDUCE=0 keeps one kernel. Against numpy."""
+  from tilecraft import Context
+  from tilecraft.ops import MetaOps
+  rng = np.random.default_rng(0)
+  def kernels(t): return [si for si in t.schedule() if si.ast.op is MetaOps.KERNEL]
+  for shape, axis in (((1000003,), None), ((4, 50257), 1)):
+    x = rng.standard_normal(shape, dtype=np.float32)
+    x.flat[-1] = 9.0  # (the maximum in the remainder)
+    for f, want in ((lambda t: t.sum(axis), x.astype(np.float64).sum(axis)), (lambda t: t.max(axis), x.max(axis)),
+                    (lambda t: t.argmax(axis if axis is not None else 0), np.argmax(x, axis if axis is not None else 0))):
+      t = f(Tensor(x))
+      n_split = len(kernels(t))
+      np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-3)
+      with Context(SPLIT_REDUCE=0):
+        one = f(Tensor(x))
+        assert len(kernels(one)) + 2 <= n_split, (len(kernels(one)), n_split)  # (per reduce: partials, remainder, combine)
+        np.testing.assert_allclose(one.numpy(), want, rtol=1e-4, atol=1e-2)

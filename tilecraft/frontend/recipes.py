@@ -3,8 +3,8 @@ record of the lazy graph they built, instead of built op by op again.
 
 A user's loop calls the same composite on inputs of the same kind every time. On realized inputs the
 graph such a method builds is a function of the inputs' views, dtypes and devices (and of which
-inputs share a base), its arguments and the settings the frontend reads (IMAGE, WINO, the
-default dtypes). The first call builds it the ordinary way (validating everything) and records it: per node,
+inputs share a base), its arguments and the settings the frontend reads (IMAGE, WINO, SPLIT_REDUCE,
+the default dtypes). The first call builds it the ordinary way (validating everything) and records it: per node,
 its op, argument, dtype, device, view, forced realize, image dtype and sources. A later call with
 the same key makes the same nodes directly: one LazyBuffer each, no checks, broadcasting, dtype
 promotion or movement ops. Building costs more than the kernels of a small workload, and right after
@@ -21,7 +21,7 @@ import functools, struct
 from typing import Any, Callable, Optional
 from tilecraft.dtype import DType, dtypes
 from tilecraft.engine.lazy import LazyBuffer
-from tilecraft.helpers import IMAGE, WINO, getenv
+from tilecraft.helpers import IMAGE, SPLIT_REDUCE, WINO, getenv
 from tilecraft.ops import BufferOps
 from tilecraft.shape.symbolic import Node
 
@@ -135,7 +135,8 @@ def recorded(fn: Callable) -> Callable:
       if b.op is not None or b.buffer is None or not lb.st.concrete: return fn(self, *args, **kwargs)
       sig.append((lb.st, lb.dtype, lb.device, b.st, b.buffer.dtype, b.image, bases.index(b) if b in bases else len(bases)))  # (by identity)
       bases.append(b)
-    key = (tuple(parts), tuple(sorted(kwargs)), tuple(sig), int(getenv(IMAGE.name, IMAGE.default)), int(getenv(WINO.name, WINO.default)), dtypes.default_float, dtypes.default_int)
+    key = (tuple(parts), tuple(sorted(kwargs)), tuple(sig), int(getenv(IMAGE.name, IMAGE.default)), int(getenv(WINO.name, WINO.default)),
+           int(getenv(SPLIT_REDUCE.name, SPLIT_REDUCE.default)), dtypes.default_float, dtypes.default_int)
     if (r := cache.get(key)) is not None: return tensor(_replay(r, bases))
     forced = [b.forced_realize for b in bases]
     out = fn(self, *args, **kwargs)

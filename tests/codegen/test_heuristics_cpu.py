@@ -818,6 +818,7 @@ SHORT_ROWS = {
   (24, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: None},
   (24, 512, 2048): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 6), (U, 1, 2), (B, 0, 16)]},
   (32, 512, 2048): {8: None, 16: None},  # more than 24 rows: the ordinary tile
+  (16, 128, 4096): {8: None, 16: None},  # rows of 512 B, too short to stream once per row tile: the ordinary tile's column strips
   (8, 256, 256): {8: None, 16: None},  # a column operand of 256 KB stays in cache: the ordinary tile
 }
 

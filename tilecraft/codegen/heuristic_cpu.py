@@ -319,8 +319,8 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
   packing the column operand, which is then read from memory once, as a stream. All the rows are the tile (2
   vectors of columns up to 8 rows; with 32 registers one vector for 9-11 rows; 12-16 rows with 32 registers and 9-16
   with 16 are 2 row tiles, 17-24 rows 4, a count they don't divide padded, see below), so one output loop is left
-  (the column tiles) besides the row tiles', and the long reduce runs in blocks of SHORT_ROWS_BLOCK steps with that loop inside the block loop
-  (BLOCK): each thread walks its share of SHORT_ROWS_BLOCK whole rows of the column operand at a time (a few
+  (the column tiles) besides the row tiles', and the long reduce runs in blocks of SHORT_ROWS_BLOCK steps with that
+  loop inside the block loop (BLOCK): each thread walks its share of SHORT_ROWS_BLOCK whole rows of the column operand at a time (a few
   contiguous streams the prefetcher follows), adding each block into the output (the rows x columns of partial
   sums stay in cache). A tile walking the whole reduce down one tile of columns touches a new page every step
   (one row of the operand): 3-10x slower measured (8, 4, 2 and 12 rows; 4 and 12 took the general rules).

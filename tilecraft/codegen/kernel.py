@@ -162,12 +162,12 @@ class Kernel(KernelShape):
     """BLOCK: split the reduce axis into (size/amt blocks, amt) and make the blocks the first reduce
     axis. The lowerer runs the block loop just inside the outermost output loop, so one block of
     the operands is reused across all the inner output tiles while it is in cache; each output
-    element adds its partial sum to what the earlier blocks stored, and the last block applies the
-    epilogue (what the kernel computes from the sum) before its store."""
+    element combines its partial result (a sum, or a max) with what the earlier blocks stored, and
+    the last block applies the epilogue (what the kernel computes from the result) before its store."""
     check(not self.opts.has_local, "BLOCK: reduce blocking is for targets whose output axes are loops (CPU), not thread ids")
     check(not self.reduce_block, "BLOCK: the reduce is already blocked")
     check(self.first_reduce + self.group_for_reduces <= axis < self.first_upcast, f"BLOCK: axis {axis} is not a (serial) reduce axis")
-    check(len(self.reduceops) == 1 and self.reduceops[0].op is ReduceOps.SUM, "BLOCK: needs exactly one SUM reduce")
+    check(len(self.reduceops) == 1 and self.reduceops[0].op in (ReduceOps.SUM, ReduceOps.MAX), "BLOCK: needs exactly one SUM or MAX reduce")
     check(len(self.ast.src) == 1, "BLOCK: the kernel must have one output (partial sums are accumulated in it between blocks)")
     store, red = self.ast.src[0], self.reduceops[0]
     # an epilogue (bias, activation, residual) is applied in the last block only: the earlier blocks store

@@ -61,10 +61,10 @@ def lower_reduce(s: LoweringState, op: LazyOp, lower_op: LowerOp, barrier: Barri
     if not (chain and ranges and len(group) > 1):
       for v in group[1:]: total = s.combine(op.op, total, v)
     if not ranges:
-      res[lane] = s.combine(op.op, total, s.earlier_blocks(lane, total.dtype.count)) if s.block_range is not None and s.block_in_acc else total
+      res[lane] = s.combine(op.op, total, s.earlier_blocks(lane, total.dtype.count, init)) if s.block_range is not None and s.block_in_acc else total
       continue
     dt = total.dtype
-    start = s.earlier_blocks(lane, dt.count) if s.block_range is not None and s.block_in_acc else UOp.const(dt, init)
+    start = s.earlier_blocks(lane, dt.count, init) if s.block_range is not None and s.block_in_acc else UOp.const(dt, init)
     # a blocked sum (LoweringState._blocked_sum_axis): an accumulator per block loop, whose sum is added to
     # the accumulator of the loop around it after each block
     cuts = [j for j, r in enumerate(ranges) if len(r.arg) > 2 and r.arg[2] == "block"]
@@ -75,8 +75,8 @@ def lower_reduce(s: LoweringState, op: LazyOp, lower_op: LowerOp, barrier: Barri
   if s.vax is not None and s.vax in s.magenta:  # the vector lanes were reduce lanes: combine them
     for lane, v in res.items():
       if v.dtype.count > 1: res[lane] = _horizontal(s, op.op, v)
-      # BLOCK, where the accumulators couldn't start from the earlier blocks' sums: add those now
-      if s.block_range is not None and not s.block_in_acc: res[lane] = s.combine(op.op, res[lane], s.earlier_blocks(lane, res[lane].dtype.count))
+      # BLOCK, where the accumulators couldn't start from the earlier blocks' results: combine those now
+      if s.block_range is not None and not s.block_in_acc: res[lane] = s.combine(op.op, res[lane], s.earlier_blocks(lane, res[lane].dtype.count, init))
   return res
 def _accumulate(s: LoweringState, op: LazyOp, start: UOp, ranges: list[UOp], total: UOp, terms: Optional[list[UOp]]) -> UOp:
   """An accumulator from `start` that combines `total` (or each of `terms`, one by one) in every

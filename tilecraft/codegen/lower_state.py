@@ -429,9 +429,10 @@ class LoweringState:
     if barrier is not None: src += (barrier,)
     return UOp(UOps.LOAD, dtype, src)
 
-  def earlier_blocks(self, lane: tuple[int, ...], width: int) -> UOp:
-    """BLOCK: what the earlier blocks stored for this output lane (0 in the first block). It starts
-    the accumulator, or, where the accumulator's vector lanes are reduce lanes, is added at the store."""
+  def earlier_blocks(self, lane: tuple[int, ...], width: int, identity: Any) -> UOp:
+    """BLOCK: what the earlier blocks stored for this output lane (the reduce's `identity` in the first block:
+    0 for a sum, the lowest value for a max). It starts the accumulator, or, where the accumulator's vector
+    lanes are reduce lanes, is combined with it at the store."""
     assert self.block_range is not None
     mb: MemBuffer = self.ast.src[0].arg
     buf = self.buf_uop(mb)
@@ -439,7 +440,7 @@ class LoweringState:
     later = UOp.alu(BinaryOps.CMPNE, self.block_range, UOp.const(dtypes.int32, 0))
     def load(idx: sint, valid: sint, dt: DType) -> UOp:
       gate = later if valid == 1 else UOp.alu(BinaryOps.AND, self.ix.sym_bool(valid), later)
-      return UOp(UOps.LOAD, dt, (buf, self.ix.sym_to_uop(idx, dtypes.int32), gate, UOp.const(dt, 0)))
+      return UOp(UOps.LOAD, dt, (buf, self.ix.sym_to_uop(idx, dtypes.int32), gate, UOp.const(dt, identity)))
     if kind == "scalar": prev = load(*data, mb.dtype)
     elif kind == "vector": prev = load(*data, mb.dtype.vec(self.W))
     else: prev = UOp(UOps.VECTORIZE, mb.dtype.vec(self.W), tuple(load(ix, vl, mb.dtype) for ix, vl in data))

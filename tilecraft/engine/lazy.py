@@ -111,7 +111,7 @@ class LazyBuffer:
       c = next((c for c in (256, 128, 64, 32, 16, 8) if n // c >= 256), None)
       if combine is None or c is None: return None
       cut = c * (n // c)
-      part = lambda lo, hi: self.shrink(tuple((lo, hi) if i == ax else (0, s) for i, s in enumerate(self.shape)))  # noqa: E731
+      def part(lo: int, hi: int) -> "LazyBuffer": return self.shrink(tuple((lo, hi) if i == ax else (0, s) for i, s in enumerate(self.shape)))
       return part(0, cut).r(op, axis).e(combine, part(cut, n).r(op, axis))
     x = self.reshape(self.shape[:ax] + (chunks, n // chunks) + self.shape[ax + 1:])
     inner = tuple(a + (a > ax) for a in axis if a != ax) + (ax + 1,)

@@ -300,7 +300,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     # accumulator chains, plenty for a memory-bound loop; more rows only add horizontal sums
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
     vec_reduce = not gpu and any(st.real_strides()[a] == 1 for st in ins for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] != k.output_shape[a])
-    if not (not gpu and _pad_elementwise_axis(k, axis, vw, ren)):
+    if gpu or not _pad_elementwise_axis(k, axis, vw, ren):
       for amt in ([vw, 4] if not gpu and simd and not vec_reduce else [4]):
         if isinstance(k.full_shape[axis], int) and k.full_shape[axis] % amt == 0:
           why = f"{amt} rows share the reduce loop (independent vector accumulators)" if vec_reduce else f"{amt} lanes of the contiguous output axis {axis} per thread (vector loads/stores)"

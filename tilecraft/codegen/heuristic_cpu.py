@@ -595,15 +595,16 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
   if not k.reduceops or k.upcasted: return None
   out = k.sts[0].real_strides()
   red = prod(k.full_shape[k.first_reduce:k.first_upcast])
+  ins = _input_strides(k)
   for a in range(k.first_reduce):
     size = k.full_shape[a]
     if out[a] != 1 or not isinstance(size, int) or size % vw == 0: continue
     window = isinstance(red, int) and red <= WINDOW_MAX
-    reused = any(rs[a] == 0 for rs in _input_strides(k))  # (an input broadcast along the row: the tile rules take it; a pool has none)
+    reused = any(rs[a] == 0 for rs in ins)  # (an input broadcast along the row: the tile rules take it; a pool has none)
     half = size % (vw // 2) == 0
     # (a row reduce whose inputs run along the reduce, not along this axis, takes its vectors along the reduce: padding
     # the rows only masks every load; argmax over 1000 x 5000 1.4x slower padded, AVX-512)
-    if half and not window and not any(rs[a] == 1 and any(rs[r] != 0 for r in range(k.first_reduce, k.first_upcast)) for rs in _input_strides(k)):
+    if half and not window and not any(rs[a] == 1 and any(rs[r] != 0 for r in range(k.first_reduce, k.first_upcast)) for rs in ins):
       return None
     if half and not (vw >= 16 and window and not reused):
       if vw < 16 or not reused or 7 * round_up(size, vw) > 8 * size: return None
@@ -619,7 +620,7 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
           try_opt(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
                                             "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
         return a
-    elif not window and not half and not reused and all(rs[a] == 1 for rs in _input_strides(k)) and 7 * (round_up(size, vw) - size) <= size:
+    elif not window and not half and not reused and all(rs[a] == 1 for rs in ins) and 7 * (round_up(size, vw) - size) <= size:
       # a column reduce (every input contiguous along the output's axis: a sum over the rows of a 1001 x 999 matrix) whose
       # columns no vector divides was scalar code: padded, the general rules vectorize the columns and block the rows
       # (11-15x faster, AVX-512)

@@ -133,6 +133,24 @@ def test_matvec_streams_rows_with_8_accumulators(arch, rng):
     check_tensor(Tensor(A) @ Tensor(x), A @ x)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("K,N", [(512, 1024), (516, 1000)])
+def test_vecmat_streams_a_big_matrix_in_blocks_of_8_rows(arch, K, N, rng):
+  """x @ W with one row of x and W past SHORT_ROWS_MIN_BYTES: 8 vectors of columns per tile, the reduce in blocks of
+  8 rows (VECMAT_BLOCK; 4 where 8 doesn't divide it), the columns padded where the tile doesn't divide them; against
+  numpy and the unoptimized kernel."""
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal((1, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    ast = bench.matmul_ast(1, N, K)
+    k = hand(ast)
+    pad = [(D, 0, 8 * vw)] if N % (8 * vw) else []
+    assert opts(k) == pad + [(U, 0, vw), (U, 0, 8), (B, 0, 8 if K % 8 == 0 else 4)], opts(k)
+    assert any("vector-matrix" in r and "blocks of" in r for r in k.applied_opts_reasons)
+    check(k, [x, w], x @ w, rtol=1e-4, atol=1e-3)
+    if runnable():
+      np.testing.assert_allclose(run(k, [x, w], N).reshape(1, N), _unoptimized(ast, [x, w], N).reshape(1, N), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_conv_third_reuse_upcast_and_full_kx_unroll(arch, rng):
   ast = bench.conv3x3_ast(8, 16, 8, 8)  # axes: cout, y, x, cin, ky, kx
   with Context(CPU_ARCH=arch):

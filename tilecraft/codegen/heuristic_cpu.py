@@ -641,6 +641,7 @@ def cpu_matvec(k: KernelShape, vw: int) -> bool:
   return True
 
 VECMAT_VECTORS = 8  # vector accumulators of a vector-matrix product's column tile
+VECMAT_BLOCK = 8  # reduce steps per block of a vector-matrix product over a matrix from memory (rows of it streamed at once per thread)
 
 def cpu_vecmat(k: KernelShape, vw: int) -> bool:
   """CPU vector-matrix (x @ W with one row of x: a classifier head at batch 1): the output axis is
@@ -660,16 +661,20 @@ def cpu_vecmat(k: KernelShape, vw: int) -> bool:
   if not try_opt(k, Opt(OptOps.UPCAST, 0, vw), f"vector-matrix: {vw} columns (contiguous in the matrix) are one vector"): return False
   try_opt(k, Opt(OptOps.UPCAST, 0, VECMAT_VECTORS), f"vector-matrix: {VECMAT_VECTORS} vectors of columns per thread share each broadcast of x "
                                                  f"({VECMAT_VECTORS} independent accumulators, whole cache lines of each matrix row)")
-  # a matrix read from memory (at least SHORT_ROWS_MIN_BYTES, a long reduce): the reduce in blocks of SHORT_ROWS_BLOCK with the
+  # a matrix read from memory (at least SHORT_ROWS_MIN_BYTES, a long reduce): the reduce in blocks of VECMAT_BLOCK with the
   # column tiles inside, as the short-rows tile does (each thread streams whole rows of the matrix): 1 x 4096 @ 4096 x 4096
   # (64 MB) 1.6-3.8x faster on AVX-512 and AVX2; fc 2048 -> 1000 (8 MB, from L3 here) unchanged. Only with at least 4 column
   # tiles: with 1 or 2 the threads already read whole rows (4096 x 128: 0.87-0.93x with the blocks)
+  # (blocks of 8, not the short-rows tile's 16: 8 row streams per thread, interleaved, AVX-512 | AVX2: 768 x 50176 (a
+  # GPT-2 head, 154 MB) 1.26x | 1.25x, 4096 x 8192 1.10x | 1.14x, 4096 x 4096 1.16x | 1.27x, 2048 x 4096 1.06x | 1.06x,
+  # 2048 x 2048 and 2048 x 1000 (from L3) 1.0-1.08x; blocks of 4 were 0.9-1.02x of 8. The short-rows tile keeps 16:
+  # with 2-8 rows, 8 was 1.0-1.1x on matrices from memory but 0.6-0.8x on 4-16 MB ones)
   red = k.full_shape[k.first_upcast - 1]
   mat = max((b.dtype.itemsize for b, rs in zip((b for b in k.bufs if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)), ins) if rs[0] == 1), default=0) * \
     size * (red if isinstance(red, int) else 0)
   tiles = k.full_shape[0] if k.first_reduce == 1 else 1
   if isinstance(red, int) and red >= getenv("CPU_REDUCE_BLOCK", 256) and mat >= SHORT_ROWS_MIN_BYTES and isinstance(tiles, int) and tiles >= 4:
-    for block in (SHORT_ROWS_BLOCK, SHORT_ROWS_BLOCK // 2):
+    for block in (VECMAT_BLOCK, VECMAT_BLOCK // 2):
       if red % block == 0 and try_opt(k, Opt(OptOps.BLOCK, 0, block), f"vector-matrix: a matrix of {mat >> 20} MB: the reduce of {red} in blocks of "
                                                                      f"{block}, the column tiles inside each block (each thread streams whole rows)"): break
   return True

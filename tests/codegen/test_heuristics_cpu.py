@@ -1033,6 +1033,33 @@ def test_odd_column_and_row_reduces(arch, rng):
     check_tensor(t, np.argmax(y, 1))
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_odd_axes_take_half_width_lanes_where_the_width_pads_too_much(arch, rng):
+  """Softmax over the axis before the last (8 x 1000 x 49: the 49 columns contiguous): its column reduce and its
+  elementwise kernel pad the 49 to 56 as 8 lanes on both ISAs (AVX-512's 16 would add 15: scalar code before, 4x slower
+  in all); a 24-wide elementwise row takes 8 lanes unpadded on AVX-512 (4 before: 1.9x slower). Against numpy and the
+  unoptimized kernels."""
+  vw = ARCHS[arch]
+  x, y, b = rng.standard_normal((8, 1000, 49), dtype=np.float32), rng.standard_normal((300, 24), dtype=np.float32), \
+    rng.standard_normal((1, 24), dtype=np.float32)
+  e = np.exp(x - x.max(1, keepdims=True))
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x).softmax(1)
+    kernels = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
+    assert len(kernels) == 2
+    for si, axis in zip(kernels, (1, 2)):
+      o = opts(hand(si.ast))
+      assert o[0] == (D, axis, 8) and (U, axis, 8) in o and not any(op is U and ax == axis and amt != 8 for op, ax, amt in o), o
+    check_tensor(t, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    if runnable():
+      for si in kernels:
+        flat, n = [b_.numpy() for b_ in si.bufs[1:]], si.bufs[0].size
+        np.testing.assert_allclose(run(hand(si.ast), flat, n), _unoptimized(si.ast, flat, n), rtol=1e-5, atol=1e-7)
+    t = (Tensor(y) + Tensor(b)).exp()
+    [si] = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
+    assert opts(hand(si.ast)) == [(U, 1, 8)], opts(hand(si.ast))
+    check_tensor(t, np.exp(y + b), rtol=1e-6)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_padded_rows_of_a_2_vector_tile(arch, rng):
   """A batched matmul with 49 rows (Winograd's tiles of a 14x14 image): padded to 8 rows with 32 registers; with 16
   (AVX2) to 4 rows, as where 8 divides (8 rows x 2 vectors spill: 1.15-1.68x slower in five models). Against numpy."""

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from tilecraft.codegen import lower_state
 from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNROLL_MAX_VECTORS, adopt_trial, cpu_matmul_tile, cpu_matvec, cpu_pad_vector_axis,
-                                          cpu_third_reuse_fits, cpu_transpose_tile, cpu_vecmat)
+                                          cpu_third_reuse_fits, padded_lanes, cpu_transpose_tile, cpu_vecmat)
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.helpers import TC, TC_OPT, getenv, prod, round_up
@@ -151,7 +151,8 @@ def _reduce_vectors_instead(k: KernelShape, axis: int) -> bool:
 
 def _pad_elementwise_axis(k: KernelShape, axis: int, vw: int, ren: Any) -> bool:
   """An elementwise kernel (CPU) whose contiguous output axis (its innermost) the vector width doesn't divide: pad that
-  axis to the width (PADTO, masked lanes) and make it the vector, where padding adds at most 1/7; True when applied.
+  axis to the width (PADTO, masked lanes) and make it the vector, where padding adds at most 1/7, else to half the width
+  on AVX-512 (padded_lanes: 49 -> 56; 24 takes 8 lanes unpadded, where the general rules took 4); True when applied.
   Left scalar, or at 4 lanes where 4 divides, such a kernel ran its math a lane at a time: exp over 1000 x 1001 7.5x
   faster padded on AVX-512 (2.4x on AVX2), sigmoid(x) * y over 8 x 50257 (a vocabulary's logits) 2.5x faster than 4
   lanes, a broadcast add over 1000 x 1001 3.5x (AVX2: the same; gcc vectorized the scalar loop), interleaved. A copy of
@@ -161,15 +162,17 @@ def _pad_elementwise_axis(k: KernelShape, axis: int, vw: int, ren: Any) -> bool:
   DenseNet-121 (measured while such kernels were still scalar code). A mask along another axis (the channel window of
   ZFNet's LRN) is one gate per row: its 96 x 109 x 109 LRN kernel, pow by exp2/log2, ran 22x faster padded."""
   size, mems = k.full_shape[axis], [(b, st) for b, st in zip(k.bufs, k.sts) if isinstance(b, MemBuffer)]
-  if k.reduceops or axis != k.first_reduce - 1 or not isinstance(size, int) or size <= vw or size % vw == 0 or 7 * (round_up(size, vw) - size) > size:
+  if k.reduceops or axis != k.first_reduce - 1 or not isinstance(size, int) or size <= vw or size % vw == 0 or (lanes := padded_lanes(size, vw)) is None:
     return False
   if not all(b.dtype.scalar() in ren.vector_dtypes for b, _ in mems): return False
   def lane_gated(st: Any) -> bool:  # (a view masked along the padded axis, or masked behind a reshape: a gate per lane)
     return any(v.mask is not None for v in st.views) and (len(st.views) > 1 or st.views[-1].mask[axis] != (0, size))
   if len(mems) > 2 and any(lane_gated(st) for b, st in mems if b.idx >= len(k.outbufs)): return False
   trial = k.copy()
-  if not (try_opt(trial, Opt(OptOps.PADTO, axis, vw), f"contiguous output axis {axis} ({size}) padded to the vector width {vw} (masked lanes)") and
-          try_opt(trial, Opt(OptOps.UPCAST, axis, vw), f"{vw} lanes of the padded contiguous output axis {axis} per thread (vector loads/stores)")): return False
+  if size % lanes and not try_opt(trial, Opt(OptOps.PADTO, axis, lanes), f"contiguous output axis {axis} ({size}) padded to a multiple of {lanes} lanes (masked)"):
+    return False
+  if not try_opt(trial, Opt(OptOps.UPCAST, axis, lanes), f"{lanes} lanes of the {'padded ' if size % lanes else ''}contiguous output axis {axis} per thread "
+                                                         "(vector loads/stores)"): return False
   adopt_trial(k, trial)
   return True
 

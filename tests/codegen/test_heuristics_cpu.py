@@ -1060,6 +1060,26 @@ def test_odd_axes_take_half_width_lanes_where_the_width_pads_too_much(arch, rng)
     check_tensor(t, np.exp(y + b), rtol=1e-6)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_conv_of_512_channels_blocks_its_channels_to_pack_on_avx2(arch, rng):
+  """A 3x3 conv of 512 input channels with 28-wide rows on AVX2: the packed tile's panel (512 x 9 x 16 weights, 295 KB)
+  is over the pack limit and no other tile takes 28-wide rows, so the input channels run in blocks of 256 and each
+  block's panel is packed (the general rules' tile ran 3x slower). AVX-512 keeps its tile (vectors along the rows, no
+  pack, no blocks). Direct conv (WINO=0); against numpy and the unoptimized kernel."""
+  x, w = rng.standard_normal((1, 512, 8, 28), dtype=np.float32), rng.standard_normal((32, 512, 3, 3), dtype=np.float32) / 48
+  xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  want = np.einsum("nchwij,ocij->nohw", np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3)), w)
+  with Context(CPU_ARCH=arch, WINO=0):
+    t = Tensor(x).conv2d(Tensor(w), padding=1)
+    [si] = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
+    o = opts(hand(si.ast))
+    if ARCHS[arch] == 8: assert (B, 0, 256) in o and any(op is P for op, _, _ in o), o
+    else: assert not any(op in (B, P) for op, _, _ in o), o
+    check_tensor(t, want, rtol=1e-4, atol=1e-4)
+    if runnable():
+      flat = [b_.numpy() for b_ in si.bufs[1:]]
+      np.testing.assert_allclose(run(hand(si.ast), flat, want.size), _unoptimized(si.ast, flat, want.size), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_padded_rows_of_a_2_vector_tile(arch, rng):
   """A batched matmul with 49 rows (Winograd's tiles of a 14x14 image): padded to 8 rows with 32 registers; with 16
   (AVX2) to 4 rows, as where 8 divides (8 rows x 2 vectors spill: 1.15-1.68x slower in five models). Against numpy."""

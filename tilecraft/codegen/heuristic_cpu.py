@@ -108,6 +108,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   # the packed tile, tried on a copy and kept only with its pack; not for short reduces (a 7x7 stem's 147:
   # there the pack and the padded image's row masks cost more than the strided vector loads, 4x slower measured)
   masked = any(st.axis_is_masked(a) for st in k.sts for a in range(k.shape_len))
+  unpacked: Optional[tuple[int, int]] = None  # (n, m) of the first packed tile refused for its panel's size
   def gathered_rows(n: int) -> Optional[int]:  # strided rows (the vector of a transposed tile) that no tile fits: padded to 8 by <= 1/2
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and out[a] == 1 and strided(a) and reused(a) and
                  isinstance(s := k.full_shape[a], int) and 2 * (round_up(s, TILE_ROWS) - s) <= s and not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
@@ -126,6 +127,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     trial = k.copy()
     if k.full_shape[n] % cols or not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
                                                          rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True) or not trial.packed:
+      if unpacked is None and k.full_shape[n] % cols == 0: unpacked = (n, m)
       # no pack (its panel over CPU_PACK_MAX_BYTES: a 3x3 conv of 512 channels), but the rows are strided, gathers in any tile, and
       # the columns' operand is broadcast (a scalar per column): the tile without the pack, one vector's worth of columns (2
       # spill on AVX-512, 5x slower). ResNet-50's 3x3 s2 512->512 at 14^2 1.24x (AVX-512) and 1.5x (AVX2) faster than the
@@ -188,6 +190,17 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
         return _apply_matmul_tile(k, n, m, vw, vw, why=" (padded columns: one whole vector, as wide as 2 half-width ones)")
       return _apply_matmul_tile(k, n, m, lanes, 2 * lanes, why=" (padded columns)")
     return _apply_matmul_tile(k, n, m, lanes, lanes, why=" (one vector of columns)", small=short_axis(m, n))
+  # last resort: the packed tile refused above for its panel's size, with the reduce's outermost axis (a conv's input
+  # channels) in blocks whose panel fits the pack. A 3x3 conv of 512 channels on AVX2 with 28-wide rows (which no other
+  # tile takes: 28 is a multiple of half the vector) ran the general rules, 3.0x slower, 512 -> 512 and 512 -> 256 at
+  # 28^2, interleaved. (Not before the other tiles: at 14^2 and 7^2 the padded-columns tile was 1.15-1.2x faster than it)
+  if unpacked is not None:
+    n, m = unpacked
+    trial = k.copy()
+    if _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below, in blocks)",
+                          rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True, block_outer=True) and trial.packed:
+      adopt_trial(k, trial)
+      return True
   return False
 
 def _one_vector_columns(k: KernelShape, vw: int, cols: int, out: tuple, ins: list[tuple], reused: Any, unit: Any,
@@ -419,11 +432,12 @@ def _cpu_dot_tile(k: KernelShape, vw: int, red_ax: int, reused: Any, unit: Any) 
   return True
 
 def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None, rows: Optional[int] = None,
-                       batched_pack: bool = False, col_axis: Optional[int] = None) -> bool:
+                       batched_pack: bool = False, col_axis: Optional[int] = None, block_outer: bool = False) -> bool:
   """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking. With
   one vector of columns (cols == vw), a `small` output axis (at most 7, one the operands move along as they do
   along n) is upcast whole in place of the second vector, with 2 rows. `rows` overrides _tile_rows; `batched_pack`: see
-  _cpu_pack_columns. `col_axis`: the axis whose steps are the tile's other vectors of columns, where n is one vector."""
+  _cpu_pack_columns. `col_axis`: the axis whose steps are the tile's other vectors of columns, where n is one vector.
+  `block_outer`: see _cpu_block_reduce."""
   if rows is None: rows = _tile_rows(k, k.full_shape[m], vw) if small is None else 2
   assert rows is not None
   if k.full_shape[n] % (cols if col_axis is None else vw) and not try_opt(k, Opt(OptOps.PADTO, n, cols), f"matmul register tile: pad the {k.full_shape[n]} columns (axis {n}) to a "
@@ -446,7 +460,7 @@ def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: 
     try_opt(k, Opt(OptOps.UPCAST, n if col_axis is None else col_axis, cols // vw), f"matmul register tile: {cols // vw} vectors of columns share each broadcast ({max(rows, 1)}x{cols // vw} accumulators"
                                                 + (f" per reduce, {len(k.reduceops)} reduces)" if len(k.reduceops) > 1 else ")"))
   # (columns already laid out in panels (col_axis): packing them only copies, 0.8-0.9x measured on SwiGLU's and GPT-2's QKV shapes, AVX-512)
-  if col_axis is None: _cpu_block_reduce(k, batched_pack)
+  if col_axis is None: _cpu_block_reduce(k, batched_pack, block_outer)
   else: _column_tiles_outermost(k, "each panel of the column operand is read by the row tiles in turn")
   _unroll_kernel_row(k)
   return True
@@ -492,19 +506,25 @@ def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
   # convs of 34 output channels per group (34 -> 36) 1.9x faster than the general rules' tile, AVX-512, interleaved)
   return TILE_ROWS_16_REGS if (-size) % TILE_ROWS_16_REGS * 16 <= size else None
 
-def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False) -> None:
+def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False, block_outer: bool = False) -> None:
   """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop
   and the column operand's panel (the whole reduce x one tile of columns) is packed into a
   contiguous stack array (PACK), read from L1/L2 by every row tile. Where the panel is too big for
   a pack, the reduce runs in blocks (BLOCK) and each block's panel is packed (or, if that fails,
   just stays in cache while every row tile uses it). A panel that only 1 or 2 row tiles read isn't copied (see
-  _cpu_pack_columns, and below for blocks)."""
+  _cpu_pack_columns, and below for blocks). `block_outer`: a reduce of several axes (a conv's input channels and kernel
+  window) may block its outermost one, kept only where each block's panel is then packed (see cpu_matmul_tile's last resort)."""
   if _cpu_pack_columns(k, "the whole reduce", batched_pack): return
   block = getenv("CPU_REDUCE_BLOCK", 256)
   red = [a for a in range(k.first_reduce, k.first_upcast)]
-  if len(red) != 1 or not isinstance(k.full_shape[red[0]], int) or k.full_shape[red[0]] <= block or k.full_shape[red[0]] % block: return
-  if k.global_dims < 2: return
-  if not try_opt(k, Opt(OptOps.BLOCK, 0, block), f"long reduce ({k.full_shape[red[0]]}): run it in blocks of {block}, each reused by all row tiles from cache"): return
+  if not red or not isinstance(size := k.full_shape[red[0]], int) or size <= block or size % block: return
+  if k.global_dims < 2 or (len(red) > 1 and not block_outer): return
+  if len(red) > 1:
+    trial = k.copy()
+    if try_opt(trial, Opt(OptOps.BLOCK, 0, block), f"the outermost reduce axis ({size}, the rest inside each block) in blocks of {block}, so one "
+                                                  "tile's panel fits a pack") and _cpu_pack_columns(trial, f"a block of {block}", batched_pack): adopt_trial(k, trial)
+    return
+  if not try_opt(k, Opt(OptOps.BLOCK, 0, block), f"long reduce ({size}): run it in blocks of {block}, each reused by all row tiles from cache"): return
   cols = _column_tile_axis(k)
   if cols is not None and (row_tiles := _row_tiles(k)) is not None and row_tiles <= 2:
     # a block's panel that only 1 or 2 row tiles read (a decode batch: 16 x 4096 @ 4096 x 1024) isn't worth

@@ -78,7 +78,9 @@ def test_wino_setting_paths() -> None:
 def test_rule() -> None:
   with Context(WINO=1):
     assert [wg.choose_tile(1, c, c, s, s) for c, s in ((64, 56), (128, 28), (256, 14), (512, 7))] == [4, 4, 2, None]  # ResNet-50
-    assert wg.choose_tile(1, 16, 64, 56, 56) is None and wg.choose_tile(1, 512, 512, 28, 28) is None
+    assert wg.choose_tile(1, 16, 64, 56, 56) is None and wg.choose_tile(1, 1024, 512, 28, 28) is None
+    assert wg.choose_tile(1, 512, 512, 28, 28) == 4 and wg.choose_tile(1, 256, 512, 56, 56) == 4  # VGG-19: F(4x4) up to 512 channels,
+    assert wg.choose_tile(1, 512, 512, 14, 14) is None and wg.choose_tile(1, 256, 512, 14, 14) is None  # not F(2x2)
     assert wg.choose_tile(1, 128, 32, 56, 56) == 4 and wg.choose_tile(1, 128, 32, 14, 14) is None  # DenseNet: F(4x4) only
     assert wg.choose_tile(1, 64, 256, 13, 13) is None and wg.choose_tile(1, 32, 128, 27, 27) == 4  # SqueezeNet
     assert wg.choose_tile(4, 256, 256, 8, 8) == 2 and wg.choose_tile(4, 256, 256, 7, 7) is None  # batch 4: 64 tiles of 2x2; partial tiles

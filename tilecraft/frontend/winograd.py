@@ -90,8 +90,13 @@ def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
   at least 49 2x2 tiles (14^2) and no partial tile (even height and width: at 13^2 the direct conv
   is fast and F(2x2) computes 14^2), else direct (at 7^2 the matmul reuses each element of U, 16-38 MB
   for 512 channels against the direct conv's 9.4 MB of weights, only 4-16 times: memory speed).
-  Channels: 32 <= cin and 32 <= cout, both <= 256 (not measured above: U grows with cin x cout); F(2x2)
-  only from 64 output channels (the input transform's cost per channel is against a matmul over cout).
+  Channels: 32 <= cin and 32 <= cout, both <= 256 for F(2x2), <= 512 for F(4x4) (U grows with cin x cout);
+  F(2x2) only from 64 output channels (the input transform's cost per channel is against a matmul over cout).
+  512 channels at 28^2 (VGG-19's block 4; the same one-time transform excluded, hot): 512 -> 512 F4 2.9x |
+  2.4x, 256 -> 512 2.9x, 512 -> 256 2.7x, 384 -> 384 3.2x (AVX-512 | AVX2, against the direct conv after
+  its AVX2 tile fix). Including the transform, which a Tensor program recomputes every call (8-12 ms for
+  512 x 512), 512 -> 512 was still 1.5x faster on AVX-512. F(2x2) at 14^2 with 512 channels: 1.3-2.7x
+  without the transform but 0.8x with it (AVX-512), so not taken.
   DenseNet-121's 128 -> 32 (quiet, 7 rounds): F4 1.49 at 56^2, 1.34 at 28^2, F2 0.93 at 14^2 (the 0.95
   and 1.19 above were measured under load); the model 1.046x (WINO=0 vs 1 alternating, 16 rounds).
   WINO=2: every eligible conv, F(4x4) where the output has at least 49 4x4 tiles, else F(2x2)."""
@@ -99,8 +104,9 @@ def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
   if mode <= 0 or oh < 1 or ow < 1: return None  # (an empty output: the direct conv says what is wrong)
   t4, t2 = n * -(-oh // 4) * -(-ow // 4), n * -(-oh // 2) * -(-ow // 2)
   if mode >= 2: return 4 if t4 >= 49 else 2
-  if not (32 <= cin <= 256 and 32 <= cout <= 256): return None
+  if not (32 <= cin <= 512 and 32 <= cout <= 512): return None
   if t4 >= 49: return 4
+  if cin > 256 or cout > 256: return None
   return 2 if t2 >= 49 and oh % 2 == 0 and ow % 2 == 0 and cout >= 64 else None
 
 _coef_cache: dict[tuple, "Tensor"] = {}

@@ -135,7 +135,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       # 28^2) the padded-columns tile's 16-lane vectors along the row, the image packed, were 1.4x faster (AVX-512)
       # The image's other short axis (its 7 rows) is upcast whole too: each weight broadcast then serves the whole image, read
       # once instead of once per row (56-112 accumulators, spilled, still 1.15-1.18x faster on AVX-512 and 1.42-1.49x on AVX2)
-      if vw >= 16 and strided(m) and _vector_columns_tile(k, n, m, vw, red): return True
+      if strided(m) and _vector_columns_tile(k, n, m, vw, red): return True
       if not (out[m] == 1 and strided(m) and k.full_shape[m] <= TILE_ROWS and red >= 256 and k.full_shape[n] % vw == 0): continue
       trial = k.copy()
       if not _apply_matmul_tile(trial, n, m, vw, vw, why=f" (the operand along axis {n} is broadcast per column; rows strided; "
@@ -177,10 +177,12 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   # at 7^2 the whole rows beat 6 rows x 1 vector by 1.3-1.5x (the 9.4 MB of weights are read once, not 7 times)
   n = next((a for a in range(k.first_reduce - 1, -1, -1) if out[a] == 1 and reused(a) and _odd_lanes(k.full_shape[a], vw)), None)
   if n is not None and (m := rows_axis(n)) is not None:
-    # 32 registers, a row of at most 16 that no vector size divides (a 3x3 conv's 13- or 7-wide rows): one vector of
-    # output channels over their packed weights x the whole row, a broadcast pixel each (the lowering's vectors along
+    # a row of at most 16 (14 on 16 registers) that no vector size divides (a 3x3 conv's 13- or 7-wide rows): one vector
+    # of output channels over their packed weights x the whole row, a broadcast pixel each (the lowering's vectors along
     # the packed columns), unpadded. SqueezeNet's 3x3 64->256 and 48->192 at 13^2 1.2x faster than the padded tile below
-    if vw >= 16 and _vector_columns_tile(k, m, n, vw, red, " (a row no vector divides: one vector of columns, packed, the row whole)"): return True
+    # (AVX-512); on AVX2 1.25-1.3x there, 1.33x on 256 -> 256 at 13^2, 1.27x on ResNet-50's 512 -> 512 at 7^2, 1.4-1.75x
+    # on YOLO-like 512 -> 1024 and 1024 -> 1024 at 13^2 (WINO=0, interleaved)
+    if _vector_columns_tile(k, m, n, vw, red, " (a row no vector divides: one vector of columns, packed, the row whole)"): return True
     size, lanes = k.full_shape[n], _odd_lanes(k.full_shape[n], vw)
     if 4 * (round_up(size, 2 * lanes) - size) <= size:
       # (half-width lanes on AVX-512 pad less only as one vector: where 2 of them pad to the same columns as one whole vector
@@ -256,18 +258,23 @@ def _vector_columns(k: KernelShape, n: int, m: int, packed: tuple[int, ...], red
   return lower_state.vectors_along_strided_axis(out, [rs for i, rs in loads if i in packed], [rs for i, rs in loads if i not in packed],
                                                 [(m, rows in lower_state.VECTOR_LANES)] if out[m] == 1 else [], n)
 
+ROW_ACCUMULATORS_16_REGS = 14  # the most vector accumulators of one tile row on 16 registers (the column vector and a broadcast besides)
+
 def _vector_columns_tile(k: KernelShape, n: int, m: int, vw: int, red: Any,
                         why: str = " (rows gathered: one vector of columns, packed; 2 vectors' panel too big to pack)") -> bool:
-  """32 registers, a conv whose 2 vectors' panel of weights is too big to pack (256 or 512 channels x 3x3), its rows
+  """A conv whose 2 vectors' panel of weights is too big to pack (256 or 512 channels x 3x3), its rows
   gathered (stride 2): one vector of output channels (the lowering's vectors along the packed columns, _vector_columns)
   x the whole output row (at most 16 accumulators), the weights packed, in blocks of the input channels where one
   vector's panel is too big as well, the kernel row unrolled. ResNet-50's 3x3 s2 256 at 28^2 (14-wide rows) 1.15x and
   512 at 14^2 (7-wide, blocks of 256) 1.23x faster than the tiles below (the image packed, or no pack), AVX-512,
   interleaved. The same tile serves contiguous rows no vector size divides (13 or 7 wide: the lowering takes vectors
-  along the columns there too). Tried on a copy: kept only with its pack."""
+  along the columns there too). 16 registers (AVX2) take rows of at most ROW_ACCUMULATORS_16_REGS: a 3x3 s2 512 ->
+  512 conv from 14^2 1.2x and from 28^2 (14-wide rows) 1.9x faster than the tiles below, interleaved (WINO=0). Tried on a copy: kept
+  only with its pack."""
   size_m, ci = k.full_shape[m], k.full_shape[k.first_reduce]
   movers = tuple(b.idx for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs) and st.real_strides(ignore_valid=True)[n] not in (0, 1))
-  if not isinstance(size_m, int) or size_m > 2 * TILE_ROWS or k.full_shape[n] % vw or not _vector_columns(k, n, m, movers, red, size_m): return False
+  if not isinstance(size_m, int) or size_m > (2 * TILE_ROWS if vw >= 16 else ROW_ACCUMULATORS_16_REGS) or k.full_shape[n] % vw or \
+      not _vector_columns(k, n, m, movers, red, size_m): return False
   trial = k.copy()
   gone = k.full_shape[n] == vw
   if not try_opt(trial, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why): return False

@@ -1081,6 +1081,24 @@ def test_conv_of_512_channels_blocks_its_channels_to_pack_on_avx2(arch, rng):
       np.testing.assert_allclose(run(hand(si.ast), flat, want.size), _unoptimized(si.ast, flat, want.size), rtol=1e-4, atol=1e-4)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_batched_1x1_conv_packs_its_image_panel_inside_the_batch(arch, rng):
+  """A 1x1 conv at batch 3: the batch (the weights broadcast along it, the image stepping past its whole panel) is not
+  the column tiles; the pixel tiles go just inside it and each image panel is packed, as at batch 1. Against numpy and
+  the unoptimized kernel."""
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal((3, 64, 16, 16), dtype=np.float32), rng.standard_normal((32, 64, 1, 1), dtype=np.float32) / 8
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x).conv2d(Tensor(w))
+    [si] = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
+    o = opts(hand(si.ast))
+    assert o[0] == (U, 2, vw) and (S, 1, 2) in o and (P, 1, 0) in o, o
+    want = np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0])
+    check_tensor(t, want, rtol=1e-4, atol=1e-5)
+    if runnable():
+      flat = [b_.numpy() for b_ in si.bufs[1:]]
+      np.testing.assert_allclose(run(hand(si.ast), flat, want.size), _unoptimized(si.ast, flat, want.size), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_padded_rows_of_a_2_vector_tile(arch, rng):
   """A batched matmul with 49 rows (Winograd's tiles of a 14x14 image): padded to 8 rows with 32 registers; with 16
   (AVX2) to 4 rows, as where 8 divides (8 rows x 2 vectors spill: 1.15-1.68x slower in five models). Against numpy."""

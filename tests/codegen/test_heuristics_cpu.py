@@ -840,6 +840,13 @@ def _unoptimized(ast, inputs, out_size):
   """The kernel without opts: the reference the optimized kernel must match (where this host runs the arch)."""
   return run(Kernel(ast, Device["CPU"].renderer), inputs, out_size)
 
+def check_unoptimized(si, rtol, atol, k=None):
+  """Schedule item si's kernel (k, else the hand-coded one) against the unoptimized one on si's inputs, realized
+  already (by check_tensor), where this host runs the CPU_ARCH in force."""
+  if not runnable(): return
+  flat, n = [b.numpy() for b in si.bufs[1:]], si.bufs[0].size
+  np.testing.assert_allclose(run(k or hand(si.ast), flat, n), _unoptimized(si.ast, flat, n), rtol=rtol, atol=atol)
+
 # (M, N, K) -> the short-rows tile's opts on AVX2 (8 lanes) and AVX-512 (16 lanes); None: the rule doesn't fire
 SHORT_ROWS = {
   (8, 1024, 256): {8: [(U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 16)]},
@@ -915,11 +922,8 @@ def test_vector_matrix_streams_a_big_matrix_in_blocks(arch, rng):
     si = [si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1]
     k = hand(si.ast)
     assert opts(k) == [(U, 0, vw), (U, 0, 8), (B, 0, 8)], opts(k)
-    if runnable(): np.testing.assert_allclose(t.numpy(), x @ w + bias, rtol=1e-4, atol=1e-3)
-    else: check_tensor(t, x @ w + bias)
-    if runnable():
-      inputs = [b.numpy() for b in si.bufs[1:]]
-      np.testing.assert_allclose(run(k, inputs, 1024), _unoptimized(si.ast, inputs, 1024), rtol=1e-4, atol=1e-4)
+    check_tensor(t, x @ w + bias, rtol=1e-4, atol=1e-3)
+    check_unoptimized(si, 1e-4, 1e-4, k)
     assert not any(o[0] is B for o in opts(hand(bench.matmul_ast(1, 2 * 8 * vw, 4096))))
 
 @pytest.mark.parametrize("arch", list(ARCHS))
@@ -1001,9 +1005,7 @@ def test_elementwise_odd_rows_padded_to_vectors(arch, rng):
     cp = np.pad(c * c, ((0, 0), (1, 1), (0, 0), (0, 0)))
     want = c * sc / np.sqrt(1.0 + cp[:, 0:12] + cp[:, 1:13] + cp[:, 2:14])
     check_tensor(t, want, rtol=1e-5, atol=1e-6)
-    if runnable():
-      flat = [b.numpy() for b in si.bufs[1:]]  # (the kernel's own inputs, realized by check_tensor)
-      np.testing.assert_allclose(run(k, flat, want.size), _unoptimized(si.ast, flat, want.size), rtol=1e-5, atol=1e-6)
+    check_unoptimized(si, 1e-5, 1e-6, k)
     # a concatenation along the rows (a gate per row) is padded; along the odd axis (lanes gated per load) it is not
     t = (Tensor(x).cat(Tensor(y), axis=0) + Tensor(y)).exp()
     [si] = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
@@ -1051,10 +1053,7 @@ def test_odd_axes_take_half_width_lanes_where_the_width_pads_too_much(arch, rng)
       o = opts(hand(si.ast))
       assert o[0] == (D, axis, 8) and (U, axis, 8) in o and not any(op is U and ax == axis and amt != 8 for op, ax, amt in o), o
     check_tensor(t, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
-    if runnable():
-      for si in kernels:
-        flat, n = [b_.numpy() for b_ in si.bufs[1:]], si.bufs[0].size
-        np.testing.assert_allclose(run(hand(si.ast), flat, n), _unoptimized(si.ast, flat, n), rtol=1e-5, atol=1e-7)
+    for si in kernels: check_unoptimized(si, 1e-5, 1e-7)
     t = (Tensor(y) + Tensor(b)).exp()
     [si] = [si for si in t.schedule() if si.ast.op.name == "KERNEL"]
     assert opts(hand(si.ast)) == [(U, 1, 8)], opts(hand(si.ast))
@@ -1076,9 +1075,7 @@ def test_conv_of_512_channels_blocks_its_channels_to_pack_on_avx2(arch, rng):
     if ARCHS[arch] == 8: assert (B, 0, 256) in o and any(op is P for op, _, _ in o), o
     else: assert not any(op in (B, P) for op, _, _ in o), o
     check_tensor(t, want, rtol=1e-4, atol=1e-4)
-    if runnable():
-      flat = [b_.numpy() for b_ in si.bufs[1:]]
-      np.testing.assert_allclose(run(hand(si.ast), flat, want.size), _unoptimized(si.ast, flat, want.size), rtol=1e-4, atol=1e-4)
+    check_unoptimized(si, 1e-4, 1e-4)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_batched_1x1_conv_packs_its_image_panel_inside_the_batch(arch, rng):
@@ -1094,9 +1091,7 @@ def test_batched_1x1_conv_packs_its_image_panel_inside_the_batch(arch, rng):
     assert o[0] == (U, 2, vw) and (S, 1, 2) in o and (P, 1, 0) in o, o
     want = np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0])
     check_tensor(t, want, rtol=1e-4, atol=1e-5)
-    if runnable():
-      flat = [b_.numpy() for b_ in si.bufs[1:]]
-      np.testing.assert_allclose(run(hand(si.ast), flat, want.size), _unoptimized(si.ast, flat, want.size), rtol=1e-4, atol=1e-5)
+    check_unoptimized(si, 1e-4, 1e-5)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_padded_rows_of_a_2_vector_tile(arch, rng):

@@ -556,20 +556,18 @@ def _row_tiles(k: KernelShape) -> Optional[int]:
   return n if isinstance(n, int) else None
 
 def _column_tile_axis(k: KernelShape) -> Optional[int]:
-  """A global axis along which the row operand (broadcast along the vector axis) is broadcast too: the column tiles. Not
-  a batch of the column operand (_shared_batches) where another axis qualifies."""
+  """A global axis along which the row operand (broadcast along the vector axis) is broadcast too: the column tiles
+  (not a batch of the column operand where another axis qualifies, see _column_axes)."""
   return _column_axes(k)[0]
 
-def _shared_batches(k: KernelShape) -> list[int]:
-  """Global axes along which the column operand steps past its whole panel over the reduce while the row operand is
-  broadcast (a batch of images sharing a conv's weights). A 1x1 conv at batch 4 took its batch as the column tiles, so
-  its image panel wasn't packed and the batch stayed the outer loop of row tiles each walking all pixels; with the pixel
-  tiles just inside the batch and the panel packed, interleaved, AVX-512 | AVX2: 256 -> 64 at 56^2 1.21x | 1.1x, 64 ->
-  256 1.04x | 1.09x, 2048 -> 512 at 7^2 1.07x | 1.49x, 512 -> 128 at 28^2 (batch 8) 1.02x."""
-  return _column_axes(k)[1]
-
 def _column_axes(k: KernelShape) -> tuple[Optional[int], list[int]]:
-  """(_column_tile_axis, _shared_batches)."""
+  """(the column tiles' axis, the shared batches): the global axes along which the row operand (broadcast along the
+  vector axis) is broadcast too, the first that isn't a shared batch, else the first; and the shared batches, those
+  along which the column operand steps past its whole panel over the reduce (a batch of images sharing a conv's
+  weights). A 1x1 conv at batch 4 took its batch as the column tiles, so its image panel wasn't packed and the batch
+  stayed the outer loop of row tiles each walking all pixels; with the pixel tiles just inside the batch and the panel
+  packed (_cpu_pack_columns), interleaved, AVX-512 | AVX2: 256 -> 64 at 56^2 1.21x | 1.1x, 64 -> 256 1.04x | 1.09x,
+  2048 -> 512 at 7^2 1.07x | 1.49x, 512 -> 128 at 28^2 (batch 8) 1.02x."""
   ins, vec = _input_strides(k), k.first_upcast
   rows_op = [rs for rs in ins if rs[vec] == 0]
   cands = [a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)]
@@ -588,7 +586,7 @@ def _cpu_pack_columns(k: KernelShape, what: str, batched_pack: bool = False) -> 
   vectors), where the operand also moves along an outer loop (a batch) the column tiles go just inside that loop."""
   cols, batches = _column_axes(k)
   if cols is None or k.global_dims < 2: return False
-  batched_pack = batched_pack or any(b < cols for b in batches)  # (a batch of images sharing the weights: see _shared_batches)
+  batched_pack = batched_pack or any(b < cols for b in batches)  # (a batch of images sharing the weights: see _column_axes)
   # the column tiles outermost; with batched_pack, where the column operand also moves along an outer loop (a batch:
   # attention's k per head) that loop stays outside, the column tiles just inside it (the pack's scope is then the
   # column loop inside each batch iteration, codegen/pack.py). (Not for operands already contiguous along the vectors:

@@ -92,9 +92,9 @@ def choose_tile(n: int, cin: int, cout: int, oh: int, ow: int) -> Optional[int]:
   for 512 channels against the direct conv's 9.4 MB of weights, only 4-16 times: memory speed).
   Channels: 32 <= cin and 32 <= cout, both <= 256 for F(2x2), <= 512 for F(4x4) (U grows with cin x cout);
   F(2x2) only from 64 output channels (the input transform's cost per channel is against a matmul over cout).
-  512 channels at 28^2 (VGG-19's block 4; the same one-time transform excluded, hot): 512 -> 512 F4 2.9x |
-  2.4x, 256 -> 512 2.9x, 512 -> 256 2.7x, 384 -> 384 3.2x (AVX-512 | AVX2, against the direct conv after
-  its AVX2 tile fix). Including the transform, which a Tensor program recomputes every call (8-12 ms for
+  512 channels at 28^2 (VGG-19's block 4; the same one-time transform excluded, hot), AVX-512: 512 -> 512 F4
+  2.9x, 256 -> 512 2.9x, 512 -> 256 2.7x, 384 -> 384 3.2x; AVX2: 512 -> 512 2.4x (against the direct conv
+  after its AVX2 tile fix). Including the transform, which a Tensor program recomputes every call (8-12 ms for
   512 x 512), 512 -> 512 was still 1.5x faster on AVX-512. F(2x2) at 14^2 with 512 channels: 1.3-2.7x
   without the transform but 0.8x with it (AVX-512), so not taken.
   DenseNet-121's 128 -> 32 (quiet, 7 rounds): F4 1.49 at 56^2, 1.34 at 28^2, F2 0.93 at 14^2 (the 0.95

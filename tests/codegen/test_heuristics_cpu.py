@@ -726,7 +726,7 @@ def test_conv_rows_no_vector_divides_take_vectors_of_output_channels(arch, cin, 
   big) x the whole row, a broadcast pixel each, unpadded: the lowering makes the accumulators vectors of output
   channels and stores them lane by lane. 1.15-1.39x faster than 16-lane vectors along the row padded to 16 (8 for
   the 7-wide ones), AVX-512, on the models' own kernels. With 16 registers (AVX2, rows of at most 14) the same with
-  8-lane vectors, whose panel fits a pack unblocked: 1.25-1.5x faster than the padded rows (SqueezeNet, Inception,
+  8-lane vectors, whose panel fits a pack unblocked: 1.1-1.5x faster than the padded rows (SqueezeNet, Inception,
   ResNet-50's kernels, interleaved)."""
   vw = ARCHS[arch]
   x, w = rng.standard_normal((1, cin, size, size), dtype=np.float32), rng.standard_normal((cout, cin, 3, 3), dtype=np.float32) * 0.05
@@ -1063,7 +1063,7 @@ def test_odd_axes_take_half_width_lanes_where_the_width_pads_too_much(arch, rng)
 def test_conv_of_512_channels_blocks_its_channels_to_pack_on_avx2(arch, rng):
   """A 3x3 conv of 512 input channels with 28-wide rows on AVX2: the packed tile's panel (512 x 9 x 16 weights, 295 KB)
   is over the pack limit and no other tile takes 28-wide rows, so the input channels run in blocks of 256 and each
-  block's panel is packed (the general rules' tile ran 3x slower). AVX-512 keeps its tile (vectors along the rows, no
+  block's panel is packed (the general rules' tile ran 2.5-3.2x slower). AVX-512 keeps its tile (vectors along the rows, no
   pack, no blocks). Direct conv (WINO=0); against numpy and the unoptimized kernel."""
   x, w = rng.standard_normal((1, 512, 8, 28), dtype=np.float32), rng.standard_normal((32, 512, 3, 3), dtype=np.float32) / 48
   xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))

@@ -109,6 +109,9 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   # there the pack and the padded image's row masks cost more than the strided vector loads, 4x slower measured)
   masked = any(st.axis_is_masked(a) for st in k.sts for a in range(k.shape_len))
   unpacked: Optional[tuple[int, int]] = None  # (n, m) of the first packed tile refused for its panel's size
+  def packed_tile(t: KernelShape, n: int, m: int, block_outer: bool = False) -> bool:
+    return _apply_matmul_tile(t, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below{', in blocks' if block_outer else ''})",
+                              rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True, block_outer=block_outer)
   def gathered_rows(n: int) -> Optional[int]:  # strided rows (the vector of a transposed tile) that no tile fits: padded to 8 by <= 1/2
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and out[a] == 1 and strided(a) and reused(a) and
                  isinstance(s := k.full_shape[a], int) and 2 * (round_up(s, TILE_ROWS) - s) <= s and not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
@@ -125,8 +128,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # measured on 3x3 stride-2 convs with 17- and 30-wide outputs, AVX2, before the vectors of columns; so 8 rows,
     # padded, never 6. With vectors of columns AVX2 still takes 8, measured; 32 registers see _packed_tile_shape)
     trial = k.copy()
-    if k.full_shape[n] % cols or not _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below)",
-                                                         rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True) or not trial.packed:
+    if k.full_shape[n] % cols or not packed_tile(trial, n, m) or not trial.packed:
       if unpacked is None and k.full_shape[n] % cols == 0: unpacked = (n, m)
       # no pack (its panel over CPU_PACK_MAX_BYTES: a 3x3 conv of 512 channels), but the rows are strided, gathers in any tile, and
       # the columns' operand is broadcast (a scalar per column): the tile without the pack, one vector's worth of columns (2
@@ -180,7 +182,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # a row of at most 16 (14 on 16 registers) that no vector size divides (a 3x3 conv's 13- or 7-wide rows): one vector
     # of output channels over their packed weights x the whole row, a broadcast pixel each (the lowering's vectors along
     # the packed columns), unpadded. SqueezeNet's 3x3 64->256 and 48->192 at 13^2 1.2x faster than the padded tile below
-    # (AVX-512); on AVX2 1.25-1.3x there, 1.33x on 256 -> 256 at 13^2, 1.27x on ResNet-50's 512 -> 512 at 7^2, 1.4-1.75x
+    # (AVX-512); on AVX2 1.25-1.3x there, 1.33x on 256 -> 256 at 13^2, 1.27x on ResNet-50's 512 -> 512 at 7^2, 1.37-1.76x
     # on YOLO-like 512 -> 1024 and 1024 -> 1024 at 13^2 (WINO=0, interleaved)
     if _vector_columns_tile(k, m, n, vw, red, " (a row no vector divides: one vector of columns, packed, the row whole)"): return True
     size, lanes = k.full_shape[n], _odd_lanes(k.full_shape[n], vw)
@@ -194,13 +196,12 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     return _apply_matmul_tile(k, n, m, lanes, lanes, why=" (one vector of columns)", small=short_axis(m, n))
   # last resort: the packed tile refused above for its panel's size, with the reduce's outermost axis (a conv's input
   # channels) in blocks whose panel fits the pack. A 3x3 conv of 512 channels on AVX2 with 28-wide rows (which no other
-  # tile takes: 28 is a multiple of half the vector) ran the general rules, 3.0x slower, 512 -> 512 and 512 -> 256 at
+  # tile takes: 28 is a multiple of half the vector) ran the general rules, 2.5-3.2x slower, 512 -> 512 and 512 -> 256 at
   # 28^2, interleaved. (Not before the other tiles: at 14^2 and 7^2 the padded-columns tile was 1.15-1.2x faster than it)
   if unpacked is not None:
     n, m = unpacked
     trial = k.copy()
-    if _apply_matmul_tile(trial, n, m, vw, cols, why=f" (the operand along axis {n} is strided: packed contiguously below, in blocks)",
-                          rows=TILE_ROWS if out[m] == 1 else None, batched_pack=True, block_outer=True) and trial.packed:
+    if packed_tile(trial, n, m, block_outer=True) and trial.packed:
       adopt_trial(k, trial)
       return True
   return False
@@ -573,9 +574,9 @@ def _column_axes(k: KernelShape) -> tuple[Optional[int], list[int]]:
   cands = [a for a in range(k.global_dims) if rows_op and all(rs[a] == 0 for rs in rows_op) and any(rs[a] != 0 for rs in ins)]
   red = range(k.first_reduce, k.first_upcast)
   def batch(a: int) -> bool:  # (strides of None, a masked or non-linear view: not a batch)
-    cols = [rs for rs in ins if rs[vec] != 0 and rs[a] != 0]
-    if not cols or not all(isinstance(rs[x], int) for rs in cols for x in (a, *red)) or not all(isinstance(k.full_shape[r], int) for r in red): return False
-    return all(abs(rs[a]) > sum(abs(rs[r]) * (k.full_shape[r] - 1) for r in red) for rs in cols)
+    movers = [rs for rs in ins if rs[vec] != 0 and rs[a] != 0]  # (the column operands moving along a)
+    if not movers or not all(isinstance(rs[x], int) for rs in movers for x in (a, *red)) or not all(isinstance(k.full_shape[r], int) for r in red): return False
+    return all(abs(rs[a]) > sum(abs(rs[r]) * (k.full_shape[r] - 1) for r in red) for rs in movers)
   batches = [a for a in cands if batch(a)]
   return next((a for a in cands if a not in batches), cands[0] if cands else None), batches
 
@@ -724,8 +725,8 @@ def cpu_vecmat(k: KernelShape, vw: int) -> bool:
   # tiles: with 1 or 2 the threads already read whole rows (4096 x 128: 0.87-0.93x with the blocks)
   # (blocks of 8, not the short-rows tile's 16: 8 row streams per thread, interleaved, AVX-512 | AVX2: 768 x 50176 (a
   # GPT-2 head, 154 MB) 1.26x | 1.25x, 4096 x 8192 1.10x | 1.14x, 4096 x 4096 1.16x | 1.27x, 2048 x 4096 1.06x | 1.06x,
-  # 2048 x 2048 and 2048 x 1000 (from L3) 1.0-1.08x; blocks of 4 were 0.9-1.02x of 8. The short-rows tile keeps 16:
-  # with 2-8 rows, 8 was 1.0-1.1x on matrices from memory but 0.6-0.8x on 4-16 MB ones)
+  # 2048 x 2048 and 2048 x 1000 (from L3) 0.98-1.08x; blocks of 4 were 0.9-1.02x of 8. The short-rows tile keeps 16:
+  # with 2-8 rows, 8 was 1.0-1.23x on matrices from memory but 0.57-0.83x on 4-16 MB ones)
   red = k.full_shape[k.first_upcast - 1]
   mat = max((b.dtype.itemsize for b, rs in zip((b for b in k.bufs if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)), ins) if rs[0] == 1), default=0) * \
     size * (red if isinstance(red, int) else 0)

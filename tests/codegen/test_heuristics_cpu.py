@@ -1156,3 +1156,28 @@ def test_concatenation_kernels_are_vector_code(arch, rng):
     src = k.to_program().src
     assert f"float{vw} " in src and "tc_where" in src, src
     check_tensor(t, np.maximum(np.concatenate([a, b.T]) * 1.5 - 0.25, 0), rtol=1e-5, atol=1e-6)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("cin,cout,hw,stride,residual", [(512, 128, 7, 1, False), (256, 64, 14, 1, True), (256, 64, 14, 2, False), (512, 64, 5, 1, False)])
+def test_laid_out_columns_tile(arch, cin, cout, hw, stride, residual, rng):
+  """A 1x1 conv against a weight in panels of 64 output channels (frontend/pointwise_layout.py): with 32 registers,
+  4 vectors of output channels x 7 pixels, loaded straight from the panels (vectors along the output's strided
+  channels, stored lane by lane; a residual gathered lane by lane), nothing packed or padded. Not on 16 registers,
+  and not where vectors of pixels wouldn't pad (25 pixels, a multiple of neither 7 nor 16: the usual tiles)."""
+  from tilecraft.frontend.pointwise_layout import pointwise_conv, pointwise_layout
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal((1, cin, hw, hw), dtype=np.float32), rng.standard_normal((cout, cin, 1, 1), dtype=np.float32)
+  ref = _conv_ref(x, w, stride, 0)
+  res = rng.standard_normal(ref.shape, dtype=np.float32) if residual else None
+  with Context(CPU_ARCH=arch):
+    t = pointwise_conv(Tensor(x).realize(), Tensor(pointwise_layout(w)).realize(), (stride, stride))
+    if residual: t = (t + Tensor(res).realize()).relu()
+    si = [s for s in t.schedule() if s.ast.op.name == "KERNEL"][-1]
+    k = hand(si.ast)
+    pixels = ((hw - 1) // stride + 1) ** 2
+    tile = vw == 16 and pixels % 7 == 0
+    assert ([(op, amt) for op, _, amt in opts(k)] == [(U, 16), (U, 4), (U, 7)]) == tile, (k.applied_opts, k.applied_opts_reasons)
+    if tile: assert "float16 acc" in k.to_program().src
+    want = np.maximum(ref + res, 0) if residual else ref
+    check_tensor(t, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    check_unoptimized(si, 1e-4, 1e-4 * float(np.abs(want).max()), k)

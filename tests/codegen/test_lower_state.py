@@ -164,3 +164,17 @@ def test_random_packed_strided_conv_tiles_match_numpy(seed):
 @pytest.mark.parametrize("seed", range(6, 126))
 def test_fuzz_packed_strided_conv_tiles_match_numpy(seed):
   _random_strided_conv_case(seed)
+
+def test_vectors_along_strided_axis_rules():
+  """The one test of where a strided output axis may carry the vectors, on strides alone. Axes: (output channels
+  a=0, pixels 1, input channels 2 = the reduce); the output is (channels, 49 pixels), the pixels upcast by 7 (no lanes)."""
+  from tilecraft.codegen.lower_state import vectors_along_strided_axis as ok
+  out, contiguous, red = (49, 1, 0), [(1, False)], [2]
+  image, laid_out, model_weight, bias, residual = (0, 1, 49), (1, 0, 64), (512, 0, 1), (1, 0, 0), (49, 1, 0)
+  assert ok(out, [], [image, laid_out], contiguous, 0, red)                 # a weight laid out with the channels innermost
+  assert ok(out, [model_weight], [image], contiguous, 0, red)              # the model's weight, packed
+  assert not ok(out, [], [image, model_weight], contiguous, 0, red)        # ... not packed: gathers in the reduce
+  assert not ok(out, [], [image, model_weight, bias], contiguous, 0, red)  # a bias runs along the channels, but outside the reduce
+  assert ok(out, [], [image, laid_out, bias, residual], contiguous, 0, red)  # epilogue inputs: any strides (gathered once per output)
+  assert not ok(out, [], [image, laid_out], [(1, True)], 0, red)           # 8 pixels could be lanes, and the image runs along them
+  assert not ok((1, 49, 0), [], [image, laid_out], contiguous, 0, red)     # the output contiguous along the axis: not this rule

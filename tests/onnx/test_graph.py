@@ -397,3 +397,30 @@ def test_constant_matmul_weights_are_read_in_panels(op, lead, trans_b) -> None:
     ref_proto.CopyFrom(proto)
     if feed_w is not None: ref_proto.graph.initializer[0].CopyFrom(helper.make_tensor("w", TensorProto.FLOAT, list(w.shape), feed_w.ravel()))
     np.testing.assert_allclose(got, _ort_run(ref_proto, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+@pytest.mark.parametrize("cin,hw,stride,residual", [(512, 7, 1, True), (512, 14, 2, False), (256, 7, 1, False)])
+def test_constant_pointwise_conv_weights_are_read_in_panels(cin, hw, stride, residual) -> None:
+  """A 1x1 Conv of a constant weight (BatchNorm folded into it) on a CPU with 16-lane vectors reads the weight laid out
+  in panels of output channels (frontend/pointwise_layout.py) where the tile for it applies (at least 512 input
+  channels, 49 output pixels); on this host's vector width otherwise, or with fewer channels, the weight as it is.
+  Against onnxruntime, a residual added after it."""
+  from tilecraft.device import Device
+  rng = np.random.default_rng(11)
+  cout = 128
+  w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+  bn = [rng.random(cout).astype(np.float32) + 0.5, rng.standard_normal(cout).astype(np.float32), rng.standard_normal(cout).astype(np.float32) * 0.1,
+        rng.random(cout).astype(np.float32) + 0.5]
+  inits = [helper.make_tensor("w", TensorProto.FLOAT, list(w.shape), w.ravel())] + \
+    [helper.make_tensor(nm, TensorProto.FLOAT, [cout], v) for nm, v in zip(("s", "b", "mean", "var"), bn)]
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[stride, stride]),
+           helper.make_node("BatchNormalization", ["c", "s", "b", "mean", "var"], ["n"])]
+  nodes += [helper.make_node("Add", ["n", "r"], ["a"]), helper.make_node("Relu", ["a"], ["y"])] if residual else [helper.make_node("Relu", ["n"], ["y"])]
+  o = (hw - 1) // stride + 1
+  ins = [_vi("x", TensorProto.FLOAT, [1, cin, hw, hw])] + ([_vi("r", TensorProto.FLOAT, [1, cout, o, o])] if residual else [])
+  proto = _model(nodes, ins, [_vi("y", TensorProto.FLOAT, None)], inits)
+  feed = {"x": rng.standard_normal((1, cin, hw, hw)).astype(np.float32)}
+  if residual: feed["r"] = rng.standard_normal((1, cout, o, o)).astype(np.float32)
+  m = tox.load(proto)
+  np.testing.assert_allclose(m.run(feed)["y"], _ort_run(proto, feed)[0], rtol=1e-4, atol=1e-4)
+  laid_out = Device["CPU"].renderer.vector_width >= 16 and cin >= 512
+  assert [kind for _, kind in m._derived_tensors] == (["pointwise_panels"] if laid_out else [])

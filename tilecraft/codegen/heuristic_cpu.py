@@ -78,6 +78,7 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a not in (n, like) and out[a] != 0 and isinstance(k.full_shape[a], int) and
                  2 <= k.full_shape[a] <= 7 and all((rs[a] == 0) == (rs[like] == 0) for rs in ins)), None)
   red = prod(k.full_shape[k.first_reduce:k.first_upcast])
+  if _laid_out_columns_tile(k, vw, ins, out, red): return True
   # (32 registers, one long reduce: columns that fill the 2-vector tile only when padded, by at most 1/3, a 7x7 image's 49
   # pixels -> 64, still take it: the pack of the other operand's panel and its 16 accumulators beat the transposed tile
   # below (8 pixel rows x 32 output channels, 3 accumulators spilled) by 1.21-1.29x on ResNet-50's 1x1 convs at 7^2,
@@ -206,6 +207,44 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
       return True
   return False
 
+LAID_OUT_VECTORS = 4   # vectors of output channels in the laid-out-columns tile (_laid_out_columns_tile)
+LAID_OUT_ROWS = 7      # its pixels: odd, so the lowering never takes them for the vector axis (lower_state.py)
+LAID_OUT_MIN_REDUCE = 256
+
+def _laid_out_columns_tile(k: KernelShape, vw: int, ins: list[tuple], out: tuple, red: Any) -> bool:
+  """32 registers: a 1x1 conv whose weight is laid out (Cin, Cout) (frontend/pointwise_layout.py): an output axis n
+  (the output channels) strided in the output along which the one reduce operand moving along it runs contiguously,
+  and the output's contiguous axis m (the pixels) a multiple of LAID_OUT_ROWS that vectors would pad (a 14x14 or
+  7x7 image's 196 or 49 pixels). The tile: LAID_OUT_VECTORS vectors of output channels x LAID_OUT_ROWS pixels, 28
+  accumulators, each pixel a broadcast (a memory operand) feeding 4 FMAs; vector loads straight from the weight
+  (the lowering's vectors along a strided axis), nothing packed or padded. Interleaved on AVX-512 against the
+  tiles these convs take with the weight as the model stores it (Cout, Cin): ResNet-50's 1x1 2048 -> 512 and
+  512 -> 2048 at 7^2 1.25-1.30x, 1024 -> 256 at 14^2 1.16x, 1024 -> 512 at 14^2 1.12x, the strided 1024 -> 2048
+  from 14^2 1.25x. With a residual added in the epilogue (gathered lane by lane): 512 -> 2048 at 7^2 1.04-1.15x,
+  1024 -> 256 at 14^2 1.03x; strided from 28^2 or 14^2 0.85-0.93x. AVX2 (16 registers) has no such tile: 2 vectors
+  x 7 pixels ran 0.6-0.8x as fast as the (Cout, Cin) layout's tiles (CPU_ARCH=haswell)."""
+  if vw < 16 or len(k.reduceops) != 1 or not isinstance(red, int) or red < LAID_OUT_MIN_REDUCE: return False
+  red_axes = range(k.first_reduce, k.first_upcast)
+  operands = [rs for rs in ins if any(rs[r] != 0 for r in red_axes)]
+  for n in range(k.first_reduce):
+    size_n = k.full_shape[n]
+    if out[n] in (0, 1) or not isinstance(size_n, int) or size_n % (LAID_OUT_VECTORS * vw): continue
+    movers = [rs for rs in operands if rs[n] != 0]
+    if len(movers) != 1 or movers[0][n] != 1: continue
+    m = next((a for a in range(k.first_reduce) if a != n and out[a] == 1 and isinstance(size_m := k.full_shape[a], int) and
+              size_m % LAID_OUT_ROWS == 0 and size_m % vw != 0 and movers[0][a] == 0 and any(rs[a] != 0 for rs in operands)), None)
+    if m is None or not _vector_columns(k, n, m, (), red, LAID_OUT_ROWS): continue
+    why = f" (the weight runs contiguously along axis {n}: {LAID_OUT_VECTORS} vectors of its columns x {LAID_OUT_ROWS} rows, unpadded)"
+    if size_n == LAID_OUT_VECTORS * vw and m > n: m -= 1  # (axis n, upcast whole, goes)
+    trial = k.copy()
+    if not (try_opt(trial, Opt(OptOps.UPCAST, n, vw), f"matmul register tile: {vw} output columns (axis {n}) are one vector" + why) and
+            try_opt(trial, Opt(OptOps.UPCAST, n, LAID_OUT_VECTORS), f"matmul register tile: {LAID_OUT_VECTORS} vectors of columns share each broadcast" + why) and
+            try_opt(trial, Opt(OptOps.UPCAST, m, LAID_OUT_ROWS), f"matmul register tile: {LAID_OUT_ROWS} output rows (axis {m}), a broadcast each" + why)):
+      continue
+    adopt_trial(k, trial)
+    return True
+  return False
+
 def _one_vector_columns(k: KernelShape, vw: int, cols: int, out: tuple, ins: list[tuple], reused: Any, unit: Any,
                         rows_axis: Any) -> Optional[tuple[int, int, Optional[int]]]:
   """(n, m, partner) where the output's contiguous axis n is exactly one vector, narrower than the tile's columns: a
@@ -250,14 +289,16 @@ def adopt_trial(k: KernelShape, trial: KernelShape) -> None:
   for o, why in zip(trial.applied_opts[n:], trial.applied_opts_reasons[n:]): k.apply_opt(o, reason=why)
 
 def _vector_columns(k: KernelShape, n: int, m: int, packed: tuple[int, ...], red: Any, rows: int = 8) -> bool:
-  """Whether the lowering makes the packed tile's columns (axis n, strided in the output) the vector axis, with the
-  rows (axis m, `rows` of them upcast) the output's contiguous axis and `packed` the inputs the tile packs
+  """Whether the lowering makes the tile's columns (axis n, strided in the output) the vector axis, with the rows
+  (axis m, `rows` of them upcast) the output's contiguous axis and `packed` the inputs the tile packs (or none, where
+  a reduce operand runs contiguously along n: a weight laid out (Cin, Cout))
   (lower_state.py: vectors_along_strided_axis, the test the lowering makes on the optimized kernel)."""
-  if not packed or not lower_state.STRIDED_STORE_VECTORS or not isinstance(red, int) or red < lower_state.STRIDED_STORE_MIN_REDUCE: return False
+  if not lower_state.STRIDED_STORE_VECTORS or not isinstance(red, int) or red < lower_state.STRIDED_STORE_MIN_REDUCE: return False
   loads = [(b.idx, st.real_strides(ignore_valid=True)) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
   out = k.sts[0].real_strides(ignore_valid=True)
   return lower_state.vectors_along_strided_axis(out, [rs for i, rs in loads if i in packed], [rs for i, rs in loads if i not in packed],
-                                                [(m, rows in lower_state.VECTOR_LANES)] if out[m] == 1 else [], n)
+                                                [(m, rows in lower_state.VECTOR_LANES)] if out[m] == 1 else [], n,
+                                                [a for a in range(k.shape_len) if k.output_shape[a] != k.full_shape[a]])
 
 ROW_ACCUMULATORS_16_REGS = 14  # the most vector accumulators of one tile row on 16 registers (the column vector and a broadcast besides)
 

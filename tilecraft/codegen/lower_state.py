@@ -18,7 +18,7 @@ single vector UOps (float4, float8, ...).
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 from tilecraft.codegen.lower_index import IndexUOps, _ceil, _subst
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, dtypes
@@ -39,15 +39,21 @@ VECTOR_LANES = (2, 4, 8, 16)  # the upcast lengths an axis may have to be the ve
 HORIZONTAL_VECTOR_STEPS = True
 PARALLEL_MIN_WORK = 1 << 15  # CPU: a kernel's iterations (its full shape, lanes included) from which its outer loop runs in parallel
 
-def vectors_along_strided_axis(out_rs: tuple, packed: list[tuple], others: list[tuple], contiguous: list[tuple[int, bool]], a: int) -> bool:
+def vectors_along_strided_axis(out_rs: tuple, packed: list[tuple], others: list[tuple], contiguous: list[tuple[int, bool]], a: int,
+                               reduce_axes: Sequence[int]) -> bool:
   """Whether output axis `a`, strided in the output (strides `out_rs`), may be a reduce's vector axis: every axis in
   `contiguous` (the output's contiguous upcast axes, at least one, each with whether its length could be vector
   lanes) either has a non-packed input gathered along it (a stride-2 conv's pixels) or can't be lanes (a 13-wide
-  image row), a packed input moves along `a` (its array has the vector axis innermost: vector loads) and the other
-  inputs broadcast or run contiguously along it (the image's pixel, a bias). Strides ignore validity. The one test
-  for LoweringState._strided_store_axes (the optimized kernel) and heuristic_cpu.py's tiles (before opts)."""
+  image row); an input laid out with `a` innermost moves along it (vector loads: a packed one, or one of `others`
+  that runs contiguously along `a` and moves along one of `reduce_axes`, a reduce operand: a 1x1 conv's weight
+  stored (Cin, Cout) at load); and the other reduce operands broadcast or run contiguously along it (the image's
+  pixel). Inputs that don't move along the reduce (a bias; a residual, laid out as the output: gathered lane by
+  lane, once per output after the reduce) may move along `a` in any way. Strides ignore validity. The one test for
+  LoweringState._strided_store_axes (the optimized kernel) and heuristic_cpu.py's tiles (before opts)."""
+  def operand(rs: tuple) -> bool: return any(rs[r] != 0 for r in reduce_axes)
+  laid_out = any(rs[a] != 0 for rs in packed) or any(rs[a] == 1 and operand(rs) for rs in others)
   return bool(contiguous) and all(not lanes or any(rs[c] not in (0, 1) for rs in others) for c, lanes in contiguous) and \
-    out_rs[a] != 1 and any(rs[a] != 0 for rs in packed) and all(rs[a] in (0, 1) for rs in others)
+    out_rs[a] != 1 and laid_out and all(rs[a] in (0, 1) or not operand(rs) for rs in others)
 
 def const_sum_reduce(reduceops: list[LazyOp]) -> bool:
   """The kernel's reduce is a SUM of a masked constant (arange-style): lowering computes it in closed
@@ -193,21 +199,22 @@ class LoweringState:
 
   def _strided_store_axes(self, out_rs: tuple, reduces: list[LazyOp]) -> dict[int, int]:
     """Upcast output axes the output is strided along that may still be the vector axis, each with the
-    number of packed inputs moving along it: where every upcast axis the output is contiguous along
-    has a non-packed input gathered along it (a stride-2 conv's pixels) and the reduce is at least
-    STRIDED_STORE_MIN_REDUCE long, a reduce's output axis along which a packed input moves (its array
-    has the vector axis innermost: vector loads) and the other inputs broadcast or run contiguously
-    (the image's pixel, a bias): vectors_along_strided_axis. The accumulators are vectors along it; the
-    store after the reduce writes them lane by lane."""
-    if not STRIDED_STORE_VECTORS or not reduces or self.group or len(self.outbufs) != 1 or not self.info.packed: return {}
+    number of inputs laid out along it (packed, or a reduce operand contiguous along it): where every upcast
+    axis the output is contiguous along has a non-packed input gathered along it (a stride-2 conv's pixels)
+    and the reduce is at least STRIDED_STORE_MIN_REDUCE long, a reduce's output axis along which such an input
+    moves (vector loads) and the other inputs broadcast or run contiguously (the image's pixel, a bias):
+    vectors_along_strided_axis. The accumulators are vectors along it; the store after the reduce writes them
+    lane by lane."""
+    if not STRIDED_STORE_VECTORS or not reduces or self.group or len(self.outbufs) != 1: return {}
     red = prod(self.shape[a] for a in self.red_axes + self.magenta)
     if not isinstance(red, int) or red < STRIDED_STORE_MIN_REDUCE: return {}
     loads = [b for b in dict.fromkeys(self.leaves) if isinstance(b, MemBuffer) and b.idx >= len(self.outbufs)]
     packed = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx in self.info.packed]
     others = [b.st.real_strides(ignore_valid=True) for b in loads if b.idx not in self.info.packed]
     contiguous = [(a, self.shape[a] in VECTOR_LANES) for a in self.upcast_axes if a not in self.magenta and out_rs[a] == 1]
-    return {a: sum(1 for rs in packed if rs[a] != 0) for a in self.upcast_axes
-            if a not in self.magenta and vectors_along_strided_axis(out_rs, packed, others, contiguous, a)}
+    red_axes = self.red_axes + self.magenta
+    return {a: sum(1 for rs in packed if rs[a] != 0) + sum(1 for rs in others if rs[a] == 1 and any(rs[r] != 0 for r in red_axes))
+            for a in self.upcast_axes if a not in self.magenta and vectors_along_strided_axis(out_rs, packed, others, contiguous, a, red_axes)}
 
   def _warp_axes(self) -> list[int]:
     wmma = next((x for x in self.reduceops if x.op is ReduceOps.WMMA), None)

@@ -10,6 +10,7 @@ from typing import Any
 from tilecraft.dtype import dtypes
 from tilecraft.frontend.nn import max_pad_value
 from tilecraft.frontend.panels import panel_eligible, panel_layout, panel_matmul
+from tilecraft.frontend.pointwise_layout import pointwise_conv, pointwise_eligible, pointwise_layout
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -146,7 +147,10 @@ def _conv(n: Node, i: list) -> Tensor:
   st = tuple(n.attr("strides", [1] * nd)); dl = tuple(n.attr("dilations", [1] * nd))
   pads = _conv_pads(n, tuple(x.shape[2:]), k, st, dl)
   if any(p != (0, 0) for p in pads): x = x.pad(((0, 0), (0, 0), *pads))
-  y = _convnd(x, w.cast(x.dtype), st, dl, n.attr("group", 1))
+  # a constant 1x1 weight on an AVX-512 CPU is read with its output channels innermost (frontend/pointwise_layout.py)
+  wt = n.derived(1, "pointwise_panels", pointwise_layout) if w.dtype == x.dtype and \
+    pointwise_eligible(x.shape, w.shape, st, n.attr("group", 1), x.dtype, x.device) else None
+  y = pointwise_conv(x, wt, st) if wt is not None else _convnd(x, w.cast(x.dtype), st, dl, n.attr("group", 1))
   if b is not None: y = y + b.reshape(-1, *([1] * nd))
   return y.cast(i[0].dtype)
 

@@ -212,17 +212,17 @@ LAID_OUT_ROWS = 7      # its pixels: odd, so the lowering never takes them for t
 LAID_OUT_MIN_REDUCE = 256
 
 def _laid_out_columns_tile(k: KernelShape, vw: int, ins: list[tuple], out: tuple, red: Any) -> bool:
-  """32 registers: a 1x1 conv whose weight is laid out (Cin, Cout) (frontend/pointwise_layout.py): an output axis n
-  (the output channels) strided in the output along which the one reduce operand moving along it runs contiguously,
-  and the output's contiguous axis m (the pixels) a multiple of LAID_OUT_ROWS that vectors would pad (a 14x14 or
-  7x7 image's 196 or 49 pixels). The tile: LAID_OUT_VECTORS vectors of output channels x LAID_OUT_ROWS pixels, 28
-  accumulators, each pixel a broadcast (a memory operand) feeding 4 FMAs; vector loads straight from the weight
-  (the lowering's vectors along a strided axis), nothing packed or padded. Interleaved on AVX-512 against the
-  tiles these convs take with the weight as the model stores it (Cout, Cin): ResNet-50's 1x1 2048 -> 512 and
-  512 -> 2048 at 7^2 1.25-1.30x, 1024 -> 256 at 14^2 1.16x, 1024 -> 512 at 14^2 1.12x, the strided 1024 -> 2048
-  from 14^2 1.25x. With a residual added in the epilogue (gathered lane by lane): 512 -> 2048 at 7^2 1.04-1.15x,
-  1024 -> 256 at 14^2 1.03x; strided from 28^2 or 14^2 0.85-0.93x. AVX2 (16 registers) has no such tile: 2 vectors
-  x 7 pixels ran 0.6-0.8x as fast as the (Cout, Cin) layout's tiles (CPU_ARCH=haswell)."""
+  """32 registers: a 1x1 conv whose weight is laid out with the output channels innermost (frontend/pointwise_layout.py:
+  panels of 64): an output axis n (the output channels) strided in the output along which the one reduce operand
+  moving along it runs contiguously, and the output's contiguous axis m (the pixels) a multiple of LAID_OUT_ROWS
+  that vectors would pad (a 14x14 or 7x7 image's 196 or 49 pixels). The tile: LAID_OUT_VECTORS vectors of output
+  channels x LAID_OUT_ROWS pixels, 28 accumulators, each pixel a broadcast (a memory operand) feeding 4 FMAs;
+  vector loads straight from the weight (the lowering's vectors along a strided axis), nothing packed or padded,
+  the output stored lane by lane. Against the tiles for the model's (Cout, Cin) weight, AVX-512: ResNet-50's 1x1
+  convs at 14^2 and 7^2 1.07-1.18x in the model's sequence (frontend/pointwise_layout.py); alone, with the weight
+  a plain (Cin, Cout) transpose, a residual added in the epilogue (gathered lane by lane) cut the gain to 1.03-1.15x
+  with an unstrided image and to 0.85-0.93x strided from 28^2 or 14^2. AVX2 (16 registers) has no such tile: 2
+  vectors x 7 pixels ran 0.6-0.8x as fast as the (Cout, Cin) layout's tiles (CPU_ARCH=haswell)."""
   if vw < 16 or len(k.reduceops) != 1 or not isinstance(red, int) or red < LAID_OUT_MIN_REDUCE: return False
   red_axes = range(k.first_reduce, k.first_upcast)
   operands = [rs for rs in ins if any(rs[r] != 0 for r in red_axes)]

@@ -398,6 +398,22 @@ def _masked_flip_reduce() -> CorpusEntry:
     return [np.pad(x[1][:, ::-1][:, 1:9], ((1, 0), (0, 3))).max(1, keepdims=True)]
   return CorpusEntry("masked_flip_max_6x10", ast, lambda rng: {1: rand(rng, _F, (6, 10), -5, -1)}, ref, tags=("reduce", "masked"))
 
+def _pointwise_panels(cin: int, panels: int, pixels: int) -> CorpusEntry:
+  """A 1x1 conv against a weight in panels of 64 output channels (frontend/pointwise_layout.py), a residual added:
+  out[p, c, q] = sum_ci x[ci, q] * w[p, ci, c] + r[p, c, q]. Its output channels are strided in the output and
+  contiguous in the weight (on AVX-512 the heuristics' vectors along them, stored and the residual read lane by lane)."""
+  full = (panels, 64, pixels, cin)
+  x = ld(1, _F, ST((cin, pixels)).permute((1, 0)).reshape((1, 1, pixels, cin)).expand(full))
+  w = ld(2, _F, ST((panels, cin, 64)).permute((0, 2, 1)).reshape((panels, 64, 1, cin)).expand(full))
+  res = ld(3, _F, ST((panels, 64, pixels, 1)))
+  ast = kernel(store(0, _F, ST((panels, 64, pixels, 1)), alu(BinaryOps.ADD, red(ReduceOps.SUM, alu(BinaryOps.MUL, x, w), (3,)), res)))
+  def ref(x: Inputs, vv: VarVals) -> list[np.ndarray]:
+    conv = np.einsum("iq,pic->pcq", x[1].reshape(cin, pixels).astype(np.float64), x[2].reshape(panels, cin, 64).astype(np.float64))
+    return [(conv + x[3].reshape(panels, 64, pixels)).astype(np.float32)]
+  return CorpusEntry(f"pointwise_panels_{cin}x{64 * panels}x{pixels}", ast,
+                     lambda rng: {1: rand(rng, _F, (cin, pixels), -1, 1), 2: rand(rng, _F, (panels, cin, 64), -1, 1), 3: rand(rng, _F, (panels, 64, pixels))},
+                     ref, tags=("reduce", "conv"))
+
 def _conv(n: int, cin: int, cout: int, hw: int, k: int, stride: int, pad: int, reduce_batch: bool) -> CorpusEntry:
   """out[n, co, oy, ox] = sum_{ci, ky, kx} x_pad[n, ci, oy*s+ky, ox*s+kx] * w[co, ci, ky, kx]; with
   reduce_batch the batch is summed too (4 reduce axes)."""
@@ -555,7 +571,7 @@ def corpus(small: bool = True) -> dict[str, CorpusEntry]:
     _multi_output(), _multi_output_reduce(), _two_reduce(), _two_reduce_different_inputs(),
     _softmax_stats(6, 40), _softmax_stats(5, 16, special=True), _variance_rows(),
     _reduce_invariant_terms(), _pad_2d(), _pad_dtypes(), _pad_lane_pattern(), _shrink_flip_stride(), _pad_reduce_exp2(), _masked_flip_reduce(),
-    _conv(1, 4, 3, 8, 3, 1, 1, False), _conv(2, 2, 2, 8, 3, 2, 1, True), _conv(1, 3, 4, 12, 3, 1, 1, False),
+    _conv(1, 4, 3, 8, 3, 1, 1, False), _conv(2, 2, 2, 8, 3, 2, 1, True), _conv(1, 3, 4, 12, 3, 1, 1, False), _pointwise_panels(256, 2, 49),
     _arange(25, dtypes.int32, 1), _arange(50, dtypes.float32, 2.0),
     _sym_ew(), _sym_reduce_inner(), _sym_reduce_outer(), _sym_const(),
     *[_sum_1d(n) for n in (1, 7, 25, 49, 50257)],

@@ -13,6 +13,34 @@ from tilecraft.dtype import dtypes
 from tilecraft.ops import TernaryOps
 from tilecraft.shape.symbolic import sint
 
+_DEFERRABLE = {UOps.ALU, UOps.CAST, UOps.BITCAST, UOps.GEP, UOps.VECTORIZE}  # pure values (see emit)
+DEFER_AFTER_LOOPS = True  # (the switch is for A/B measurements)
+
+def _late(u: UOp) -> bool:
+  """A pure value or a load from a kernel argument: placed where it is used costs nothing but its recomputation."""
+  return u.op in _DEFERRABLE or (u.op is UOps.LOAD and u.src[0].op is UOps.DEFINE_GLOBAL)
+
+def _sink_epilogue_values(topo: list[UOp], scope: dict, rng: dict, depth: dict) -> None:
+  """Move into loop R each _late value whose uses are all in R's own body and feed none of R's nested loops (a bias
+  or residual read by a conv tile's epilogue, after its reduce loop): hoisted above R it would be live across R's
+  reduce in registers it takes from the accumulators (a 16 x 16 conv tile's 32 per-channel broadcasts spilled them).
+  In R, emit puts it after the reduce. In reverse graph order, so a chain of such values (a load, its broadcast) moves
+  together. `scope` (uop -> its loop, None at the top) is updated in place."""
+  users: dict[UOp, list[UOp]] = {}
+  for u in topo:
+    for x in u.src: users.setdefault(x, []).append(u)
+  def level(r: Optional[UOp]) -> int: return -1 if r is None else depth[r]
+  deepest: dict[UOp, int] = {}  # the deepest loop a value's uses (transitively) run in
+  for u in reversed(topo):
+    if u.op in (UOps.RANGE, UOps.ENDRANGE, UOps.SINK): continue
+    us = users.get(u, [])
+    if _late(u) and us and all(w in scope and scope[w] is not None for w in us):  # (a loop's bound stays above the loop)
+      r = scope[us[0]]
+      if all(scope[w] is r for w in us) and all(deepest[w] == level(r) for w in us) and level(r) > level(scope[u]) and \
+          (scope[u] is None or scope[u] in rng[r]):
+        scope[u] = r
+    deepest[u] = max([level(scope[u])] + [deepest[w] if w in scope else depth.get(w, 1 << 30) for w in us])
+
 def linearize_uops(sink: UOp) -> list[UOp]:
   topo = sink.toposort()
   order = {u: i for i, u in enumerate(topo)}
@@ -25,10 +53,12 @@ def linearize_uops(sink: UOp) -> list[UOp]:
   depth = {r: len(rng[r]) - 1 for r in topo if r.op is UOps.RANGE}
   def innermost(s: frozenset) -> Optional[UOp]: return max(s, key=lambda r: depth[r]) if s else None
   def chain(scope: Optional[UOp]) -> list[UOp]: return [] if scope is None else sorted(rng[scope], key=lambda r: depth[r])
+  scope = {u: innermost(rng[u]) for u in topo if u.op not in (UOps.RANGE, UOps.ENDRANGE, UOps.SINK)}
+  if DEFER_AFTER_LOOPS: _sink_epilogue_values(topo, scope, rng, depth)
   def path(u: UOp) -> list[UOp]:
     if u.op is UOps.ENDRANGE: return path(u.src[0])
     if u.op is UOps.RANGE: return chain(u)
-    return chain(innermost(rng[u])) + [u]
+    return chain(scope[u]) + [u]
   # per scope: the units (uops and nested loops) and the order constraints between them
   units: dict[Optional[UOp], set[UOp]] = {}
   edges: dict[Optional[UOp], set[tuple[UOp, UOp]]] = {}
@@ -47,16 +77,27 @@ def linearize_uops(sink: UOp) -> list[UOp]:
     members = units.get(scope, set())
     indeg = {m: 0 for m in members}
     succ: dict[UOp, list[UOp]] = {}
+    pred: dict[UOp, list[UOp]] = {}
     for a, b in edges.get(scope, ()):
       if a in indeg and b in indeg:
         indeg[b] += 1
         succ.setdefault(a, []).append(b)
-    heap = [(order[m], m) for m, d in indeg.items() if d == 0]
-    heap = [(o, id(m), m) for o, m in heap]
+        pred.setdefault(b, []).append(a)
+    # what no loop of this scope needs (an epilogue's loads and math after a reduce loop) goes after the loops: held
+    # across a loop it takes registers from the loop body (a residual's 16 vectors next to 16 accumulators spilled them)
+    feeds_loop: set[UOp] = set()
+    stack = [m for m in members if m.op is UOps.RANGE]
+    while stack:
+      for a in pred.get(stack.pop(), ()):
+        if a not in feeds_loop: feeds_loop.add(a); stack.append(a)  # noqa: E702
+    def key(m: UOp) -> tuple:
+      late = DEFER_AFTER_LOOPS and m not in feeds_loop and _late(m)
+      return (late, order[m], id(m), m)
+    heap = [key(m) for m, d in indeg.items() if d == 0]
     heapq.heapify(heap)
     done = 0
     while heap:
-      _, _, m = heapq.heappop(heap)
+      m = heapq.heappop(heap)[-1]
       done += 1
       out.append(m)
       if m.op is UOps.RANGE:
@@ -64,7 +105,7 @@ def linearize_uops(sink: UOp) -> list[UOp]:
         out.append(UOp(UOps.ENDRANGE, dtypes.void, (m,)))
       for n in succ.get(m, ()):
         indeg[n] -= 1
-        if indeg[n] == 0: heapq.heappush(heap, (order[n], id(n), n))
+        if indeg[n] == 0: heapq.heappush(heap, key(n))
     if done != len(members): raise RuntimeError("linearize: the UOp graph has a cycle between loops")
   emit(None)
   return out

@@ -23,9 +23,9 @@ def _late(u: UOp) -> bool:
 def _sink_epilogue_values(topo: list[UOp], scope: dict, rng: dict, depth: dict) -> None:
   """Move into loop R each _late value whose uses are all in R's own body and feed none of R's nested loops (a bias
   or residual read by a conv tile's epilogue, after its reduce loop): hoisted above R it would be live across R's
-  reduce in registers it takes from the accumulators (a 16 x 16 conv tile's 32 per-channel broadcasts spilled them).
-  In R, emit puts it after the reduce. In reverse graph order, so a chain of such values (a load, its broadcast) moves
-  together. `scope` (uop -> its loop, None at the top) is updated in place."""
+  reduce, in registers the accumulators need (or spilled and reloaded). In R, emit puts it after the reduce. In
+  reverse graph order, so a chain of such values (a load, its broadcast) moves together. `scope` (uop -> its loop,
+  None at the top) is updated in place."""
   users: dict[UOp, list[UOp]] = {}
   for u in topo:
     for x in u.src: users.setdefault(x, []).append(u)
@@ -84,7 +84,7 @@ def linearize_uops(sink: UOp) -> list[UOp]:
         succ.setdefault(a, []).append(b)
         pred.setdefault(b, []).append(a)
     # what no loop of this scope needs (an epilogue's loads and math after a reduce loop) goes after the loops: held
-    # across a loop it takes registers from the loop body (a residual's 16 vectors next to 16 accumulators spilled them)
+    # across a loop it takes registers from the loop body
     feeds_loop: set[UOp] = set()
     stack = [m for m in members if m.op is UOps.RANGE]
     while stack:

@@ -35,7 +35,7 @@ LANES = 16  # float32 lanes of the vectors the tile is for
 PANEL = LAID_OUT_VECTORS * LANES  # output channels per panel: the tile's columns
 
 def pointwise_eligible(x_shape: Sequence[Any], w_shape: Sequence[Any], stride: Sequence[int], groups: int, dtype: Any, device: str) -> bool:
-  """Whether conv2d(x (x_shape, padded), w (w_shape, a constant), stride) takes the (Cin, Cout) layout (see the module docstring)."""
+  """Whether conv2d(x (x_shape, padded), w (w_shape, a constant), stride) takes the panel layout (see the module docstring)."""
   if not on_cpu(device) or dtype != dtypes.float32 or groups != 1 or len(w_shape) != 4 or len(x_shape) != 4: return False
   if not all(isinstance(s, int) for s in (*x_shape, *w_shape)) or tuple(w_shape[2:]) != (1, 1): return False
   from tilecraft.device import Device

@@ -216,7 +216,7 @@ def _laid_out_columns_tile(k: KernelShape, vw: int, ins: list[tuple], out: tuple
   panels of 64): an output axis n (the output channels) strided in the output along which the one reduce operand
   moving along it runs contiguously, and the output's contiguous axis m (the pixels) a multiple of LAID_OUT_ROWS
   that vectors would pad (a 14x14 or 7x7 image's 196 or 49 pixels). The tile: LAID_OUT_VECTORS vectors of output
-  channels x LAID_OUT_ROWS pixels, 28 accumulators, each pixel a broadcast (a memory operand) feeding 4 FMAs;
+  channels x LAID_OUT_ROWS pixels, 28 accumulators, each pixel a broadcast feeding 4 FMAs;
   vector loads straight from the weight (the lowering's vectors along a strided axis), nothing packed or padded,
   the output stored lane by lane. Against the tiles for the model's (Cout, Cin) weight, AVX-512: ResNet-50's 1x1
   convs at 14^2 and 7^2 1.07-1.18x in the model's sequence (frontend/pointwise_layout.py); alone, with the weight

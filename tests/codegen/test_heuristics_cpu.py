@@ -445,6 +445,26 @@ def test_blocks_read_by_one_or_two_row_tiles_are_unrolled_not_packed(rng):
     assert any(o[0] is P for o in opts(hand(bench.matmul_ast(48, 64, 4096)))), "6 row tiles: packed as before"
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_panels_read_by_few_row_tiles_are_packed_a_block_at_a_time(arch, rng):
+  """A 32-row matmul (8 row tiles of 4 rows on AVX2, 4 of 8 on AVX-512) whose whole column panel fits a pack still packs
+  it a block of 256 at a time, so the compute asks for the next block's lines while it runs (lower_pack.py); with many
+  row tiles, or fewer than 3 blocks, the whole panel is packed as before. A kernel with two reduces (a SwiGLU's gate and
+  up projections, which BLOCK refuses) keeps its whole-panel pack."""
+  with Context(CPU_ARCH=arch):
+    k = hand(bench.matmul_ast(32, 1024, 2048))
+    assert (B, 0, 256) in opts(k) and any(o[0] is P for o in opts(k)), opts(k)
+    a, b = rng.standard_normal((32, 2048), dtype=np.float32), rng.standard_normal((2048, 1024), dtype=np.float32)
+    check(k, [a, b], a @ b, rtol=1e-4, atol=1e-3)
+    for M, K in ((256, 2048), (32, 512)):
+      k = hand(bench.matmul_ast(M, 1024, K))
+      assert (B, 0, 256) not in opts(k) and any(o[0] is P for o in opts(k)), (M, K, opts(k))
+    x, w1, w3 = (Tensor(rng.standard_normal(s, dtype=np.float32)) for s in ((32, 1024), (1024, 512), (1024, 512)))
+    g = x @ w1
+    (si,) = [si for si in (g * g.sigmoid() * (x @ w3)).schedule() if si.ast.op.name == "KERNEL"]
+    k = hand(si.ast)
+    assert len(k.reduceops) == 2 and not any(o[0] is B for o in opts(k)) and sum(o[0] is P for o in opts(k)) == 2, opts(k)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_block_of_a_max_reduce(arch, rng):
   """BLOCK on a MAX reduce (column maxima: the rows in blocks of 8 across all column tiles, as column sums take them;
   walking all 64 rows down one column tile was 3.8x slower): the first block starts from the lowest value, not 0

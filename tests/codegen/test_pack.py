@@ -169,3 +169,45 @@ def test_pack_transposed_copy_matches_numpy(arch, M, N, K, seq, transposed, rng)
     width = min(32, 4 * Device["CPU"].renderer.vector_width) // 4  # floats per block
     assert blocks == ({width} if transposed[width == 4] else set()), blocks
     np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-5)
+
+def test_a_blocked_pack_prefetches_the_next_blocks_rows(rng):
+  """Under BLOCK the loop that reads the packed array asks (PREFETCH) for the lines the next block's copy will read:
+  one hint per 64-byte line of the tile's row (32 floats: 2), inside the reduce loop that reads the array, each hint
+  covering the lines the copy reads one block later. No hints without BLOCK or with the switch off; the result is
+  the same either way."""
+  import tilecraft.codegen.lower_pack as lower_pack
+  from tilecraft.ops import BinaryOps
+  from tilecraft.codegen.uops import UOps
+  M, N, K = 32, 64, 1024
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  blocked = [(U, 1, 8), (U, 0, 4), (U, 1, 4), (B, 0, 256), (S, 0, 1), (P, 2, 0)]
+  k = kern(bench.matmul_ast(M, N, K), blocked)
+  src = k.to_program().src
+  hints = [u for u in k.uops if u.op is UOps.PREFETCH]
+  assert len(hints) == 2 and src.count("__builtin_prefetch(data2") == 2, src
+  loops = [u for u in k.uops if u.op is UOps.RANGE]
+  assert all(k.uops.index(h) > k.uops.index(loops[-1]) for h in hints)  # in the innermost (reduce) loop
+  # at every (column tile, block, row) the hints cover exactly the lines the copy reads at (column tile, block + 1, row)
+  copy = [u for u in k.uops if u.op is UOps.LOAD and u.src[0].op is UOps.DEFINE_GLOBAL and u.src[0].arg == 2]
+  def ranges(u):
+    return [u] if u.op is UOps.RANGE else [r for x in u.src for r in ranges(x)]
+  def at(u, env):
+    if u.op is UOps.CONST: return u.arg
+    if u.op is UOps.RANGE: return env[u.arg]
+    x, y = (at(v, env) for v in u.src)
+    return {BinaryOps.ADD: x + y, BinaryOps.MUL: x * y}[u.arg]
+  for tile, blk, row in ((0, 0, 0), (1, 2, 17), (1, 3, 255)):
+    lines = {at(c.src[1], {("parallel", 0): tile, ("reduce", 2): blk + 1, ("reduce", 3): row}) // 16 for c in copy}
+    assert {at(h.src[1], {("parallel", 0): tile, ("reduce", 2): blk, ("reduce", 3): row}) // 16 for h in hints} == lines
+  assert all(sorted(r.arg for r in ranges(h.src[1])) == [("parallel", 0), ("reduce", 2), ("reduce", 3)] for h in hints)
+  got = run(k, [a, b], M * N).reshape(M, N)
+  np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+  keep = lower_pack.PREFETCH_NEXT_BLOCK
+  lower_pack.PREFETCH_NEXT_BLOCK = False
+  try:
+    k_off = kern(bench.matmul_ast(M, N, K), blocked)
+    assert "__builtin_prefetch" not in k_off.to_program().src
+    np.testing.assert_array_equal(run(k_off, [a, b], M * N).reshape(M, N), got)
+  finally: lower_pack.PREFETCH_NEXT_BLOCK = keep
+  whole = [(U, 1, 8), (U, 0, 4), (U, 1, 4), (S, 0, 1), (P, 2, 0)]
+  assert "__builtin_prefetch" not in kern(bench.matmul_ast(M, N, K), whole).to_program().src

@@ -17,7 +17,7 @@ for every row tile, and the cache-set conflicts of a power-of-two row pitch.
 from __future__ import annotations
 from typing import Any, Optional
 from tilecraft.codegen.kernel_shape import KernelShape
-from tilecraft.codegen import lower_state
+from tilecraft.codegen import lower_state, pack
 from tilecraft.codegen.opt import Opt, OptOps, try_opt
 from tilecraft.helpers import getenv, prod, round_up
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
@@ -38,6 +38,7 @@ def _is_matvec(k: KernelShape) -> Optional[tuple[int, int]]:
 
 
 TILE_ROWS, TILE_VECTORS = 8, 2
+AVX2_WIDE_TILE = True  # 16 registers: 4 rows x 3 vectors where it fits (see cpu_matmul_tile); the switch is for A/B measurements
 WIDE_VECTORS = 4  # one row's vectors of columns in the tile of several reduces of distinct inputs (16 registers)
 TILE_ROWS_16_REGS = 6  # 16 vector registers (AVX2, AVX): 6 x 2 accumulators
 COLUMN_BLOCK = 8  # rows per block of a column-style reduce (column sums), see hand_coded_optimizations
@@ -97,6 +98,15 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     if vw == 8 and len(k.reduceops) > 1 and isinstance(red, int) and red < 256 and _share_no_input(k) and \
         cols_fit(k.full_shape[n], WIDE_VECTORS * vw):
       return _apply_matmul_tile(k, n, m, vw, WIDE_VECTORS * vw, rows=1, why=" (reduces of distinct inputs: one row of wide columns each)")
+    # (16 registers, one reduce, columns that fill 3 vectors padded by at most 1/32, rows by 4, and a 3-vector panel that
+    # fits a pack whole: 4 rows x 3 vectors, 12 accumulators as in 6 x 2, but 3 loads and 4 broadcasts per 12 FMAs, not
+    # 2 and 6. AVX2 code on this project's Zen 4, interleaved: 300x700x500 1.15-1.2x, 256x1024x1024 1.1x, 1024^3 1.09x,
+    # 128x768x3072 1.04-1.11x (with bias + GELU 1.01-1.05x), 128x768x2304 1.0-1.12x. Where the panel must be blocked
+    # (128x3072x768) it measured 0.92x, and a 64^3 (columns 64 -> 72) 0.74x: neither takes it)
+    if vw == 8 and AVX2_WIDE_TILE and len(k.reduceops) == 1 and isinstance(size_n := k.full_shape[n], int) and 32 * ((-size_n) % (3 * vw)) <= size_n and \
+        isinstance(size_m := k.full_shape[m], int) and size_m >= 4 and 32 * ((-size_m) % 4) <= size_m and isinstance(red, int) and \
+        red * 3 * vw * k.bufs[0].dtype.itemsize <= pack.PACK_MAX_BYTES:
+      return _apply_matmul_tile(k, n, m, vw, 3 * vw, rows=4, why=" (16 registers: 4 rows x 3 vectors)")
     return _apply_matmul_tile(k, n, m, vw, cols)
   if n is None and (one := _one_vector_columns(k, vw, cols, out, ins, reused, unit, rows_axis)) is not None:
     n, m, partner = one

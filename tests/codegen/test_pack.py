@@ -173,8 +173,8 @@ def test_pack_transposed_copy_matches_numpy(arch, M, N, K, seq, transposed, rng)
 def test_a_blocked_pack_prefetches_the_next_blocks_rows(rng):
   """Under BLOCK the loop that reads the packed array asks (PREFETCH) for the lines the next block's copy will read:
   one hint per 64-byte line of the tile's row (32 floats: 2), inside the reduce loop that reads the array, each hint
-  covering the lines the copy reads one block later. No hints without BLOCK or with the switch off; the result is
-  the same either way."""
+  covering the lines the copy reads one block later. No hints without BLOCK, where more than PREFETCH_MAX_REUSE row
+  tiles read each block, or with the switch off; the result is the same either way."""
   import tilecraft.codegen.lower_pack as lower_pack
   from tilecraft.ops import BinaryOps
   from tilecraft.codegen.uops import UOps
@@ -211,3 +211,5 @@ def test_a_blocked_pack_prefetches_the_next_blocks_rows(rng):
   finally: lower_pack.PREFETCH_NEXT_BLOCK = keep
   whole = [(U, 1, 8), (U, 0, 4), (U, 1, 4), (S, 0, 1), (P, 2, 0)]
   assert "__builtin_prefetch" not in kern(bench.matmul_ast(M, N, K), whole).to_program().src
+  # 64 row tiles read each block: the hints would repeat 64 times (measured slower), so none
+  assert lower_pack.PREFETCH_MAX_REUSE < 64 and "__builtin_prefetch" not in kern(bench.matmul_ast(256, N, K), blocked).to_program().src

@@ -27,7 +27,10 @@ tile (a matmul with a short M: 32 rows of a LLaMA MLP), the copy is as long as t
 two don't overlap. So the loop that reads the array also asks (PREFETCH, on targets with
 has_prefetch) for the cache lines the copy of the next block will read: step r of the reduce asks
 for row r of the next block, one hint per 64-byte line of the tile's row. The last block's hints
-point past the tile (a hint never faults). Only vector-lane arrays (a matmul's column panel): a
+point past the tile (a hint never faults). The hints repeat in every row tile of the block, so only where at most
+PREFETCH_MAX_REUSE row tiles read each tile: with hints against without, interleaved, AVX2 8 -> 11 -> 16 -> 22 -> 32 ->
+86 row tiles 1.14x, 1.24x, 1.02x, 1.03x, 0.94x, 0.92x; AVX-512 4 -> 8 -> 12 -> 16 -> 64 row tiles 1.17-1.27x, 1.26x,
+1.14x, 1.06-1.1x, 1.0x. Only vector-lane arrays (a matmul's column panel): a
 transposed copy's rows are contiguous runs the hardware prefetcher already follows. Without BLOCK
 the scope is an output loop, whose next tile is read in a loop that streams a larger array from L2:
 hints there measured slower (0.69-0.86x, a 32-row MLP's kernels on AVX2), so none are issued.
@@ -45,6 +48,7 @@ from tilecraft.shape.symbolic import Node, Variable, sint
 from tilecraft.codegen.lower_index import _subst
 
 PREFETCH_NEXT_BLOCK = True  # (the switch is for A/B measurements)
+PREFETCH_MAX_REUSE = 24  # hints only where the loops inside the block run the tile at most this often (see the module docstring)
 LINE_BYTES = 64
 
 def _pack_layout(s: LoweringState, mb: MemBuffer) -> tuple[list[int], dict[int, int]]:
@@ -167,7 +171,9 @@ def _prefetch_next_block(s: LoweringState, mb: MemBuffer, axes: list[int], inner
   if not PREFETCH_NEXT_BLOCK or not s.ren.has_prefetch or s.block_range is None or s.vax not in axes or key in s.memo: return
   s.memo[key] = True
   g = next((v for v, r in s.varmap.items() if r is s.block_range), None)
-  if g is None: return
+  first = next(x.arg for x in s.ast.lazyops if x.op is BufferOps.LOAD and x.arg.idx == mb.idx)
+  reuse = prod(s.shape[a] for a in pack_inner_axes(first.st, s.shape, s.first_reduce, s.info.reduce_block))
+  if g is None or not isinstance(reuse, int) or reuse > PREFETCH_MAX_REUSE: return
   per_line = max(1, LINE_BYTES // mb.dtype.itemsize)
   starts: list[sint] = []
   for lane in s.lanes(inner):

@@ -599,14 +599,15 @@ def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False, block_outer: b
   if _cpu_pack_columns(k, f"a block of {block}"): return
   _column_tiles_outermost(k, "a block of the column operand is reused by every row tile")
 
-STREAMED_PANEL_ROW_TILES = 8  # at most this many row tiles per panel: its copy is as long as their compute (see _streamed_panel)
+STREAMED_PANEL_ROW_TILES = 16  # at most this many row tiles per panel: its copy is a large part of their compute (see _streamed_panel)
 STREAMED_PANEL_BLOCKS = 3  # at least this many blocks (the first block's copy isn't prefetched, the last block's hints are wasted)
 
 def _streamed_panel(k: KernelShape) -> bool:
   """Whether a column panel that fits a pack whole should still be packed a block at a time: where only 3 to
-  STREAMED_PANEL_ROW_TILES row tiles read it (a 32-row MLP: 8 tiles of 4 rows), copying the panel from memory takes about as
-  long as their compute, and only under BLOCK does the compute loop ask for the next block's lines (PREFETCH,
-  lower_pack.py), so the copy overlaps the compute. The whole panel packed vs blocks of 256 with the hints, interleaved, AVX2:
+  STREAMED_PANEL_ROW_TILES row tiles read it (a 32-row MLP: 8 tiles of 4 rows), copying the panel from memory is a large
+  part of their compute, and only under BLOCK does the compute loop ask for the next block's lines (PREFETCH,
+  lower_pack.py), so the copy overlaps the compute. With 11-16 row tiles: AVX2 64x4096x512 1.17x, 64x2816x1024 1.14x;
+  AVX-512 64x2048x768 (12) 0.99-1.08x, 128x2048x1024 (16) 1.04-1.07x; with 24 (AVX2 96x2048x2048) 0.97x. The whole panel packed vs blocks of 256 with the hints, interleaved, AVX2:
   32 x 2816 @ 2816 x 1024 1.14-1.15x, 32 x 4096 @ 4096 x 1024 1.14x, 48 x 2048 @ 2048 x 2048 1.05x, 32 x 3072 @ 3072 x 768
   1.08x, 32 x 768 @ 768 x 3072 (3 blocks) 0.96-1.01x; AVX-512 (where the panel fits a pack whole): 48 x 2048 @ 2048 x
   2048 1.26x, 32 x 3072 @ 3072 x 768 1.25x, 32 x 768 @ 768 x 3072 1.02-1.19x."""

@@ -14,8 +14,9 @@ def _make_actions() -> list[Opt]:
   acts += [Opt(OptOps.LOCAL, ax, amt) for ax in range(6) for amt in (2, 3, 4, 8, 16, 32)]
   acts += [Opt(OptOps.GROUP, ax, amt) for ax in range(3) for amt in (0, 4, 8, 16, 32)]
   acts += [Opt(OptOps.GROUPTOP, ax, amt) for ax in range(3) for amt in (8, 16, 32, 64, 128, 256)]
-  # PADTO 6 and 8: a row axis to the register tile's multiple; 16 and 32: to vector widths and workgroups
-  acts += [Opt(OptOps.PADTO, ax, amt) for ax in range(7) for amt in (6, 8, 16, 32)]
+  # PADTO 6 and 8: a row axis to the register tile's multiple; 16 and 32: to vector widths and workgroups; 24 and 48:
+  # columns to 3 vectors (AVX2's 4 x 3 matmul tile, heuristic_cpu.cpu_matmul_tile; 3 16-lane vectors)
+  acts += [Opt(OptOps.PADTO, ax, amt) for ax in range(7) for amt in (6, 8, 16, 24, 32, 48)]
   acts += [Opt(OptOps.SWAP, ax, other) for ax in range(5) for other in range(ax + 1, 6)]
   acts += [Opt(OptOps.BLOCK, ax, amt) for ax in range(2) for amt in (64, 128, 256, 512, 1024)]  # CPU reduce blocking
   acts += [Opt(OptOps.PACK, buf, 0) for buf in range(1, 5)]  # CPU: pack input buffer `buf`'s tile (axis = argument number)

@@ -606,11 +606,12 @@ def _streamed_panel(k: KernelShape) -> bool:
   """Whether a column panel that fits a pack whole should still be packed a block at a time: where only 3 to
   STREAMED_PANEL_ROW_TILES row tiles read it (a 32-row MLP: 8 tiles of 4 rows), copying the panel from memory is a large
   part of their compute, and only under BLOCK does the compute loop ask for the next block's lines (PREFETCH,
-  lower_pack.py), so the copy overlaps the compute. With 11-16 row tiles: AVX2 64x4096x512 1.17x, 64x2816x1024 1.14x;
-  AVX-512 64x2048x768 (12) 0.99-1.08x, 128x2048x1024 (16) 1.04-1.07x; with 24 (AVX2 96x2048x2048) 0.97x. The whole panel packed vs blocks of 256 with the hints, interleaved, AVX2:
-  32 x 2816 @ 2816 x 1024 1.14-1.15x, 32 x 4096 @ 4096 x 1024 1.14x, 48 x 2048 @ 2048 x 2048 1.05x, 32 x 3072 @ 3072 x 768
-  1.08x, 32 x 768 @ 768 x 3072 (3 blocks) 0.96-1.01x; AVX-512 (where the panel fits a pack whole): 48 x 2048 @ 2048 x
-  2048 1.26x, 32 x 3072 @ 3072 x 768 1.25x, 32 x 768 @ 768 x 3072 1.02-1.19x."""
+  lower_pack.py), so the copy overlaps the compute. The whole panel packed vs blocks of 256 with the hints, interleaved:
+  - AVX2: 32x2816x1024 1.14-1.15x, 32x4096x1024 1.14x, 48x2048x2048 1.05x, 32x3072x768 1.08x, 32x768x3072 (3 blocks)
+    0.96-1.01x; 64x4096x512 (11 row tiles) 1.17x, 64x2816x1024 (11) 1.14x; 96x2048x2048 (24) 0.97x, so not past 16;
+  - AVX-512 (where the panel fits whole): 48x2048x2048 1.26x, 32x3072x768 1.25x, 32x768x3072 1.02-1.19x, 64x2048x768
+    (12 row tiles) 0.99-1.08x, 128x2048x1024 (16) 1.04-1.07x.
+  (MxKxN: M rows, a reduce of K, N columns.)"""
   return k.opts.has_prefetch and (row_tiles := _row_tiles(k)) is not None and 2 < row_tiles <= STREAMED_PANEL_ROW_TILES
 
 def _column_tiles_outermost(k: KernelShape, why: str) -> None:

@@ -28,9 +28,9 @@ two don't overlap. So the loop that reads the array also asks (PREFETCH, on targ
 has_prefetch) for the cache lines the copy of the next block will read: step r of the reduce asks
 for row r of the next block, one hint per 64-byte line of the tile's row. The last block's hints
 point past the tile (a hint never faults). The hints repeat in every row tile of the block, so only where at most
-PREFETCH_MAX_REUSE row tiles read each tile: with hints against without, interleaved, AVX2 8 -> 11 -> 16 -> 22 -> 32 ->
-86 row tiles 1.14x, 1.24x, 1.02x, 1.03x, 0.94x, 0.92x; AVX-512 4 -> 8 -> 12 -> 16 -> 64 row tiles 1.17-1.27x, 1.26x,
-1.14x, 1.06-1.1x, 1.0x. Only vector-lane arrays (a matmul's column panel): a
+PREFETCH_MAX_REUSE row tiles read each tile. With hints against without, interleaved, by row tiles per block: AVX2
+8, 11, 16, 22, 32, 86: 1.13-1.17x, 1.21-1.24x, 1.02x, 1.03x, 0.94x, 0.92x; AVX-512 4, 8, 12, 16, 32, 64: 1.17-1.27x,
+1.21-1.26x, 1.14x, 1.09-1.10x, 1.06x, 1.00x. Only vector-lane arrays (a matmul's column panel): a
 transposed copy's rows are contiguous runs the hardware prefetcher already follows. Without BLOCK
 the scope is an output loop, whose next tile is read in a loop that streams a larger array from L2:
 hints there measured slower (0.69-0.86x, a 32-row MLP's kernels on AVX2), so none are issued.
@@ -51,10 +51,13 @@ PREFETCH_NEXT_BLOCK = True  # (the switch is for A/B measurements)
 PREFETCH_MAX_REUSE = 24  # hints only where the loops inside the block run the tile at most this often (see the module docstring)
 LINE_BYTES = 64
 
+def _first_load(s: LoweringState, mb: MemBuffer) -> MemBuffer:
+  """The buffer's first load in the AST: the one PACK checked, whose view lays out the array."""
+  return next(x.arg for x in s.ast.lazyops if x.op is BufferOps.LOAD and x.arg.idx == mb.idx)
+
 def _pack_layout(s: LoweringState, mb: MemBuffer) -> tuple[list[int], dict[int, int]]:
   """The packed axes (the vector axis last) and each one's stride in the array."""
-  # the array's layout follows the first load of the buffer (the one PACK checked)
-  first = next(x.arg for x in s.ast.lazyops if x.op is BufferOps.LOAD and x.arg.idx == mb.idx)
+  first = _first_load(s, mb)
   axes = pack_axes(first.st, s.first_reduce, s.info.reduce_block)
   if s.vax in axes: axes = [a for a in axes if a != s.vax] + [s.vax]
   strides, acc = {}, 1
@@ -72,7 +75,7 @@ def _pack(s: LoweringState, mb: MemBuffer) -> tuple[UOp, UOp]:
   if (r := s.memo.get(key)) is not None: return r
   axes, strides = _pack_layout(s, mb)
   local = UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"pack{mb.idx}", prod(s.shape[a] for a in axes)))
-  first = next(x.arg for x in s.ast.lazyops if x.op is BufferOps.LOAD and x.arg.idx == mb.idx)
+  first = _first_load(s, mb)
   scope_axis = pack_scope_axis(first.st, s.shape, s.first_reduce)
   scope = s.block_range if s.block_range is not None else s.varmap[s.idx_vars[scope_axis]]
   saved = list(s.idx_vars)
@@ -171,7 +174,7 @@ def _prefetch_next_block(s: LoweringState, mb: MemBuffer, axes: list[int], inner
   if not PREFETCH_NEXT_BLOCK or not s.ren.has_prefetch or s.block_range is None or s.vax not in axes or key in s.memo: return
   s.memo[key] = True
   g = next((v for v, r in s.varmap.items() if r is s.block_range), None)
-  first = next(x.arg for x in s.ast.lazyops if x.op is BufferOps.LOAD and x.arg.idx == mb.idx)
+  first = _first_load(s, mb)
   reuse = prod(s.shape[a] for a in pack_inner_axes(first.st, s.shape, s.first_reduce, s.info.reduce_block))
   if g is None or not isinstance(reuse, int) or reuse > PREFETCH_MAX_REUSE: return
   per_line = max(1, LINE_BYTES // mb.dtype.itemsize)

@@ -2,7 +2,7 @@
 diskcache.py), and `CompiledRunner`, which launches a rendered `Program` on `Buffer`s."""
 from __future__ import annotations
 import atexit, bisect, concurrent.futures, contextvars, importlib, os, re, subprocess, warnings
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 from tilecraft.dtype import ImageDType
 from tilecraft.diskcache import diskcache_drop, diskcache_get, diskcache_has, diskcache_put, disk_cache_off
@@ -121,41 +121,60 @@ class Compiler:
       if not bad: raise
       raise CompileError(f"{len(bad)} of {len(srcs)} kernels in a batch failed to compile (kernels {bad[:10]}); the first one's source:",
                          srcs[bad[0]], e.stderr) from None
-  def build_many(self, progs: Sequence[tuple[str, str]], max_batch: int, parallel: bool = False,
-                 singles: bool = True) -> list[Optional[tuple[bytes, Optional[str]]]]:
+  def build_many(self, progs: Iterable[tuple[str, str]], max_batch: int, parallel: bool = False,
+                 singles: bool = True, count: Optional[int] = None) -> list[Optional[tuple[bytes, Optional[str]]]]:
     """Build many programs ((source, kernel name) each) in few compiler runs: batches of up to
     max_batch (compile_batch, where the compiler can batch: else one run each). With `parallel`, a
     compiler that runs as a separate process (parallel_compile) gets at least one batch per core (of
     two kernels or more) and builds them in threads at once, each under the caller's settings. A
     program whose own binary is in the disk cache is read from there, not built again in a batch.
-    Returns per program (binary, the kernel's symbol in it or None for its own name), or None where
-    its batch failed to build (compiled alone, the failing one reports its error with its source) or,
-    without `singles`, where it would have been built alone."""
-    out: list[Optional[tuple[bytes, Optional[str]]]] = [None] * len(progs)
-    todo = []
-    for i, (src, _) in enumerate(progs):
-      if not self.is_cached(src): todo.append(i)
-      else:
-        try: out[i] = (self.compile_cached(src), None)
-        except Exception: pass  # noqa: BLE001 -- (compiled alone later, which reports it)
+    `progs` may be a generator that renders each program as it is asked for, with `count` (how many
+    it yields): then each batch starts building as soon as its last program is rendered, and the
+    compiler's runs overlap the rendering of the rest (engine/realize.py: compile_ahead, a model's first
+    call). Returns per program (binary, the
+    kernel's symbol in it or None for its own name), or None where its batch failed to build
+    (compiled alone, the failing one reports its error with its source) or, without `singles`, where
+    it would have been built alone."""
+    if count is None:
+      progs = list(progs)
+      count = len(progs)
     if self.batch_renames:  # (C dialects: each kernel's symbol in the batch is batch_name's)
-      n = -(-len(todo) // max_batch) if todo else 0
-      if parallel and self.parallel_compile: n = max(n, min(usable_cores(), len(todo) // 2))
-      size = -(-len(todo) // max(n, 1))
-      batches = [todo[i:i + size] for i in range(0, len(todo), size)] if todo else []
-    else: batches = [[i] for i in todo]
-    if not singles: batches = [b for b in batches if len(b) > 1]
+      n = -(-count // max_batch) if count else 0
+      if parallel and self.parallel_compile: n = max(n, min(usable_cores(), count // 2))
+      size = -(-count // max(n, 1))
+    else: n, size = count, 1
+    got: list[tuple[str, str]] = []
+    out: list[Optional[tuple[bytes, Optional[str]]]] = []
     def build(batch: list[int]) -> Optional[bytes]:
-      try: return self.compile_batch([progs[i][0] for i in batch]) if len(batch) > 1 else self.compile_cached(progs[batch[0]][0])
+      try: return self.compile_batch([got[i][0] for i in batch]) if len(batch) > 1 else self.compile_cached(got[batch[0]][0])
       except Exception: return None  # noqa: BLE001 -- (see above)
-    if parallel and self.parallel_compile and len(batches) > 1:
-      ctxs = [contextvars.copy_context() for _ in batches]  # (settings are per thread: each compile sees the caller's)
-      with concurrent.futures.ThreadPoolExecutor(min(len(batches), usable_cores())) as pool:
-        libs = list(pool.map(lambda cb: cb[0].run(build, cb[1]), zip(ctxs, batches)))
-    else: libs = [build(b) for b in batches]
-    for batch, lib in zip(batches, libs):
-      if lib is None: continue
-      for j, i in enumerate(batch): out[i] = (lib, self.batch_name(j, progs[i][1]) if len(batch) > 1 else None)
+    pool = concurrent.futures.ThreadPoolExecutor(min(n, usable_cores())) if parallel and self.parallel_compile and n > 1 else None
+    started: list[tuple[list[int], Any]] = []  # (batch, its future or its binary)
+    def start(batch: list[int]) -> None:
+      if not batch or (not singles and len(batch) == 1): return
+      # (settings are per thread: each compile sees the caller's)
+      started.append((batch, pool.submit(contextvars.copy_context().run, build, batch) if pool is not None else build(batch)))
+    batch: list[int] = []
+    try:
+      for src, name in progs:
+        i = len(got)
+        got.append((src, name))
+        out.append(None)
+        if self.is_cached(src):
+          try: out[i] = (self.compile_cached(src), None)
+          except Exception: pass  # noqa: BLE001 -- (compiled alone later, which reports it)
+          continue
+        batch.append(i)
+        if len(batch) == size:
+          start(batch)
+          batch = []
+      start(batch)
+      for b, lib in started:
+        if pool is not None: lib = lib.result()
+        if lib is None: continue
+        for j, i in enumerate(b): out[i] = (lib, self.batch_name(j, got[i][1]) if len(b) > 1 else None)
+    finally:
+      if pool is not None: pool.shutdown(wait=True)
     return out
   def batch_part(self, i: int, src: str) -> str:
     """src as the i-th kernel of a batch (see compile_batch)."""

@@ -85,3 +85,23 @@ def test_build_many_batches_reads_cached_and_isolates_a_failure(tmp_path, monkey
     broken = [kernel(10), ("void k_11(float* restrict data0) { undeclared = 1; }\n", "k_11"), kernel(12)]
     out = comp.build_many(broken, max_batch=16)
     assert out == [None, None, None]  # one batch, which failed: each is compiled alone at its turn
+
+def test_build_many_starts_each_batch_while_the_rest_are_rendered(tmp_path, monkeypatch):
+  """build_many from a generator (with `count`): each batch is handed to the compiler as soon as its last program
+  is rendered, before the generator is asked for the next one (here without threads, so the order is exact), and
+  the results are what a list gives."""
+  import tilecraft.device as device_module
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  monkeypatch.setattr(device_module, "usable_cores", lambda: 2)
+  comp = Device["CPU"].compiler
+  events: list[str] = []
+  def rendered():
+    for i in range(6):
+      events.append(f"render {i}")
+      yield f"void s_{i}(float* restrict data0) {{ data0[0] = {i}.25f; }}\n", f"s_{i}"
+  real = type(comp).compile_batch
+  monkeypatch.setattr(type(comp), "compile_batch", lambda self, srcs: (events.append(f"compile {len(srcs)}"), real(self, srcs))[1])
+  with Context(CACHELEVEL=2):
+    built = comp.build_many(rendered(), max_batch=3, count=6)
+  assert events == ["render 0", "render 1", "render 2", "compile 3", "render 3", "render 4", "render 5", "compile 3"], events
+  assert all(b is not None and b[1] == f"s_{i}__b{i % 3}" and b[1].encode() in b[0] for i, b in enumerate(built))

@@ -894,10 +894,10 @@ SHORT_ROWS = {
   (5, 1000, 264): {8: [(D, 1, 16), (U, 1, 8), (U, 0, 0), (U, 0, 2), (B, 0, 8)], 16: [(D, 1, 32), (U, 1, 16), (U, 0, 0), (U, 0, 2), (B, 0, 8)]},
   # 12 rows: 2 row tiles of 6 x 2 vectors of columns (either register count)
   (12, 512, 512): {8: [(U, 1, 8), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 6), (U, 1, 2), (B, 0, 16)]},
-  # 16 rows: 2 row tiles of 8 rows x 2 vectors with 32 registers, x 1 vector with 16
-  (16, 512, 512): {8: [(U, 1, 8), (U, 0, 8), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 8), (U, 1, 2), (B, 0, 16)]},
-  # 13 rows: padded to 2 row tiles of 7 (masked rows) with 32 registers; 10 rows keep one vector x all 10 rows
-  (13, 512, 512): {8: [(U, 1, 8), (D, 0, 7), (U, 0, 7), (B, 0, 16)], 16: [(U, 1, 16), (D, 0, 7), (U, 0, 7), (U, 1, 2), (B, 0, 16)]},
+  # 16 rows: 2 row tiles of 8 rows x 2 vectors (with 16 registers too: 16 accumulators, some spilled, beat 8 x 1)
+  (16, 512, 512): {8: [(U, 1, 8), (U, 0, 8), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 8), (U, 1, 2), (B, 0, 16)]},
+  # 13 rows: padded to 2 row tiles of 7 (masked rows) x 2 vectors; 10 rows keep one vector x all 10 rows with 32 registers
+  (13, 512, 512): {8: [(U, 1, 8), (D, 0, 7), (U, 0, 7), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (D, 0, 7), (U, 0, 7), (U, 1, 2), (B, 0, 16)]},
   (10, 512, 512): {8: [(U, 1, 8), (U, 0, 5), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},
   # 11 rows: with 16 registers padded to 2 row tiles of 6 (masked rows)
   (11, 512, 512): {8: [(U, 1, 8), (D, 0, 6), (U, 0, 6), (U, 1, 2), (B, 0, 16)], 16: [(U, 1, 16), (U, 0, 0), (B, 0, 16)]},

@@ -429,7 +429,10 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
   elif rows <= SHORT_ROWS_MAX and not (vw >= 16 and rows % TILE_ROWS == 0 and size < SHORT_ROWS_LONG_REDUCE): tiles = 4
   else: return False
   tile = -(-rows // tiles)
-  vecs = 2 if tile <= TILE_ROWS_16_REGS or (tile <= TILE_ROWS and (vw >= 16 or tile == rows)) else 1
+  # (16 registers, tiles of 7-8 rows: 2 vectors too, 14-16 accumulators, some spilled, still fewer loads per FMA than one
+  # vector's broadcast each: 16 x K @ K x N as 2 tiles of 8 x 2 against 8 x 1, interleaved, AVX2: 16x2048x1024 1.22x,
+  # 16x1024x4096 1.28x, 16x4096x4096 1.14x, 16x4096x1024 1.04x; 14 rows (7 x 2) 1.03-1.35x, 15 (padded to 8 x 2) 1.16x)
+  vecs = 2 if tile <= TILE_ROWS else 1
   if tile < 2 or tile * vecs > 16: return False
   size_n = k.full_shape[n]
   # (the column operand must outgrow the L2 cache, SHORT_ROWS_MIN_BYTES: 8 x 512 @ 512 x 256, 0.5 MB, measured 0.82x with the blocks)

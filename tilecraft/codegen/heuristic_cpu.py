@@ -612,8 +612,8 @@ def _streamed_panel(k: KernelShape) -> bool:
   lower_pack.py), so the copy overlaps the compute. The whole panel packed vs blocks of 256 with the hints, interleaved:
   - AVX2: 32x2816x1024 1.14-1.15x, 32x4096x1024 1.14x, 48x2048x2048 1.05x, 32x3072x768 1.08x, 32x768x3072 (3 blocks)
     0.96-1.01x; 64x4096x512 (11 row tiles) 1.17x, 64x2816x1024 (11) 1.14x; 96x2048x2048 (24) 0.97x, so not past 16;
-  - AVX-512 (where the panel fits whole): 48x2048x2048 1.26x, 32x3072x768 1.25x, 32x768x3072 1.02-1.19x, 64x2048x768
-    (12 row tiles) 0.99-1.08x, 128x2048x1024 (16) 1.04-1.07x.
+  - AVX-512 (where the panel fits whole): 48x2048x2048 1.26x, 32x3072x768 1.25x, 32x768x3072 1.02-1.19x; 12 row tiles:
+    96x2048x2048 1.08x, 96x2048x1000 0.99x; 16: 128x1024x3072 1.07x, 128x768x3072 1.03x, 128x2048x1024 1.04x.
   (MxKxN: M rows, a reduce of K, N columns.)"""
   return k.opts.has_prefetch and (row_tiles := _row_tiles(k)) is not None and 2 < row_tiles <= STREAMED_PANEL_ROW_TILES
 

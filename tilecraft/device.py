@@ -131,10 +131,9 @@ class Compiler:
     `progs` may be a generator that renders each program as it is asked for, with `count` (how many
     it yields): then each batch starts building as soon as its last program is rendered, and the
     compiler's runs overlap the rendering of the rest (engine/realize.py: compile_ahead, a model's first
-    call). Returns per program (binary, the
-    kernel's symbol in it or None for its own name), or None where its batch failed to build
-    (compiled alone, the failing one reports its error with its source) or, without `singles`, where
-    it would have been built alone."""
+    call). Returns per program (binary, the kernel's symbol in it or None for its own name), or None
+    where its batch failed to build (compiled alone, the failing one reports its error with its
+    source) or, without `singles`, where it would have been built alone."""
     if count is None:
       progs = list(progs)
       count = len(progs)

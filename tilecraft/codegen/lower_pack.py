@@ -44,8 +44,7 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import BufferOps, MemBuffer
-from tilecraft.shape.symbolic import Node, Variable, sint
-from tilecraft.codegen.lower_index import _subst
+from tilecraft.shape.symbolic import Variable, sint
 
 PREFETCH_NEXT_BLOCK = True  # (the switch is for A/B measurements)
 PREFETCH_MAX_REUSE = 24  # hints only where the loops inside the block run the tile at most this often (see the module docstring)
@@ -173,22 +172,16 @@ def _prefetch_next_block(s: LoweringState, mb: MemBuffer, axes: list[int], inner
   key = ("pack_prefetch", mb.idx)
   if not PREFETCH_NEXT_BLOCK or not s.ren.has_prefetch or s.block_range is None or s.vax not in axes or key in s.memo: return
   s.memo[key] = True
-  g = next((v for v, r in s.varmap.items() if r is s.block_range), None)
-  first = _first_load(s, mb)
-  reuse = prod(s.shape[a] for a in pack_inner_axes(first.st, s.shape, s.first_reduce, s.info.reduce_block))
-  if g is None or not isinstance(reuse, int) or reuse > PREFETCH_MAX_REUSE: return
+  reuse = prod(s.shape[a] for a in pack_inner_axes(_first_load(s, mb).st, s.shape, s.first_reduce, s.info.reduce_block))
+  if not isinstance(reuse, int) or reuse > PREFETCH_MAX_REUSE: return
   per_line = max(1, LINE_BYTES // mb.dtype.itemsize)
   starts: list[sint] = []
   for lane in s.lanes(inner):
-    idx, valid = s.index(mb.st, lane)
-    kind, data = s.vec_form(idx, valid)
-    if kind not in ("vector", "masked") or not isinstance(data[0], Node) or g not in data[0].vars(): continue
-    base = data[0]
+    kind, data = s.vec_form(*s.index(mb.st, lane))
+    if kind not in ("vector", "masked"): continue
     # one hint per line: a start a constant distance from one kept, inside its line, is covered
-    if any(isinstance(d := base - b, int) and 0 <= d < per_line for b in starts): continue
-    starts.append(base)
-  for base in starts:
-    s.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, (s.buf_uop(mb), s.ix.sym_to_uop(_subst(base, g, g + 1), dtypes.int32))))
+    if any(isinstance(d := data[0] - b, int) and 0 <= d < per_line for b in starts): continue
+    if s.prefetch_next(s.buf_uop(mb), data[0], s.block_range): starts.append(data[0])
 
 def lower_packed_load(s: LoweringState, mb: MemBuffer, inner: bool) -> dict[tuple, UOp]:
   local, barrier = _pack(s, mb)

@@ -158,7 +158,7 @@ class LoweringState:
     # a dependent reduce (one that reads another reduce's result) runs its own loops over the reduce
     # axes: `loop` numbers the loops whose variables idx_vars holds now (0: the kernel's reduce loops)
     self.loop, self.loops = 0, 0
-    self.prefetches: list[UOp] = []  # cache hints issued in dependent loops (see lowerer.py: lower_load)
+    self.prefetches: list[UOp] = []  # cache hints (prefetch_next): dependent loops (lowerer.py: lower_load), next blocks (lower_pack.py)
     self.loop_axes: list[int] = []  # CPU: the output axes that are loops, outermost first
     self.reduce_ranges: list[UOp] = []
     self._make_index_vars()
@@ -428,6 +428,14 @@ class LoweringState:
   def buf_uop(self, mb: MemBuffer) -> UOp:
     if mb.idx < 0: return UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"temp{-mb.idx}", mb.st.real_size()))
     return UOp(UOps.DEFINE_GLOBAL, mb.dtype if isinstance(mb.dtype, ImageDType) else mb.dtype.ptr(), (), mb.idx)
+
+  def prefetch_next(self, buf: UOp, idx: sint, rng: Optional[UOp]) -> bool:
+    """A PREFETCH (on targets with has_prefetch) of what address idx is in the next iteration of loop rng; False
+    (none) where idx doesn't move along that loop."""
+    g = next((v for v, r in self.varmap.items() if r is rng), None) if rng is not None and self.ren.has_prefetch else None
+    if g is None or not isinstance(idx, Node) or g not in idx.vars(): return False
+    self.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, (buf, self.ix.sym_to_uop(_subst(idx, g, g + 1), dtypes.int32))))
+    return True
 
   def load(self, buf: UOp, idx: sint, valid: sint, dtype: DType, barrier: Optional[UOp]) -> UOp:
     if valid == 0: return UOp.const(dtype, 0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 from tilecraft.codegen.lower_image import ImageLoweringError, check_images, image_elems, image_load_lane, image_stores  # noqa: F401 - ImageLoweringError: public here
-from tilecraft.codegen.lower_index import _floor_divmod, _subst
+from tilecraft.codegen.lower_index import _floor_divmod
 from tilecraft.codegen.lower_pack import lower_packed_load
 from tilecraft.codegen.lower_reduce import lower_reduce
 from tilecraft.codegen.lower_state import LoweringState, _is_zero, _vectorizable, _vector_op_ok
@@ -25,7 +25,7 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import DType, ImageDType, dtypes
 from tilecraft.ops import INDEX, BinaryOps, BufferOps, ConstBuffer, LazyOp, MemBuffer, ReduceOps, TernaryOps, UnaryOps
 from tilecraft.renderer import Renderer
-from tilecraft.shape.symbolic import Node, Variable, sint
+from tilecraft.shape.symbolic import Variable, sint
 
 def lower_kernel(ast: LazyOp, ren: Renderer) -> UOp:
   """The UOp graph (a SINK of stores) of an optimized kernel AST for renderer `ren`, simplified by the rewrite rules."""
@@ -191,10 +191,7 @@ def _load_stride_two(s: LoweringState, buf: UOp, dtype: DType, base: sint, valid
 def _prefetch_next(s: LoweringState, buf: UOp, idx: sint) -> None:
   """In a dependent reduce's loop (which re-reads a row from cache) the memory is idle: ask for what
   the same load reads in the next iteration of the loop around the reduce (on targets with has_prefetch)."""
-  if not s.ren.has_prefetch or buf.op is not UOps.DEFINE_GLOBAL or s.outer_range is None: return
-  g = next((v for v, r in s.varmap.items() if r is s.outer_range), None)
-  if g is None or not isinstance(idx, Node) or g not in idx.vars(): return
-  s.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, (buf, s.ix.sym_to_uop(_subst(idx, g, g + 1), dtypes.int32))))
+  if buf.op is UOps.DEFINE_GLOBAL: s.prefetch_next(buf, idx, s.outer_range)
 
 def barrier(s: LoweringState, store: LazyOp) -> UOp:
   key = ("barrier", store)

@@ -101,9 +101,9 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # (16 registers, one reduce, columns that fill 3 vectors padded by at most 1/32, rows by 4, and a 3-vector panel that
     # fits a pack whole: 4 rows x 3 vectors, 12 accumulators as in 6 x 2, but 3 loads and 4 broadcasts per 12 FMAs, not
     # 2 and 6. AVX2 code on this project's Zen 4, interleaved: 300x700x500 1.15-1.2x, 256x1024x1024 1.1x, 1024^3 1.09x,
-    # 128x768x3072 1.00-1.11x (with bias + GELU 1.00-1.05x), 128x768x2304 1.0-1.12x; ONNX models' kernels summed in
+    # 128x768x3072 1.00-1.11x (with bias + GELU 1.00-1.05x), 128x768x2304 1.12x (with bias 1.00x); ONNX models' kernels summed in
     # sequence (it takes their 1x1 convs at 56^2 and 28^2): ShuffleNet 1.10-1.26x, SqueezeNet 1.06-1.14x, ResNet-50,
-    # DenseNet-121 and Inception v1 0.99-1.03x. Where the panel must be blocked
+    # DenseNet-121 and Inception v1 0.99-1.04x. Where the panel must be blocked
     # (128x3072x768) it measured 0.92x, and a 64^3 (columns 64 -> 72) 0.74x: neither takes it)
     if vw == 8 and AVX2_WIDE_TILE and len(k.reduceops) == 1 and isinstance(size_n := k.full_shape[n], int) and 32 * ((-size_n) % (3 * vw)) <= size_n and \
         isinstance(size_m := k.full_shape[m], int) and size_m >= 4 and 32 * ((-size_m) % 4) <= size_m and isinstance(red, int) and \

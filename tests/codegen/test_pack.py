@@ -1,12 +1,13 @@
 """PACK (codegen/pack.py, lowering in codegen/lower_pack.py): kernels that read an input through a
 packed stack array compute what numpy and the unpacked kernel compute, masks included; every rule
 refuses with KernelOptError and leaves the kernel unchanged; later opts that break a pack are refused."""
-import importlib.util, re
+import importlib.util, itertools, re
 from pathlib import Path
 import numpy as np
 import pytest
 from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tilecraft.codegen.uops import UOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import dtypes
 from tilecraft.renderer.cstyle import OpenCLRenderer
@@ -170,46 +171,58 @@ def test_pack_transposed_copy_matches_numpy(arch, M, N, K, seq, transposed, rng)
     assert blocks == ({width} if transposed[width == 4] else set()), blocks
     np.testing.assert_allclose(run(k, [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-5)
 
-def test_a_blocked_pack_prefetches_the_next_blocks_rows(rng):
-  """Under BLOCK the loop that reads the packed array asks (PREFETCH) for the lines the next block's copy will read:
-  one hint per 64-byte line of the tile's row (32 floats: 2), inside the reduce loop that reads the array, each hint
-  covering the lines the copy reads one block later. No hints without BLOCK, where more than PREFETCH_MAX_REUSE row
-  tiles read each block, or with the switch off; the result is the same either way."""
-  import tilecraft.codegen.lower_pack as lower_pack
+def _ranges(u) -> list:
+  return list(dict.fromkeys([u] if u.op is UOps.RANGE else [r for x in u.src for r in _ranges(x)]))
+
+def _at(u, env: dict):
+  """The value of an index or gate UOp with its loops' counters in env (keyed by the RANGE UOps)."""
   from tilecraft.ops import BinaryOps
-  from tilecraft.codegen.uops import UOps
-  M, N, K = 32, 64, 1024
+  if u.op is UOps.CONST: return u.arg
+  if u.op is UOps.RANGE: return env[u]
+  x, y = (_at(v, env) for v in u.src)
+  return {BinaryOps.ADD: int.__add__, BinaryOps.MUL: int.__mul__, BinaryOps.IDIV: int.__floordiv__, BinaryOps.MOD: int.__mod__, BinaryOps.CMPLT: int.__lt__}[u.arg](x, y)
+
+@pytest.mark.parametrize("blocked,M,K", [(False, 32, 1024), (True, 32, 1024), (False, 12, 1000), (True, 12, 768)],
+                         ids=["whole panel", "blocked", "3 row tiles", "3 row tiles, blocked"])
+def test_a_pack_prefetches_the_next_copys_lines_spread_over_the_steps(rng, blocked, M, K):
+  """The loop that reads a packed panel asks (PREFETCH) for the lines the next iteration of the pack's scope loop (the
+  next column tile, or the next block under BLOCK) will copy: one hint per 64-byte line of the tile's row (32 floats:
+  2), inside the reduce loop, each gated so that over one scope iteration every line of the next copy is asked for
+  exactly once (8 row tiles: every 8th step; 3 row tiles of 1000 steps: where row tile x 1000 + step divides by 3). None
+  where more than PREFETCH_MAX_REUSE row tiles read each tile, or with the switch off; the result is the same either way."""
+  import tilecraft.codegen.lower_pack as lower_pack
+  N = 64
   a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
-  blocked = [(U, 1, 8), (U, 0, 4), (U, 1, 4), (B, 0, 256), (S, 0, 1), (P, 2, 0)]
-  k = kern(bench.matmul_ast(M, N, K), blocked)
+  seq = [(U, 1, 8), (U, 0, 4), (U, 1, 4)] + ([(B, 0, 256)] if blocked else []) + [(S, 0, 1), (P, 2, 0)]
+  k = kern(bench.matmul_ast(M, N, K), seq)
   src = k.to_program().src
   hints = [u for u in k.uops if u.op is UOps.PREFETCH]
-  assert len(hints) == 2 and src.count("__builtin_prefetch(data2") == 2, src
+  assert len(hints) == 2 and src.count("__builtin_prefetch(data2") == 2 and all(len(h.src) == 3 for h in hints), src
   loops = [u for u in k.uops if u.op is UOps.RANGE]
   assert all(k.uops.index(h) > k.uops.index(loops[-1]) for h in hints)  # in the innermost (reduce) loop
-  # at every (column tile, block, row) the hints cover exactly the lines the copy reads at (column tile, block + 1, row)
   copy = [u for u in k.uops if u.op is UOps.LOAD and u.src[0].op is UOps.DEFINE_GLOBAL and u.src[0].arg == 2]
-  def ranges(u):
-    return [u] if u.op is UOps.RANGE else [r for x in u.src for r in ranges(x)]
-  def at(u, env):
-    if u.op is UOps.CONST: return u.arg
-    if u.op is UOps.RANGE: return env[u.arg]
-    x, y = (at(v, env) for v in u.src)
-    return {BinaryOps.ADD: x + y, BinaryOps.MUL: x * y}[u.arg]
-  for tile, blk, row in ((0, 0, 0), (1, 2, 17), (1, 3, 255)):
-    lines = {at(c.src[1], {("parallel", 0): tile, ("reduce", 2): blk + 1, ("reduce", 3): row}) // 16 for c in copy}
-    assert {at(h.src[1], {("parallel", 0): tile, ("reduce", 2): blk, ("reduce", 3): row}) // 16 for h in hints} == lines
-  assert all(sorted(r.arg for r in ranges(h.src[1])) == [("parallel", 0), ("reduce", 2), ("reduce", 3)] for h in hints)
+  scope = next(r for r in loops if r.arg == (("reduce", 2) if blocked else ("parallel", 0)))
+  outer = [r for r in loops if k.uops.index(r) < k.uops.index(scope)]  # (the column tile loop, under BLOCK)
+  hint_loops = [r for r in _ranges(hints[0].src[1]) + _ranges(hints[0].src[2]) if r is not scope and r not in outer]
+  copy_loops = [r for c in copy for r in _ranges(c.src[1]) if r is not scope and r not in outer]
+  assert {r.arg for r in hint_loops} == {("global", 1), ("reduce", 3 if blocked else 2)}, hint_loops  # row tiles x rows
+  for fixed in ({r: 0 for r in outer}, {r: 1 for r in outer}):
+    for it in (0, 2):  # at scope iteration it, the hints ask for exactly the lines the copy reads at it + 1, each once
+      asked: list = []
+      for vals in itertools.product(*[range(r.src[1].arg) for r in dict.fromkeys(hint_loops)]):
+        env = {scope: it, **fixed, **dict(zip(dict.fromkeys(hint_loops), vals))}
+        asked += [_at(h.src[1], env) // 16 for h in hints if _at(h.src[2], env)]
+      read = {_at(c.src[1], {scope: it + 1, **fixed, **dict(zip(dict.fromkeys(copy_loops), vals))}) // 16
+              for c in copy for vals in itertools.product(*[range(r.src[1].arg) for r in dict.fromkeys(copy_loops)])}
+      assert len(asked) == len(set(asked)) and set(asked) == read
   got = run(k, [a, b], M * N).reshape(M, N)
   np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
-  keep = lower_pack.PREFETCH_NEXT_BLOCK
-  lower_pack.PREFETCH_NEXT_BLOCK = False
+  keep = lower_pack.PREFETCH_NEXT_COPY
+  lower_pack.PREFETCH_NEXT_COPY = False
   try:
-    k_off = kern(bench.matmul_ast(M, N, K), blocked)
+    k_off = kern(bench.matmul_ast(M, N, K), seq)
     assert "__builtin_prefetch" not in k_off.to_program().src
     np.testing.assert_array_equal(run(k_off, [a, b], M * N).reshape(M, N), got)
-  finally: lower_pack.PREFETCH_NEXT_BLOCK = keep
-  whole = [(U, 1, 8), (U, 0, 4), (U, 1, 4), (S, 0, 1), (P, 2, 0)]
-  assert "__builtin_prefetch" not in kern(bench.matmul_ast(M, N, K), whole).to_program().src
-  # 64 row tiles read each block: the hints would repeat 64 times (measured slower), so none
-  assert lower_pack.PREFETCH_MAX_REUSE < 64 and "__builtin_prefetch" not in kern(bench.matmul_ast(256, N, K), blocked).to_program().src
+  finally: lower_pack.PREFETCH_NEXT_COPY = keep
+  # 64 row tiles read each tile: the copy is a small part of their compute (measured slower with hints), so none
+  assert lower_pack.PREFETCH_MAX_REUSE < 64 and "__builtin_prefetch" not in kern(bench.matmul_ast(256, N, K), seq).to_program().src

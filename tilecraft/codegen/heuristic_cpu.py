@@ -608,8 +608,9 @@ STREAMED_PANEL_BLOCKS = 3  # at least this many blocks (the first block's copy i
 def _streamed_panel(k: KernelShape) -> bool:
   """Whether a column panel that fits a pack whole should still be packed a block at a time: where only 3 to
   STREAMED_PANEL_ROW_TILES row tiles read it (a 32-row MLP: 8 tiles of 4 rows), copying the panel from memory is a large
-  part of their compute, and only under BLOCK does the compute loop ask for the next block's lines (PREFETCH,
-  lower_pack.py), so the copy overlaps the compute. The whole panel packed vs blocks of 256 with the hints, interleaved:
+  part of their compute, and the hints for the next block's lines (PREFETCH, lower_pack.py) overlap the copy with the
+  compute better than those for the next whole panel (the whole panel with its hints against blocks, interleaved: AVX2
+  1.21-1.54x, 4 shapes; AVX-512 1.01-1.32x, 3 shapes). The whole panel packed without hints vs blocks of 256 with them:
   - AVX2: 32x2816x1024 1.14-1.15x, 32x4096x1024 1.14x, 48x2048x2048 1.05x, 32x3072x768 1.08x, 32x768x3072 (3 blocks)
     0.96-1.01x; 64x4096x512 (11 row tiles) 1.17x, 64x2816x1024 (11) 1.14x; 96x2048x2048 (24) 0.97x, so not past 16;
   - AVX-512 (where the panel fits whole): 48x2048x2048 1.26x, 32x3072x768 1.25x, 32x768x3072 1.02-1.19x; 12 row tiles:

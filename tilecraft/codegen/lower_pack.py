@@ -20,20 +20,26 @@ taken only where it is exact: for every lane, step i of a block reads the elemen
 the validity of step 0 (checked on the index expressions), the reduce axis is a multiple of V and
 the array's lanes are a multiple of V; elsewhere the lane-at-a-time copy stays.
 
-Prefetching the next block. Under BLOCK the copy runs once per block of the reduce, and its reads
-are the kernel's only memory traffic that misses the caches (rows a whole row of the buffer apart:
-a new page per row, which the hardware prefetcher doesn't follow). Where few row tiles reuse each
-tile (a matmul with a short M: 32 rows of a LLaMA MLP), the copy is as long as the compute, and the
-two don't overlap. So the loop that reads the array also asks (PREFETCH, on targets with
-has_prefetch) for the cache lines the copy of the next block will read: step r of the reduce asks
-for row r of the next block, one hint per 64-byte line of the tile's row. The last block's hints
-point past the tile (a hint never faults). The hints repeat in every row tile of the block, so only where at most
-PREFETCH_MAX_REUSE row tiles read each tile. With hints against without, interleaved, by row tiles per block: AVX2
-8, 11, 16, 22, 32, 86: 1.13-1.17x, 1.21-1.24x, 1.02x, 1.03x, 0.94x, 0.92x; AVX-512 4, 8, 12, 16, 32, 64: 1.17-1.27x,
-1.21-1.26x, 1.14x, 1.09-1.10x, 1.06x, 1.00x. Only vector-lane arrays (a matmul's column panel): a
-transposed copy's rows are contiguous runs the hardware prefetcher already follows. Without BLOCK
-the scope is an output loop, whose next tile is read in a loop that streams a larger array from L2:
-hints there measured slower (0.69-0.86x, a 32-row MLP's kernels on AVX2), so none are issued.
+Prefetching the next copy. The copy runs once per iteration of the pack's scope loop (a block of the
+reduce under BLOCK, else a column tile), and its reads are the kernel's only memory traffic that misses
+the caches (rows a whole row of the buffer apart: a new page per row, which the hardware prefetcher
+doesn't follow). Where few row tiles reuse the tile (a matmul with a short M: 32 rows of a LLaMA MLP),
+the copy is as long as the compute, and the two don't overlap. So the loop that reads the array also
+asks (PREFETCH, on targets with has_prefetch) for the cache lines the next iteration's copy will read,
+one hint per 64-byte line of the tile's row, spread evenly over the iteration: with t numbering the
+repeats (the n_t iterations of the output loops inside the scope, and of reduce loops that don't move
+the buffer) and r the copy's rows (the reduce loops that do, n_r of them), step t * n_r + r asks for
+row (t * n_r + r) / n_t where n_t divides it, so each row is asked for once, every n_t steps. The last
+iteration's hints point past the tile (a hint never faults). Only where at most PREFETCH_MAX_REUSE
+row tiles read each tile (the copy is a small part of more) and only for vector-lane arrays (a
+matmul's column panel: a transposed copy's rows are contiguous runs the hardware prefetcher already
+follows). Measured with hints against without, interleaved:
+- SwiGLU's fused gate/up kernel (32x1024 @ two 1024x2816, no BLOCK: two reduces), 6 runs of 60 pairs: AVX-512
+  (4 row tiles) 1.20-1.25x, AVX2 (8) 1.02-1.12x; 64 rows: AVX-512 1.15x, AVX2 1.05x; 128 rows: AVX-512 1.08x.
+- Matmuls without BLOCK read by 22-24 row tiles (AVX2): 0.94-1.09x (128x3072x768 five times, 96x2048x2048 twice).
+- Blocked 32-128-row matmuls, these spread hints against the same hints repeated in every row tile (how they
+  were issued before): AVX-512 0.97-1.15x, AVX2 1.06-1.37x.
+- Past the limit, without BLOCK (the copy amortized over 32-128 row tiles): AVX2 0.79-0.98x, AVX-512 0.99-1.01x.
 """
 from __future__ import annotations
 import itertools
@@ -44,10 +50,10 @@ from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import dtypes
 from tilecraft.helpers import prod
 from tilecraft.ops import BufferOps, MemBuffer
-from tilecraft.shape.symbolic import Variable, sint
+from tilecraft.shape.symbolic import Node, Variable, sint
 
-PREFETCH_NEXT_BLOCK = True  # (the switch is for A/B measurements)
-PREFETCH_MAX_REUSE = 24  # hints only where the loops inside the block run the tile at most this often (see the module docstring)
+PREFETCH_NEXT_COPY = True  # (the switch is for A/B measurements)
+PREFETCH_MAX_REUSE = 24  # hints only where the loops inside the scope read the tile at most this often (see the module docstring)
 LINE_BYTES = 64
 
 def _first_load(s: LoweringState, mb: MemBuffer) -> MemBuffer:
@@ -68,6 +74,11 @@ def _pack_layout(s: LoweringState, mb: MemBuffer) -> tuple[list[int], dict[int, 
 def _pack_offset(axes: list[int], strides: dict[int, int], vals: dict[int, sint]) -> sint:
   return sum((vals[a] * strides[a] for a in axes), start=0)
 
+def _scope_range(s: LoweringState, first: MemBuffer) -> UOp:
+  """The pack's scope loop (pack.py): the block loop under BLOCK, else an output loop."""
+  if s.block_range is not None: return s.block_range
+  return s.varmap[s.idx_vars[pack_scope_axis(first.st, s.shape, s.first_reduce)]]
+
 def _pack(s: LoweringState, mb: MemBuffer) -> tuple[UOp, UOp]:
   """The packed array of buffer mb and the barrier after its copy loop (built once per buffer)."""
   key = ("pack", mb.idx)
@@ -75,8 +86,7 @@ def _pack(s: LoweringState, mb: MemBuffer) -> tuple[UOp, UOp]:
   axes, strides = _pack_layout(s, mb)
   local = UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"pack{mb.idx}", prod(s.shape[a] for a in axes)))
   first = _first_load(s, mb)
-  scope_axis = pack_scope_axis(first.st, s.shape, s.first_reduce)
-  scope = s.block_range if s.block_range is not None else s.varmap[s.idx_vars[scope_axis]]
+  scope = _scope_range(s, first)
   saved = list(s.idx_vars)
   try:
     # the buffer doesn't move along the inner loops (checked by PACK)
@@ -167,13 +177,25 @@ def _pack_value(s: LoweringState, mb: MemBuffer, lane: tuple[int, ...]) -> UOp:
   if kind == "vector": return s.load(s.buf_uop(mb), *data, mb.dtype.vec(s.W), None)
   return UOp(UOps.VECTORIZE, mb.dtype.vec(s.W), tuple(s.load(s.buf_uop(mb), ix, vl, mb.dtype, None) for ix, vl in data))
 
-def _prefetch_next_block(s: LoweringState, mb: MemBuffer, axes: list[int], inner: bool) -> None:
-  """The hints for the next block's copy of mb (see the module docstring), once per buffer."""
+def _prefetch_next_copy(s: LoweringState, mb: MemBuffer, axes: list[int], inner: bool) -> None:
+  """The hints for the copy of mb in the next iteration of the pack's scope loop (see the module docstring), once per buffer."""
   key = ("pack_prefetch", mb.idx)
-  if not PREFETCH_NEXT_BLOCK or not s.ren.has_prefetch or s.block_range is None or s.vax not in axes or key in s.memo: return
+  if not PREFETCH_NEXT_COPY or not s.ren.has_prefetch or s.vax not in axes or key in s.memo: return
   s.memo[key] = True
-  reuse = prod(s.shape[a] for a in pack_inner_axes(_first_load(s, mb).st, s.shape, s.first_reduce, s.info.reduce_block))
-  if not isinstance(reuse, int) or reuse > PREFETCH_MAX_REUSE: return
+  first = _first_load(s, mb)
+  # one scope iteration's steps: t numbers the repeats, r the copy's rows (mixed-radix numbers of their loops)
+  loops = [a for a in s.red_axes if a != s.block_axis]
+  rows = [a for a in loops if a in axes]
+  repeats = pack_inner_axes(first.st, s.shape, s.first_reduce, s.info.reduce_block) + [a for a in loops if a not in axes]
+  if not all(isinstance(s.shape[a], int) for a in rows + repeats): return
+  n_t, n_r = prod(s.shape[a] for a in repeats), prod(s.shape[a] for a in rows)
+  if n_t > PREFETCH_MAX_REUSE: return
+  def number(loop_axes: list[int]) -> sint: return sum((s.idx_vars[a] * prod(s.shape[b] for b in loop_axes[i + 1:]) for i, a in enumerate(loop_axes)), start=0)
+  step = number(repeats) * n_r + number(rows)
+  row = step // n_t  # the row this step asks for, where n_t divides the step
+  sub = {s.idx_vars[a]: (row // prod(s.shape[b] for b in rows[i + 1:])) % s.shape[a] for i, a in enumerate(rows) if isinstance(s.idx_vars[a], Variable)}
+  gate = (step % n_t) < 1 if n_t > 1 else 1
+  scope = _scope_range(s, first)
   per_line = max(1, LINE_BYTES // mb.dtype.itemsize)
   starts: list[sint] = []
   for lane in s.lanes(inner):
@@ -181,12 +203,13 @@ def _prefetch_next_block(s: LoweringState, mb: MemBuffer, axes: list[int], inner
     if kind not in ("vector", "masked"): continue
     # one hint per line: a start a constant distance from one kept, inside its line, is covered
     if any(isinstance(d := data[0] - b, int) and 0 <= d < per_line for b in starts): continue
-    if s.prefetch_next(s.buf_uop(mb), data[0], s.block_range): starts.append(data[0])
+    at = data[0].substitute(sub) if isinstance(data[0], Node) and sub else data[0]
+    if s.prefetch_next(s.buf_uop(mb), at, scope, gate): starts.append(data[0])
 
 def lower_packed_load(s: LoweringState, mb: MemBuffer, inner: bool) -> dict[tuple, UOp]:
   local, barrier = _pack(s, mb)
   axes, strides = _pack_layout(s, mb)
-  _prefetch_next_block(s, mb, axes, inner)
+  _prefetch_next_copy(s, mb, axes, inner)
   res = {}
   for lane in s.lanes(inner):
     vals: dict[int, sint] = {a: s.idx_vars[a] for a in axes}

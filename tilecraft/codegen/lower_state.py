@@ -429,12 +429,13 @@ class LoweringState:
     if mb.idx < 0: return UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"temp{-mb.idx}", mb.st.real_size()))
     return UOp(UOps.DEFINE_GLOBAL, mb.dtype if isinstance(mb.dtype, ImageDType) else mb.dtype.ptr(), (), mb.idx)
 
-  def prefetch_next(self, buf: UOp, idx: sint, rng: Optional[UOp]) -> bool:
-    """A PREFETCH (on targets with has_prefetch) of what address idx is in the next iteration of loop rng; False
-    (none) where idx doesn't move along that loop."""
+  def prefetch_next(self, buf: UOp, idx: sint, rng: Optional[UOp], gate: sint = 1) -> bool:
+    """A PREFETCH (on targets with has_prefetch) of what address idx is in the next iteration of loop rng, issued
+    where the 0/1 expression gate holds; False (none) where idx doesn't move along that loop."""
     g = next((v for v, r in self.varmap.items() if r is rng), None) if rng is not None and self.ren.has_prefetch else None
     if g is None or not isinstance(idx, Node) or g not in idx.vars(): return False
-    self.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, (buf, self.ix.sym_to_uop(_subst(idx, g, g + 1), dtypes.int32))))
+    src = (buf, self.ix.sym_to_uop(_subst(idx, g, g + 1), dtypes.int32))
+    self.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, src if gate == 1 else src + (self.ix.sym_bool(gate),)))
     return True
 
   def load(self, buf: UOp, idx: sint, valid: sint, dtype: DType, barrier: Optional[UOp]) -> UOp:

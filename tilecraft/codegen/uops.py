@@ -17,7 +17,7 @@ class UOps(Enum):
   # control flow
   RANGE = auto(); ENDRANGE = auto(); IF = auto(); ENDIF = auto(); BARRIER = auto()  # noqa: E702
   # memory
-  LOAD = auto(); STORE = auto(); PREFETCH = auto()  # noqa: E702  # PREFETCH: a cache hint (buf, idx), only for renderers with has_prefetch
+  LOAD = auto(); STORE = auto(); PREFETCH = auto()  # noqa: E702  # PREFETCH: a cache hint (buf, idx[, gate]), only for renderers with has_prefetch
   # values
   ALU = auto(); CAST = auto(); BITCAST = auto(); VECTORIZE = auto(); GEP = auto(); WMMA = auto()  # noqa: E702
   PHI = auto(); ACCREAD = auto()  # noqa: E702  # PHI: in-loop accumulator update; ACCREAD: its value after the loop

@@ -337,7 +337,7 @@ class CStyleLanguage(Renderer):
         else: val = self.render_load(*at, dt, src[0].dtype, multiple_of(src[1], dt.count))
         if len(src) >= 4 and src[2].dtype == dtypes.bool: val = f"({r[src[2]]}?{val}:{r[src[3]]})"
         define(u, val, "val")
-      elif op is UOps.PREFETCH: emit(f"__builtin_prefetch({r[src[0]]}+{r[src[1]]});")
+      elif op is UOps.PREFETCH: emit((f"if ({r[src[2]]}) " if len(src) > 2 else "") + f"__builtin_prefetch({r[src[0]]}+{r[src[1]]});")
       elif op is UOps.STORE:
         at = self.address(src[0], src[1], r)
         if len(src) > 3 and src[3].dtype.count > 1: emit(self.render_masked_store(*at, r[src[3]], r[src[2]], src[2].dtype))

@@ -182,22 +182,25 @@ def _at(u, env: dict):
   x, y = (_at(v, env) for v in u.src)
   return {BinaryOps.ADD: int.__add__, BinaryOps.MUL: int.__mul__, BinaryOps.IDIV: int.__floordiv__, BinaryOps.MOD: int.__mod__, BinaryOps.CMPLT: int.__lt__}[u.arg](x, y)
 
-@pytest.mark.parametrize("blocked,M,K", [(False, 32, 1024), (True, 32, 1024), (False, 12, 1000), (True, 12, 768)],
-                         ids=["whole panel", "blocked", "3 row tiles", "3 row tiles, blocked"])
-def test_a_pack_prefetches_the_next_copys_lines_spread_over_the_steps(rng, blocked, M, K):
+@pytest.mark.parametrize("blocked,M,K,vectors", [(False, 32, 1024, 4), (True, 32, 1024, 4), (False, 12, 1000, 4), (True, 12, 768, 4), (False, 32, 1024, 1)],
+                         ids=["whole panel", "blocked", "3 row tiles", "3 row tiles, blocked", "half-line tiles"])
+def test_a_pack_prefetches_the_next_copys_lines_spread_over_the_steps(rng, blocked, M, K, vectors):
   """The loop that reads a packed panel asks (PREFETCH) for the lines the next iteration of the pack's scope loop (the
   next column tile, or the next block under BLOCK) will copy: one hint per 64-byte line of the tile's row (32 floats:
   2), inside the reduce loop, each gated so that over one scope iteration every line of the next copy is asked for
-  exactly once (8 row tiles: every 8th step; 3 row tiles of 1000 steps: where row tile x 1000 + step divides by 3). None
-  where more than PREFETCH_MAX_REUSE row tiles read each tile, or with the switch off; the result is the same either way."""
+  exactly once (8 row tiles: every 8th step; 3 row tiles of 1000 steps: where row tile x 1000 + step divides by 3).
+  Column tiles of 8 floats, half a line: the lines of the tile two later (the next one starts in this one's line).
+  None where more than PREFETCH_MAX_REUSE row tiles read each tile, or with the switch off; the result is the same
+  either way."""
   import tilecraft.codegen.lower_pack as lower_pack
   N = 64
   a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
-  seq = [(U, 1, 8), (U, 0, 4), (U, 1, 4)] + ([(B, 0, 256)] if blocked else []) + [(S, 0, 1), (P, 2, 0)]
+  seq = [(U, 1, 8), (U, 0, 4)] + ([(U, 1, vectors)] if vectors > 1 else []) + ([(B, 0, 256)] if blocked else []) + [(S, 0, 1), (P, 2, 0)]
   k = kern(bench.matmul_ast(M, N, K), seq)
   src = k.to_program().src
   hints = [u for u in k.uops if u.op is UOps.PREFETCH]
-  assert len(hints) == 2 and src.count("__builtin_prefetch(data2") == 2 and all(len(h.src) == 3 for h in hints), src
+  lines = -(-vectors // 2)  # 8 floats a vector, 16 a line
+  assert len(hints) == lines and src.count("__builtin_prefetch(data2") == lines and all(len(h.src) == 3 for h in hints), src
   loops = [u for u in k.uops if u.op is UOps.RANGE]
   assert all(k.uops.index(h) > k.uops.index(loops[-1]) for h in hints)  # in the innermost (reduce) loop
   copy = [u for u in k.uops if u.op is UOps.LOAD and u.src[0].op is UOps.DEFINE_GLOBAL and u.src[0].arg == 2]
@@ -212,7 +215,7 @@ def test_a_pack_prefetches_the_next_copys_lines_spread_over_the_steps(rng, block
       for vals in itertools.product(*[range(r.src[1].arg) for r in dict.fromkeys(hint_loops)]):
         env = {scope: it, **fixed, **dict(zip(dict.fromkeys(hint_loops), vals))}
         asked += [_at(h.src[1], env) // 16 for h in hints if _at(h.src[2], env)]
-      read = {_at(c.src[1], {scope: it + 1, **fixed, **dict(zip(dict.fromkeys(copy_loops), vals))}) // 16
+      read = {_at(c.src[1], {scope: it + (2 if vectors == 1 else 1), **fixed, **dict(zip(dict.fromkeys(copy_loops), vals))}) // 16
               for c in copy for vals in itertools.product(*[range(r.src[1].arg) for r in dict.fromkeys(copy_loops)])}
       assert len(asked) == len(set(asked)) and set(asked) == read
   got = run(k, [a, b], M * N).reshape(M, N)

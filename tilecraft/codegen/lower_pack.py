@@ -29,8 +29,11 @@ asks (PREFETCH, on targets with has_prefetch) for the cache lines the next itera
 one hint per 64-byte line of the tile's row, spread evenly over the iteration: with t numbering the
 repeats (the n_t iterations of the output loops inside the scope, and of reduce loops that don't move
 the buffer) and r the copy's rows (the reduce loops that do, n_r of them), step t * n_r + r asks for
-row (t * n_r + r) / n_t where n_t divides it, so each row is asked for once, every n_t steps. The last
-iteration's hints point past the tile (a hint never faults). Only where at most PREFETCH_MAX_REUSE
+row (t * n_r + r) / n_t where n_t divides it, so each row is asked for once, every n_t steps. Where a
+tile's row is narrower than a line (one 8-float AVX2 vector), the next tile starts in a line this one
+read, so the hints are for the first later tile that starts in another line (two ahead): the fused
+gate/up kernel below, AVX2, 1.03-1.20x over hints for the next tile (4 runs). The last iteration's hints
+point past the tile (a hint never faults). Only where at most PREFETCH_MAX_REUSE
 row tiles read each tile (the copy is a small part of more) and only for vector-lane arrays (a
 matmul's column panel: a transposed copy's rows are contiguous runs the hardware prefetcher already
 follows). Measured with hints against without, interleaved:
@@ -44,6 +47,7 @@ follows). Measured with hints against without, interleaved:
 from __future__ import annotations
 import itertools
 from typing import Optional
+from tilecraft.codegen.lower_index import _subst
 from tilecraft.codegen.lower_state import LoweringState, _is_zero
 from tilecraft.codegen.pack import pack_axes, pack_inner_axes, pack_scope_axis
 from tilecraft.codegen.uops import UOp, UOps
@@ -196,6 +200,7 @@ def _prefetch_next_copy(s: LoweringState, mb: MemBuffer, axes: list[int], inner:
   sub = {s.idx_vars[a]: (row // prod(s.shape[b] for b in rows[i + 1:])) % s.shape[a] for i, a in enumerate(rows) if isinstance(s.idx_vars[a], Variable)}
   gate = (step % n_t) < 1 if n_t > 1 else 1
   scope = _scope_range(s, first)
+  g = s.loop_var(scope)
   per_line = max(1, LINE_BYTES // mb.dtype.itemsize)
   starts: list[sint] = []
   for lane in s.lanes(inner):
@@ -204,7 +209,11 @@ def _prefetch_next_copy(s: LoweringState, mb: MemBuffer, axes: list[int], inner:
     # one hint per line: a start a constant distance from one kept, inside its line, is covered
     if any(isinstance(d := data[0] - b, int) and 0 <= d < per_line for b in starts): continue
     at = data[0].substitute(sub) if isinstance(data[0], Node) and sub else data[0]
-    if s.prefetch_next(s.buf_uop(mb), at, scope, gate): starts.append(data[0])
+    # tiles narrower than a line (8 floats of AVX2): the next one starts in the line this one read, so ask for the
+    # first later tile that starts in another line
+    step_elems = _subst(data[0], g, g + 1) - data[0] if g is not None else None
+    ahead = -(-per_line // step_elems) if isinstance(step_elems, int) and 0 < step_elems < per_line else 1
+    if s.prefetch_next(s.buf_uop(mb), at, scope, gate, ahead): starts.append(data[0])
 
 def lower_packed_load(s: LoweringState, mb: MemBuffer, inner: bool) -> dict[tuple, UOp]:
   local, barrier = _pack(s, mb)

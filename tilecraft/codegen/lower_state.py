@@ -429,14 +429,18 @@ class LoweringState:
     if mb.idx < 0: return UOp(UOps.DEFINE_LOCAL, mb.dtype.ptr(local=True), (), (f"temp{-mb.idx}", mb.st.real_size()))
     return UOp(UOps.DEFINE_GLOBAL, mb.dtype if isinstance(mb.dtype, ImageDType) else mb.dtype.ptr(), (), mb.idx)
 
-  def prefetch_next(self, buf: UOp, idx: sint, rng: Optional[UOp], gate: sint = 1) -> bool:
-    """A PREFETCH (on targets with has_prefetch) of what address idx is in the next iteration of loop rng, issued
-    where the 0/1 expression gate holds; False (none) where idx doesn't move along that loop."""
-    g = next((v for v, r in self.varmap.items() if r is rng), None) if rng is not None and self.ren.has_prefetch else None
+  def prefetch_next(self, buf: UOp, idx: sint, rng: Optional[UOp], gate: sint = 1, ahead: int = 1) -> bool:
+    """A PREFETCH (on targets with has_prefetch) of what address idx is `ahead` iterations later of loop rng (the
+    next one by default), issued where the 0/1 expression gate holds; False (none) where idx doesn't move along that loop."""
+    g = self.loop_var(rng) if self.ren.has_prefetch else None
     if g is None or not isinstance(idx, Node) or g not in idx.vars(): return False
-    src = (buf, self.ix.sym_to_uop(_subst(idx, g, g + 1), dtypes.int32))
+    src = (buf, self.ix.sym_to_uop(_subst(idx, g, g + ahead), dtypes.int32))
     self.prefetches.append(UOp(UOps.PREFETCH, dtypes.void, src if gate == 1 else src + (self.ix.sym_bool(gate),)))
     return True
+
+  def loop_var(self, rng: Optional[UOp]) -> Optional[Variable]:
+    """The index variable that loop rng counts (None for no loop)."""
+    return next((v for v, r in self.varmap.items() if r is rng), None) if rng is not None else None
 
   def load(self, buf: UOp, idx: sint, valid: sint, dtype: DType, barrier: Optional[UOp]) -> UOp:
     if valid == 0: return UOp.const(dtype, 0)

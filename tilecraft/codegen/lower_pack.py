@@ -43,12 +43,16 @@ follows). Measured with hints against without, interleaved:
 - Blocked 32-128-row matmuls, these spread hints against the same hints repeated in every row tile (how they
   were issued before): AVX-512 0.97-1.15x, AVX2 1.06-1.37x.
 - Past the limit, without BLOCK (the copy amortized over 32-128 row tiles): AVX2 0.79-0.98x, AVX-512 0.99-1.01x.
+Without BLOCK, only for a buffer of at least pack.PREFETCH_MIN_BYTES (8 MB), one likely read from memory (a model's
+weights): 1x1 convs in ResNet-50's and Inception's shapes, whose image panels (activations of 0.8-3.2 MB the kernel
+before wrote) come from cache, ran 0.90-0.96x with hints on AVX2 (0.99-1.04x on AVX-512).
 """
 from __future__ import annotations
 import itertools
 from typing import Optional
 from tilecraft.codegen.lower_index import _subst
 from tilecraft.codegen.lower_state import LoweringState, _is_zero
+from tilecraft.codegen import pack
 from tilecraft.codegen.pack import pack_axes, pack_inner_axes, pack_scope_axis
 from tilecraft.codegen.uops import UOp, UOps
 from tilecraft.dtype import dtypes
@@ -187,6 +191,9 @@ def _prefetch_next_copy(s: LoweringState, mb: MemBuffer, axes: list[int], inner:
   if not PREFETCH_NEXT_COPY or not s.ren.has_prefetch or s.vax not in axes or key in s.memo: return
   s.memo[key] = True
   first = _first_load(s, mb)
+  # without BLOCK only for a buffer large enough to come from memory (the copy of an activation the kernel before wrote,
+  # from cache, took longer with hints)
+  if s.block_range is None and (not isinstance(size := first.st.real_size(), int) or size * mb.dtype.itemsize < pack.PREFETCH_MIN_BYTES): return
   # one scope iteration's steps: t numbers the repeats, r the copy's rows (mixed-radix numbers of their loops)
   loops = [a for a in s.red_axes if a != s.block_axis]
   rows = [a for a in loops if a in axes]

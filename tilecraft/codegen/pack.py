@@ -25,6 +25,9 @@ from tilecraft.shape.shapetracker import ShapeTracker
 from tilecraft.shape.symbolic import sint
 
 PACK_MAX_BYTES = getenv("CPU_PACK_MAX_BYTES", 256 * 1024)  # a private array per thread, on its stack
+# the copy's source is taken to come from memory (a model's weights) where the buffer spans at least this much; smaller
+# ones are likely in cache (activations the kernel before wrote). lower_pack.py prefetches a whole panel's copy only then
+PREFETCH_MIN_BYTES = 8 << 20
 
 def output_loops(full_shape: tuple[sint, ...], first_reduce: int) -> list[int]:
   """The output axes that are loops on a CPU, outermost first (the lowering's nesting order)."""

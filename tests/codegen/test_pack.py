@@ -191,7 +191,7 @@ def test_a_pack_prefetches_the_next_copys_lines_spread_over_the_steps(rng, block
   2), inside the reduce loop, each gated so that over one scope iteration every line of the next copy is asked for
   exactly once (8 row tiles: every 8th step; 3 row tiles of 1000 steps: where row tile x 1000 + step divides by 3).
   Column tiles of 8 floats, half a line: the lines of the tile two later (the next one starts in this one's line).
-  None where more than PREFETCH_MAX_REUSE row tiles read each tile, for the whole panel of a column operand smaller
+  None where more than PREFETCH_MAX_REUSE row tiles read each tile (PREFETCH_MAX_REUSE_WHOLE without BLOCK), for the whole panel of a column operand smaller
   than PREFETCH_MIN_BYTES, or with the switch off; the result is the same either way."""
   import tilecraft.codegen.lower_pack as lower_pack
   N = 4096  # (a column operand of at least PREFETCH_MIN_BYTES: 12-16 MB)
@@ -230,6 +230,9 @@ def test_a_pack_prefetches_the_next_copys_lines_spread_over_the_steps(rng, block
   finally: lower_pack.PREFETCH_NEXT_COPY = keep
   # 64 row tiles read each tile: the copy is a small part of their compute (measured slower with hints), so none
   assert lower_pack.PREFETCH_MAX_REUSE < 64 and "__builtin_prefetch" not in kern(bench.matmul_ast(256, N, K), seq).to_program().src
+  # 24 row tiles: within PREFETCH_MAX_REUSE under BLOCK, past PREFETCH_MAX_REUSE_WHOLE without it
+  assert lower_pack.PREFETCH_MAX_REUSE_WHOLE < 24 <= lower_pack.PREFETCH_MAX_REUSE
+  assert blocked == ("__builtin_prefetch" in kern(bench.matmul_ast(96, N, K), seq).to_program().src)
   # a column operand under PREFETCH_MIN_BYTES (256 KB) is likely in cache: no hints for its whole panel's copy (its
   # blocks' copies still get them)
   assert K * 64 * 4 < PREFETCH_MIN_BYTES and blocked == ("__builtin_prefetch" in kern(bench.matmul_ast(M, 64, K), seq).to_program().src)

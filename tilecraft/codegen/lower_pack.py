@@ -33,13 +33,14 @@ row (t * n_r + r) / n_t where n_t divides it, so each row is asked for once, eve
 tile's row is narrower than a line (one 8-float AVX2 vector), the next tile starts in a line this one
 read, so the hints are for the first later tile that starts in another line (two ahead): the fused
 gate/up kernel below, AVX2, 1.03-1.20x over hints for the next tile (4 runs). The last iteration's hints
-point past the tile (a hint never faults). Only where at most PREFETCH_MAX_REUSE
-row tiles read each tile (the copy is a small part of more) and only for vector-lane arrays (a
+point past the tile (a hint never faults). Only where at most PREFETCH_MAX_REUSE row tiles read each
+tile (PREFETCH_MAX_REUSE_WHOLE without BLOCK: the copy is a small part of more) and only for vector-lane arrays (a
 matmul's column panel: a transposed copy's rows are contiguous runs the hardware prefetcher already
 follows). Measured with hints against without, interleaved:
 - SwiGLU's fused gate/up kernel (32x1024 @ two 1024x2816, no BLOCK: two reduces), 6 runs of 60 pairs: AVX-512
   (4 row tiles) 1.20-1.25x, AVX2 (8) 1.02-1.12x; 64 rows: AVX-512 1.15x, AVX2 1.05x; 128 rows: AVX-512 1.08x.
-- Matmuls without BLOCK read by 22-24 row tiles (AVX2): 0.94-1.09x (128x3072x768 five times, 96x2048x2048 twice).
+- Matmuls without BLOCK read by 22-24 row tiles (AVX2): 128x3072x768 (22) 0.86-1.02x in 8 runs, 96x2048x2048 (24)
+  1.00-1.09x in 5, so without BLOCK only up to PREFETCH_MAX_REUSE_WHOLE (16) row tiles.
 - Blocked 32-128-row matmuls, these spread hints against the same hints repeated in every row tile (how they
   were issued before): AVX-512 0.97-1.15x, AVX2 1.06-1.37x.
 - Past the limit, without BLOCK (the copy amortized over 32-128 row tiles): AVX2 0.79-0.98x, AVX-512 0.99-1.01x.
@@ -62,6 +63,7 @@ from tilecraft.shape.symbolic import Node, Variable, sint
 
 PREFETCH_NEXT_COPY = True  # (the switch is for A/B measurements)
 PREFETCH_MAX_REUSE = 24  # hints only where the loops inside the scope read the tile at most this often (see the module docstring)
+PREFETCH_MAX_REUSE_WHOLE = 16  # the same without BLOCK (a whole panel's copy)
 LINE_BYTES = 64
 
 def _first_load(s: LoweringState, mb: MemBuffer) -> MemBuffer:
@@ -200,7 +202,7 @@ def _prefetch_next_copy(s: LoweringState, mb: MemBuffer, axes: list[int], inner:
   repeats = pack_inner_axes(first.st, s.shape, s.first_reduce, s.info.reduce_block) + [a for a in loops if a not in axes]
   if not all(isinstance(s.shape[a], int) for a in rows + repeats): return
   n_t, n_r = prod(s.shape[a] for a in repeats), prod(s.shape[a] for a in rows)
-  if n_t > PREFETCH_MAX_REUSE: return
+  if n_t > (PREFETCH_MAX_REUSE if s.block_range is not None else PREFETCH_MAX_REUSE_WHOLE): return
   def number(loop_axes: list[int]) -> sint: return sum((s.idx_vars[a] * prod(s.shape[b] for b in loop_axes[i + 1:]) for i, a in enumerate(loop_axes)), start=0)
   step = number(repeats) * n_r + number(rows)
   row = step // n_t  # the row this step asks for, where n_t divides the step

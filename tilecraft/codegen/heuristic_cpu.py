@@ -107,8 +107,8 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # (128x3072x768) it measured 0.92x, and a 64^3 (columns 64 -> 72) 0.74x: neither takes it)
     if vw == 8 and AVX2_WIDE_TILE and len(k.reduceops) == 1 and isinstance(size_n := k.full_shape[n], int) and 32 * ((-size_n) % (3 * vw)) <= size_n and \
         isinstance(size_m := k.full_shape[m], int) and size_m >= 4 and 32 * ((-size_m) % 4) <= size_m and isinstance(red, int) and \
-        red * 3 * vw * k.bufs[0].dtype.itemsize <= pack.PACK_MAX_BYTES:
-      return _apply_matmul_tile(k, n, m, vw, 3 * vw, rows=4, why=" (16 registers: 4 rows x 3 vectors)")
+        (block := _wide_panel_block(red, 3 * vw * k.bufs[0].dtype.itemsize, -(-size_m // 4))) is not None:
+      return _apply_matmul_tile(k, n, m, vw, 3 * vw, rows=4, why=" (16 registers: 4 rows x 3 vectors)", block=block or None)
     return _apply_matmul_tile(k, n, m, vw, cols)
   if n is None and (one := _one_vector_columns(k, vw, cols, out, ins, reused, unit, rows_axis)) is not None:
     n, m, partner = one
@@ -495,13 +495,26 @@ def _cpu_dot_tile(k: KernelShape, vw: int, red_ax: int, reused: Any, unit: Any) 
   try_opt(k, Opt(OptOps.UPCAST, n, 2), f"dot-product tile: 2 columns (axis {n}) share each load of the rows ({4 * 2} vector accumulators)")
   return True
 
+AVX2_WIDE_BLOCKS = (1024, 512)  # reduce blocks for the 4 x 3 tile where its whole panel doesn't fit a pack, largest first
+
+def _wide_panel_block(red: int, row_bytes: int, row_tiles: int) -> Optional[int]:
+  """The AVX2 4 x 3 tile's reduce blocking: 0 where its whole panel (red rows of row_bytes) fits a pack, else, where more
+  than STREAMED_PANEL_ROW_TILES row tiles read it, the first of AVX2_WIDE_BLOCKS that divides red and whose panel fits,
+  else None (not that tile). Against the 6 x 2 tile, AVX2 code, interleaved: blocks of 256 (the default) 0.92x on
+  128x3072x768; blocks of 1024: 128x3072x768 1.08-1.09x, 256x3072x768 1.03-1.13x, 128x4096x1024 1.12x, 512x4096x1024
+  1.06x; with fewer row tiles, whose panels are streamed in blocks of 256 with prefetch hints, 64x3072x768 0.99x and
+  32x4096x1024 0.92x."""
+  if red * row_bytes <= pack.PACK_MAX_BYTES: return 0
+  if row_tiles <= STREAMED_PANEL_ROW_TILES: return None
+  return next((b for b in AVX2_WIDE_BLOCKS if red % b == 0 and b < red and b * row_bytes <= pack.PACK_MAX_BYTES), None)
+
 def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: str = "", small: Optional[int] = None, rows: Optional[int] = None,
-                       batched_pack: bool = False, col_axis: Optional[int] = None, block_outer: bool = False) -> bool:
+                       batched_pack: bool = False, col_axis: Optional[int] = None, block_outer: bool = False, block: Optional[int] = None) -> bool:
   """The register tile on vector axis n and row axis m (padded where they need it), then reduce blocking. With
   one vector of columns (cols == vw), a `small` output axis (at most 7, one the operands move along as they do
   along n) is upcast whole in place of the second vector, with 2 rows. `rows` overrides _tile_rows; `batched_pack`: see
   _cpu_pack_columns. `col_axis`: the axis whose steps are the tile's other vectors of columns, where n is one vector.
-  `block_outer`: see _cpu_block_reduce."""
+  `block_outer`, `block`: see _cpu_block_reduce."""
   if rows is None: rows = _tile_rows(k, k.full_shape[m], vw) if small is None else 2
   assert rows is not None
   if k.full_shape[n] % (cols if col_axis is None else vw) and not try_opt(k, Opt(OptOps.PADTO, n, cols), f"matmul register tile: pad the {k.full_shape[n]} columns (axis {n}) to a "
@@ -524,7 +537,7 @@ def _apply_matmul_tile(k: KernelShape, n: int, m: int, vw: int, cols: int, why: 
     try_opt(k, Opt(OptOps.UPCAST, n if col_axis is None else col_axis, cols // vw), f"matmul register tile: {cols // vw} vectors of columns share each broadcast ({max(rows, 1)}x{cols // vw} accumulators"
                                                 + (f" per reduce, {len(k.reduceops)} reduces)" if len(k.reduceops) > 1 else ")"))
   # (columns already laid out in panels (col_axis): packing them only copies, 0.8-0.9x measured on SwiGLU's and GPT-2's QKV shapes, AVX-512)
-  if col_axis is None: _cpu_block_reduce(k, batched_pack, block_outer)
+  if col_axis is None: _cpu_block_reduce(k, batched_pack, block_outer, block)
   else: _column_tiles_outermost(k, "each panel of the column operand is read by the row tiles in turn")
   _unroll_kernel_row(k)
   return True
@@ -570,15 +583,16 @@ def _tile_rows(k: KernelShape, size: Any, vw: int) -> Optional[int]:
   # convs of 34 output channels per group (34 -> 36) 1.9x faster than the general rules' tile, AVX-512, interleaved)
   return TILE_ROWS_16_REGS if (-size) % TILE_ROWS_16_REGS * 16 <= size else None
 
-def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False, block_outer: bool = False) -> None:
+def _cpu_block_reduce(k: KernelShape, batched_pack: bool = False, block_outer: bool = False, block: Optional[int] = None) -> None:
   """Cache blocking for a register-tiled kernel: the column tiles become the outer (parallel) loop
   and the column operand's panel (the whole reduce x one tile of columns) is packed into a
   contiguous stack array (PACK), read from L1/L2 by every row tile. Where the panel is too big for
   a pack, the reduce runs in blocks (BLOCK) and each block's panel is packed (or, if that fails,
   just stays in cache while every row tile uses it). A panel that only 1 or 2 row tiles read isn't copied (see
   _cpu_pack_columns, and below for blocks). `block_outer`: a reduce of several axes (a conv's input channels and kernel
-  window) may block its outermost one, kept only where each block's panel is then packed (see cpu_matmul_tile's last resort)."""
-  block = getenv("CPU_REDUCE_BLOCK", 256)
+  window) may block its outermost one, kept only where each block's panel is then packed (see cpu_matmul_tile's last resort).
+  `block`: the block size, where the tile asks for one (else CPU_REDUCE_BLOCK, 256)."""
+  block = block or getenv("CPU_REDUCE_BLOCK", 256)
   red = [a for a in range(k.first_reduce, k.first_upcast)]
   blockable = bool(red) and isinstance(size := k.full_shape[red[0]], int) and size > block and size % block == 0
   streamed = blockable and size >= STREAMED_PANEL_BLOCKS * block and _streamed_panel(k) and try_opt(k.copy(), Opt(OptOps.BLOCK, 0, block), "probe")

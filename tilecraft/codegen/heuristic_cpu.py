@@ -104,7 +104,8 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
     # 128x768x3072 1.00-1.11x (with bias + GELU 1.00-1.05x), 128x768x2304 1.12x (with bias 1.00x); ONNX models' kernels summed in
     # sequence (it takes their 1x1 convs at 56^2 and 28^2): ShuffleNet 1.10-1.26x, SqueezeNet 1.06-1.14x, ResNet-50,
     # DenseNet-121 and Inception v1 0.99-1.04x. Where the panel must be blocked
-    # (128x3072x768) it measured 0.92x, and a 64^3 (columns 64 -> 72) 0.74x: neither takes it)
+    # in blocks of 256 (128x3072x768) it measured 0.92x, and a 64^3 (columns 64 -> 72) 0.74x: neither takes it; blocks of
+    # 1024 do pay, see _wide_panel_block)
     if vw == 8 and AVX2_WIDE_TILE and len(k.reduceops) == 1 and isinstance(size_n := k.full_shape[n], int) and 32 * ((-size_n) % (3 * vw)) <= size_n and \
         isinstance(size_m := k.full_shape[m], int) and size_m >= 4 and 32 * ((-size_m) % 4) <= size_m and isinstance(red, int) and \
         (block := _wide_panel_block(red, 3 * vw * k.bufs[0].dtype.itemsize, -(-size_m // 4))) is not None:
@@ -501,9 +502,9 @@ def _wide_panel_block(red: int, row_bytes: int, row_tiles: int) -> Optional[int]
   """The AVX2 4 x 3 tile's reduce blocking: 0 where its whole panel (red rows of row_bytes) fits a pack, else, where more
   than STREAMED_PANEL_ROW_TILES row tiles read it, the first of AVX2_WIDE_BLOCKS that divides red and whose panel fits,
   else None (not that tile). Against the 6 x 2 tile, AVX2 code, interleaved: blocks of 256 (the default) 0.92x on
-  128x3072x768; blocks of 1024: 128x3072x768 1.08-1.09x, 256x3072x768 1.03-1.13x, 128x4096x1024 1.12x, 512x4096x1024
-  1.06x; with fewer row tiles, whose panels are streamed in blocks of 256 with prefetch hints, 64x3072x768 0.99x and
-  32x4096x1024 0.92x."""
+  128x3072x768; blocks of 1024: 128x3072x768 1.04-1.09x (with a bias 0.98-1.03x), 256x3072x768 1.03-1.13x, 128x4096x1024
+  1.12-1.14x, 512x4096x1024 1.06-1.11x; with fewer row tiles, whose panels are streamed in blocks of 256 with prefetch
+  hints, 64x3072x768 0.99x and 32x4096x1024 0.92x."""
   if red * row_bytes <= pack.PACK_MAX_BYTES: return 0
   if row_tiles <= STREAMED_PANEL_ROW_TILES: return None
   return next((b for b in AVX2_WIDE_BLOCKS if red % b == 0 and b < red and b * row_bytes <= pack.PACK_MAX_BYTES), None)

@@ -38,15 +38,15 @@ tile (PREFETCH_MAX_REUSE_WHOLE without BLOCK: the copy is a small part of more) 
 matmul's column panel: a transposed copy's rows are contiguous runs the hardware prefetcher already
 follows). Measured with hints against without, interleaved:
 - SwiGLU's fused gate/up kernel (32x1024 @ two 1024x2816, no BLOCK: two reduces), 6 runs of 60 pairs: AVX-512
-  (4 row tiles) 1.20-1.25x, AVX2 (8) 1.02-1.12x; 64 rows: AVX-512 1.15x, AVX2 1.05x; 128 rows: AVX-512 1.08x.
+  (4 row tiles) 1.20-1.25x, AVX2 (8) 1.02-1.12x (1.13-1.19x with the two-ahead hints above, 4 runs); 64 rows: AVX-512 1.15x, AVX2 1.05x; 128 rows: AVX-512 1.08x.
 - Matmuls without BLOCK read by 22-24 row tiles (AVX2): 128x3072x768 (22) 0.86-1.02x in 8 runs, 96x2048x2048 (24)
   1.00-1.09x in 5, so without BLOCK only up to PREFETCH_MAX_REUSE_WHOLE (16) row tiles.
 - Blocked 32-128-row matmuls, these spread hints against the same hints repeated in every row tile (how they
   were issued before): AVX-512 0.97-1.15x, AVX2 1.06-1.37x.
 - Past the limit, without BLOCK (the copy amortized over 32-128 row tiles): AVX2 0.79-0.98x, AVX-512 0.99-1.01x.
 Without BLOCK, only for a buffer of at least pack.PREFETCH_MIN_BYTES (8 MB), one likely read from memory (a model's
-weights): 1x1 convs in ResNet-50's and Inception's shapes, whose image panels (activations of 0.8-3.2 MB the kernel
-before wrote) come from cache, ran 0.90-0.96x with hints on AVX2 (0.99-1.04x on AVX-512).
+weights): 1x1 convs in ResNet-50's, SqueezeNet's and Inception's shapes, whose image panels (activations of 0.8-3.2 MB
+the kernel before wrote) come from cache, ran 0.90-1.02x with hints on AVX2 (4 of 5 at most 0.96x; 0.99-1.04x on AVX-512).
 """
 from __future__ import annotations
 import itertools

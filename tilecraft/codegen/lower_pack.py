@@ -38,7 +38,8 @@ tile (PREFETCH_MAX_REUSE_WHOLE without BLOCK: the copy is a small part of more) 
 matmul's column panel: a transposed copy's rows are contiguous runs the hardware prefetcher already
 follows). Measured with hints against without, interleaved:
 - SwiGLU's fused gate/up kernel (32x1024 @ two 1024x2816, no BLOCK: two reduces), 6 runs of 60 pairs: AVX-512
-  (4 row tiles) 1.20-1.25x, AVX2 (8) 1.02-1.12x (1.13-1.19x with the two-ahead hints above, 4 runs); 64 rows: AVX-512 1.15x, AVX2 1.05x; 128 rows: AVX-512 1.08x.
+  (4 row tiles) 1.20-1.25x, AVX2 (8) 1.02-1.12x (1.13-1.19x with the two-ahead hints above, 4 runs); 64 rows:
+  AVX-512 1.15x, AVX2 1.05x; 128 rows: AVX-512 1.08x.
 - Matmuls without BLOCK read by 22-24 row tiles (AVX2): 128x3072x768 (22) 0.86-1.02x in 8 runs, 96x2048x2048 (24)
   1.00-1.09x in 5, so without BLOCK only up to PREFETCH_MAX_REUSE_WHOLE (16) row tiles.
 - Blocked 32-128-row matmuls, these spread hints against the same hints repeated in every row tile (how they

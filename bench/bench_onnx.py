@@ -3,10 +3,10 @@ number of threads (OMP_NUM_THREADS for tilecraft's kernels, intra_op_num_threads
 
   python bench/bench_onnx.py [--models squeezenet,resnet50,bert_like | all] [--repeat N] [--threads T] [--json FILE]
 
-Models: the onnx package's nine light models (tilecraft.onnx.light: seeded random weights) and
-`bert_like`, a BERT-style encoder built here with onnx.helper (token and position embeddings by Gather,
-LayerNormalization, multi-head attention from MatMul/Reshape/Transpose/Softmax, an Erf GELU MLP), since
-no model file can be downloaded here.
+Models: the onnx package's nine light models (tilecraft.onnx.light: seeded random weights) and the
+models tilecraft.onnx.zoo builds with onnx.helper, since no model file can be downloaded here: `bert_like`
+(a BERT-style encoder), `mobilenet_v2` and `efficientnet_b0` (depthwise-separable inverted residuals,
+ReLU6 as Clip, squeeze-and-excitation with SiLU).
 
 Per model, each in fresh worker processes:
   cold    the first call (build + compile) with an empty kernel cache (a new XDG_CACHE_HOME)
@@ -28,62 +28,14 @@ import argparse, json, os, subprocess, sys, tempfile, time
 from typing import Any, Optional
 import numpy as np
 
-DEFAULT_MODELS = ["squeezenet", "shufflenet", "resnet50", "inception_v1", "densenet121", "bert_like"]
-
-# ---- the BERT-style model ------------------------------------------------------------------------
-def bert_like(layers: int = 2, seq: int = 128, hidden: int = 256, heads: int = 4, ffn: int = 1024, vocab: int = 2000, seed: int = 0) -> Any:
-  """A BERT-style encoder (post-norm, GELU by Erf, as PyTorch exports it) on input_ids int64 (1, seq);
-  output `hidden` (1, seq, hidden). Weights N(0, 0.02), embeddings N(0, 0.5), LayerNorm scales near 1."""
-  from onnx import TensorProto, helper, numpy_helper
-  rng = np.random.default_rng(seed)
-  inits, nodes = [], []
-  def w(name: str, *shape: int, std: float = 0.02, mean: float = 0.0, dtype: Any = np.float32) -> str:
-    inits.append(numpy_helper.from_array((mean + std * rng.standard_normal(shape)).astype(dtype), name))
-    return name
-  def const(name: str, arr: Any) -> str:
-    inits.append(numpy_helper.from_array(np.asarray(arr), name))
-    return name
-  def node(op: str, ins: list, out: str, **attrs: Any) -> str:
-    nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
-    return out
-  dh = hidden // heads
-  const("pos_ids", np.arange(seq, dtype=np.int64).reshape(1, seq))
-  const("heads_shape", np.array([1, seq, heads, dh], np.int64))
-  const("hidden_shape", np.array([1, seq, hidden], np.int64))
-  const("scale", np.array(np.sqrt(dh), np.float32))
-  const("sqrt2", np.array(np.sqrt(2.0), np.float32)); const("one", np.array(1.0, np.float32)); const("half", np.array(0.5, np.float32))  # noqa: E702
-  def layernorm(x: str, name: str) -> str:
-    return node("LayerNormalization", [x, w(f"{name}_g", hidden, std=0.05, mean=1.0), w(f"{name}_b", hidden)], name, axis=-1, epsilon=1e-12)
-  def linear(x: str, name: str, n_in: int, n_out: int) -> str:
-    return node("Add", [node("MatMul", [x, w(f"{name}_w", n_in, n_out)], f"{name}_mm"), w(f"{name}_b", n_out)], name)
-  emb = node("Add", [node("Gather", [w("word_emb", vocab, hidden, std=0.5), "input_ids"], "tok"),
-                     node("Gather", [w("pos_emb", seq, hidden, std=0.5), "pos_ids"], "pos")], "emb")
-  x = layernorm(emb, "emb_ln")
-  for li in range(layers):
-    p = f"l{li}"
-    def split_heads(t: str, perm: list, nm: str) -> str:
-      return node("Transpose", [node("Reshape", [t, "heads_shape"], f"{nm}_r")], nm, perm=perm)
-    q = split_heads(linear(x, f"{p}_q", hidden, hidden), [0, 2, 1, 3], f"{p}_qh")
-    k = split_heads(linear(x, f"{p}_k", hidden, hidden), [0, 2, 3, 1], f"{p}_kh")
-    v = split_heads(linear(x, f"{p}_v", hidden, hidden), [0, 2, 1, 3], f"{p}_vh")
-    probs = node("Softmax", [node("Div", [node("MatMul", [q, k], f"{p}_s"), "scale"], f"{p}_ss")], f"{p}_p", axis=-1)
-    ctx = node("Reshape", [node("Transpose", [node("MatMul", [probs, v], f"{p}_c")], f"{p}_ct", perm=[0, 2, 1, 3]), "hidden_shape"], f"{p}_cr")
-    x = layernorm(node("Add", [x, linear(ctx, f"{p}_o", hidden, hidden)], f"{p}_res1"), f"{p}_ln1")
-    h = linear(x, f"{p}_f1", hidden, ffn)
-    g = node("Mul", [node("Mul", [h, node("Add", [node("Erf", [node("Div", [h, "sqrt2"], f"{p}_hd")], f"{p}_erf"), "one"], f"{p}_e1")], f"{p}_hg"),
-                     "half"], f"{p}_gelu")
-    x = layernorm(node("Add", [x, linear(g, f"{p}_f2", ffn, hidden)], f"{p}_res2"), f"{p}_ln2")
-  nodes.append(helper.make_node("Identity", [x], ["hidden"], name="out"))
-  graph = helper.make_graph(nodes, "bert_like", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
-                            [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [1, seq, hidden])], initializer=inits)
-  m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-  m.ir_version = 8
-  return m
+DEFAULT_MODELS = ["squeezenet", "shufflenet", "resnet50", "inception_v1", "densenet121", "bert_like", "mobilenet_v2", "efficientnet_b0"]
 
 def model_and_input(name: str) -> tuple[Any, dict[str, np.ndarray]]:
-  if name == "bert_like":
-    m = bert_like()
-    return m, {"input_ids": np.random.default_rng(0).integers(0, 2000, (1, 128)).astype(np.int64)}
+  """Model `name` (a light model or a zoo model) with seed-0 weights, and its seed-0 input."""
+  from tilecraft.onnx.zoo import zoo_input, zoo_model, zoo_model_names
+  if name in zoo_model_names():
+    m = zoo_model(name, seed=0)
+    return m, zoo_input(m, seed=0)
   from tilecraft.onnx.light import light_input, light_model
   m = light_model(name, seed=0)
   return m, light_input(m, seed=0)
@@ -270,7 +222,7 @@ def _spawn(name: str, phase: str, cache: str, repeat: int, threads: int, fold: b
 
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description="ONNX models: tilecraft CPU vs onnxruntime CPU, side by side")
-  ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated names, or 'all' (the nine light models and bert_like)")
+  ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated names, or 'all' (the nine light models and the zoo's)")
   ap.add_argument("--repeat", type=int, default=10, help="timed calls of each runtime per model")
   ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
   ap.add_argument("--json", default=None, help="also write the rows to this file")
@@ -288,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
   if args.models == "all":
     from tilecraft.onnx.light import light_model_names
-    names = light_model_names() + ["bert_like"]
+    from tilecraft.onnx.zoo import zoo_model_names
+    names = light_model_names() + zoo_model_names()
   else: names = [s for s in args.models.split(",") if s]
   if args.count_kernels:
     print(f"{'model':14s} {'BN folded':>9s} {'kernels/call':>12s} {'unfolded':>8s}")

@@ -11,6 +11,7 @@ from tilecraft.helpers import prod
 from tilecraft.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import dtypes
+from tilecraft.ops import MemBuffer
 from tilecraft.host import cpu_target, missing_features
 from tilecraft.renderer.cstyle import OpenCLRenderer
 
@@ -1184,6 +1185,39 @@ def test_a_scalar_input_is_no_data_reuse(arch, rng):
     check_tensor(t, x.mean(axis=(2, 3)) * s, rtol=1e-4, atol=1e-6)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("hw", [7, 14])
+def test_scalar_inputs_leave_a_conv_its_matmul_tile(arch, hw, rng):
+  """A 1x1 conv with a ReLU6 whose bounds are 0-d tensors (an ONNX Clip's min and max inputs), loaded as scalars in the
+  epilogue: the same opts as with constant bounds. A scalar varies along no axis, so it can't be the input broadcast
+  along the rows; counted as one, it denied the tile and the general rules took the kernel (MobileNet-v2's 160 -> 960
+  at 7^2 1.75x slower on AVX-512)."""
+  x, w = rng.standard_normal((1, 96, hw, hw), dtype=np.float32), rng.standard_normal((576, 96, 1, 1), dtype=np.float32) * 0.1
+  with Context(CPU_ARCH=arch):
+    def kernel(lo, hi):
+      t = Tensor(x).realize().conv2d(Tensor(w).realize()).clip(lo, hi)
+      return t, hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    t, k = kernel(Tensor(np.float32(0.0)).realize(), Tensor(np.float32(0.5)).realize())
+    assert sorted(b.idx for b in k.bufs if isinstance(b, MemBuffer)) == [0, 1, 2, 3, 4], "the bounds should be loads here"
+    assert opts(k) == opts(kernel(0.0, 0.5)[1]), opts(k)
+    assert not any("data reuse" in r for r in k.applied_opts_reasons), k.applied_opts_reasons
+    check_tensor(t, np.clip(_conv_ref(x, w, 1, 0), 0.0, 0.5), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("k,stride,size,ch", [(5, 1, 28, 24), (5, 2, 56, 16), (3, 1, 28, 16), (3, 1, 27, 8), (3, 2, 40, 8)])
+def test_depthwise_rows_of_3_or_4_vectors_are_the_tile_on_16_registers(k, stride, size, ch, rng):
+  """AVX2: a depthwise conv whose output rows (28, 27, 20 wide) are 3-4 vectors once padded: the row padded to whole 8-lane
+  vectors and taken whole, and no output rows besides (EfficientNet-B0's 5x5 convs to 28^2 3.1-3.4x faster, MobileNet-v2's
+  3x3 convs at 28^2 1.3-1.7x, than the 4 x 4 scalars of 4 lanes the general rules took where the row is a multiple of 4,
+  and 1.2-1.6x than the row with 2-4 output rows where it wasn't)."""
+  x, w = rng.standard_normal((1, ch, size, size), dtype=np.float32), rng.standard_normal((ch, 1, k, k), dtype=np.float32)
+  with Context(CPU_ARCH="haswell"):
+    t = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=k // 2, groups=ch)
+    kern = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    o, out_w = opts(kern), (size + 2 * (k // 2) - k) // stride + 1
+    assert o[:3] == [(D, 2, 8), (U, 2, 8), (U, 2, 0)] and not any(op is U and ax != 2 for op, ax, _ in o), (out_w, o)
+    ref = np.stack([_conv_ref(x[:, c:c + 1], w[c:c + 1], stride, k // 2)[:, 0] for c in range(ch)], axis=1)
+    check_tensor(t, ref, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_concatenation_kernels_are_vector_code(arch, rng):
   """A concatenation's kernel (Tensor.cat selects each piece with a bool constant masked to its range), with a
   BatchNorm-like scale and a relu on top, one piece transposed (DenseNet-121's dense blocks): full vectors along the
@@ -1201,12 +1235,15 @@ def test_concatenation_kernels_are_vector_code(arch, rng):
     check_tensor(t, np.maximum(np.concatenate([a, b.T]) * 1.5 - 0.25, 0), rtol=1e-5, atol=1e-6)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
-@pytest.mark.parametrize("cin,cout,hw,stride,residual", [(512, 128, 7, 1, False), (256, 64, 14, 1, True), (256, 64, 14, 2, False), (512, 64, 5, 1, False)])
+@pytest.mark.parametrize("cin,cout,hw,stride,residual", [(512, 128, 7, 1, False), (256, 64, 14, 1, True), (256, 64, 14, 2, False), (512, 64, 5, 1, False),
+                                                          (64, 128, 7, 1, False), (160, 64, 14, 2, True), (160, 64, 14, 1, False), (32, 64, 7, 1, False)])
 def test_laid_out_columns_tile(arch, cin, cout, hw, stride, residual, rng):
   """A 1x1 conv against a weight in panels of 64 output channels (frontend/pointwise_layout.py): with 32 registers,
   4 vectors of output channels x 7 pixels, loaded straight from the panels (vectors along the output's strided
   channels, stored lane by lane; a residual gathered lane by lane), nothing packed or padded. Not on 16 registers,
-  and not where vectors of pixels wouldn't pad (25 pixels, a multiple of neither 7 nor 16: the usual tiles)."""
+  and not where vectors of pixels wouldn't pad (25 pixels, a multiple of neither 7 nor 16: the usual tiles). A reduce
+  of fewer than 256 takes it only where vectors would pad the pixels by more than 1/8 (49 -> 64, not 196 -> 208), and
+  not below 64 (laid_out_min_reduce)."""
   from tilecraft.frontend.pointwise_layout import pointwise_conv, pointwise_layout
   vw = ARCHS[arch]
   x, w = rng.standard_normal((1, cin, hw, hw), dtype=np.float32), rng.standard_normal((cout, cin, 1, 1), dtype=np.float32)
@@ -1218,7 +1255,7 @@ def test_laid_out_columns_tile(arch, cin, cout, hw, stride, residual, rng):
     si = [s for s in t.schedule() if s.ast.op.name == "KERNEL"][-1]
     k = hand(si.ast)
     pixels = ((hw - 1) // stride + 1) ** 2
-    tile = vw == 16 and pixels % 7 == 0
+    tile = vw == 16 and pixels % 7 == 0 and cin >= (256 if pixels == 196 else 64)
     assert ([(op, amt) for op, _, amt in opts(k)] == [(U, 16), (U, 4), (U, 7)]) == tile, (k.applied_opts, k.applied_opts_reasons)
     if tile: assert "float16 acc" in k.to_program().src
     want = np.maximum(ref + res, 0) if residual else ref

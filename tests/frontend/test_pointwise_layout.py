@@ -24,6 +24,10 @@ def test_pointwise_eligibility():
     assert pointwise_eligible((1, 1024, 14, 14), (256, 1024, 1, 1), (1, 1), 1, f32, "LLVM")
     assert pointwise_eligible((1, 1024, 14, 14), (2048, 1024, 1, 1), (2, 2), 1, f32, "CPU")   # 7x7 out
     assert not pointwise_eligible((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1), 1, f32, "CPU")  # under 512 input channels
+    assert pointwise_eligible((1, 160, 7, 7), (960, 160, 1, 1), (1, 1), 1, f32, "CPU")  # 49 pixels: from 64 channels
+    assert pointwise_eligible((1, 64, 14, 14), (256, 64, 1, 1), (2, 2), 1, f32, "CPU")
+    assert not pointwise_eligible((1, 32, 7, 7), (192, 32, 1, 1), (1, 1), 1, f32, "CPU")
+    assert not pointwise_eligible((1, 160, 14, 14), (960, 160, 1, 1), (1, 1), 1, f32, "CPU")  # 196 pixels: vectors pad them little
     assert not pointwise_eligible((1, 512, 28, 28), (128, 512, 1, 1), (1, 1), 1, f32, "CPU")   # 784 pixels: whole vectors
     assert not pointwise_eligible((1, 512, 13, 13), (1024, 512, 1, 1), (1, 1), 1, f32, "CPU")  # 169: no 7-pixel rows
     assert not pointwise_eligible((1, 512, 7, 7), (1000, 512, 1, 1), (1, 1), 1, f32, "CPU")   # not a multiple of a panel

@@ -398,12 +398,12 @@ def test_constant_matmul_weights_are_read_in_panels(op, lead, trans_b) -> None:
     if feed_w is not None: ref_proto.graph.initializer[0].CopyFrom(helper.make_tensor("w", TensorProto.FLOAT, list(w.shape), feed_w.ravel()))
     np.testing.assert_allclose(got, _ort_run(ref_proto, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
-@pytest.mark.parametrize("cin,hw,stride,residual", [(512, 7, 1, True), (512, 14, 2, False), (256, 7, 1, False)])
+@pytest.mark.parametrize("cin,hw,stride,residual", [(512, 7, 1, True), (512, 14, 2, False), (256, 7, 1, False), (128, 14, 1, False), (32, 7, 1, False)])
 def test_constant_pointwise_conv_weights_are_read_in_panels(cin, hw, stride, residual) -> None:
   """A 1x1 Conv of a constant weight (BatchNorm folded into it) on a CPU with 16-lane vectors reads the weight laid out
-  in panels of output channels (frontend/pointwise_layout.py) where the tile for it applies (at least 512 input
-  channels, 49 output pixels); on this host's vector width otherwise, or with fewer channels, the weight as it is.
-  Against onnxruntime, a residual added after it."""
+  in panels of output channels (frontend/pointwise_layout.py) where the tile for it applies (49 output pixels: at least
+  64 input channels; 196: at least 512); on this host's vector width otherwise, or with fewer channels, the weight as
+  it is. Against onnxruntime, a residual added after it."""
   from tilecraft.device import Device
   rng = np.random.default_rng(11)
   cout = 128
@@ -422,5 +422,22 @@ def test_constant_pointwise_conv_weights_are_read_in_panels(cin, hw, stride, res
   if residual: feed["r"] = rng.standard_normal((1, cout, o, o)).astype(np.float32)
   m = tox.load(proto)
   np.testing.assert_allclose(m.run(feed)["y"], _ort_run(proto, feed)[0], rtol=1e-4, atol=1e-4)
-  laid_out = Device["CPU"].renderer.vector_width >= 16 and cin >= 512
+  laid_out = Device["CPU"].renderer.vector_width >= 16 and cin >= (64 if o == 7 else 512)
   assert [kind for _, kind in m._derived_tensors] == (["pointwise_panels"] if laid_out else [])
+
+def test_single_element_constants_are_kernel_constants() -> None:
+  """Initializers of one element (Clip's bounds, a scale) are CONSTs in the kernels, not buffers each loads: a 1x1
+  Conv + Clip(0, 6) with bounds of shape () and a Mul by a (1,) scale is one kernel reading only x and the weight."""
+  rng = np.random.default_rng(5)
+  w = (rng.standard_normal((64, 32, 1, 1)) / 6).astype(np.float32)
+  inits = [helper.make_tensor("w", TensorProto.FLOAT, list(w.shape), w.ravel()), helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+           helper.make_tensor("hi", TensorProto.FLOAT, [], [0.75]), helper.make_tensor("k", TensorProto.FLOAT, [1], [1.5])]
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Clip", ["c", "lo", "hi"], ["r"]), helper.make_node("Mul", ["r", "k"], ["y"])]
+  proto = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 32, 7, 7])], [_vi("y", TensorProto.FLOAT, None)], inits)
+  feed = {"x": rng.standard_normal((1, 32, 7, 7)).astype(np.float32)}
+  m = tox.load(proto)
+  out, kernels = _kernels_per_call(m, feed)
+  np.testing.assert_allclose(out["y"], _ort_run(proto, feed)[0], rtol=1e-5, atol=1e-6)
+  assert kernels == 1
+  (si,) = [si for si in next(iter(m._captures.values())).schedule if si.ast.op.name == "KERNEL"]
+  assert len(si.bufs) == 3, [b.size for b in si.bufs]  # the output, x and the weight

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from tilecraft.codegen import lower_state
 from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNROLL_MAX_VECTORS, adopt_trial, cpu_matmul_tile, cpu_matvec, cpu_pad_vector_axis,
-                                          cpu_third_reuse_fits, padded_lanes, cpu_transpose_tile, cpu_vecmat)
+                                          cpu_third_reuse_fits, padded_lanes, cpu_transpose_tile, cpu_vecmat, window_row_is_tile)
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.helpers import TC, TC_OPT, getenv, prod, round_up
@@ -244,7 +244,8 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # CPU, or GPU with data reuse: upcast output axes that some input broadcasts (register tiles)
   tile_max = TILE_MAX_VECTORS * vw if not gpu else 32
   upcasted_reuse = 0
-  while prod(k.full_shape[k.first_upcast:]) < tile_max and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3):
+  while prod(k.full_shape[k.first_upcast:]) < tile_max and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3) and \
+      not (not gpu and window_row_is_tile(k, window_axis, vw)):
     if upcasted_reuse == 2 and not cpu_third_reuse_fits(k, vw): break
     best = None
     for axis in range(k.first_reduce - k.local_dims if gpu else k.first_reduce):

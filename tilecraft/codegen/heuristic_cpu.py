@@ -45,7 +45,12 @@ COLUMN_BLOCK = 8  # rows per block of a column-style reduce (column sums), see h
 VECTOR_COLUMN_ROWS = (8, 7, 6)  # gathered rows of the vector-columns tile with 32 registers (_packed_tile_shape)
 
 def _input_strides(k: KernelShape) -> list[tuple]:
-  return [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+  """Per input buffer that varies somewhere, its strides. A scalar broadcast to every element (a 0-d tensor: clip bounds, a
+  learned scale) tells no axis from another; counted, it made every axis look broadcast by some input and denied the
+  rows axis (an input broadcast along the rows must vary along the columns): a 1x1 conv with a ReLU6 of scalar
+  bounds fell to the general rules, 1.7-3.9x slower (MobileNet-v2's expansion convs at 14^2 and 7^2, AVX-512)."""
+  ins = [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+  return [rs for rs in ins if any(s != 0 for s in rs)]
 
 def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   """CPU kernels with one SUM reduce of a product in which an output axis `n` (the vector axis) and
@@ -223,6 +228,15 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
 LAID_OUT_VECTORS = 4   # vectors of output channels in the laid-out-columns tile (_laid_out_columns_tile)
 LAID_OUT_ROWS = 7      # its pixels: odd, so the lowering never takes them for the vector axis (lower_state.py)
 LAID_OUT_MIN_REDUCE = 256
+LAID_OUT_MIN_REDUCE_PADDED = 64  # ... where vectors of the pixels would pad them by more than 1/8 (laid_out_min_reduce)
+
+def laid_out_min_reduce(rows: int, vw: int) -> int:
+  """The shortest reduce the laid-out-columns tile takes for `rows` output rows (pixels) on vw-lane vectors. Where vectors of
+  the rows pad them by at most 1/8 (a 14x14 image's 196 -> 208) the padded tiles of the (Cout, Cin) weight were as fast
+  below 256 (1x1 convs with a ReLU6 at 14^2, 32 -> 384 to 192 -> 1152: 0.85-1.07x; 64 -> 256 with a residual 0.69x);
+  where they pad more (a 7x7 image's 49 -> 64), from 64: 64 -> 256 to 192 -> 1152 at 7^2 1.29-1.64x, 256 -> 1024
+  1.22x (with a residual 1.23x), 32 -> 192 0.94x (AVX-512, interleaved)."""
+  return LAID_OUT_MIN_REDUCE_PADDED if 8 * ((-rows) % vw) > rows else LAID_OUT_MIN_REDUCE
 
 def _laid_out_columns_tile(k: KernelShape, vw: int, ins: list[tuple], out: tuple, red: Any) -> bool:
   """32 registers: a 1x1 conv whose weight is laid out with the output channels innermost (frontend/pointwise_layout.py:
@@ -236,7 +250,7 @@ def _laid_out_columns_tile(k: KernelShape, vw: int, ins: list[tuple], out: tuple
   a plain (Cin, Cout) transpose, a residual added in the epilogue (gathered lane by lane) cut the gain to 1.03-1.15x
   with an unstrided image and to 0.85-0.93x strided from 28^2 or 14^2. AVX2 (16 registers) has no such tile: 2
   vectors x 7 pixels ran 0.6-0.8x as fast as the (Cout, Cin) layout's tiles (CPU_ARCH=haswell)."""
-  if vw < 16 or len(k.reduceops) != 1 or not isinstance(red, int) or red < LAID_OUT_MIN_REDUCE: return False
+  if vw < 16 or len(k.reduceops) != 1 or not isinstance(red, int) or red < LAID_OUT_MIN_REDUCE_PADDED: return False
   red_axes = range(k.first_reduce, k.first_upcast)
   operands = [rs for rs in ins if any(rs[r] != 0 for r in red_axes)]
   for n in range(k.first_reduce):
@@ -246,7 +260,7 @@ def _laid_out_columns_tile(k: KernelShape, vw: int, ins: list[tuple], out: tuple
     if len(movers) != 1 or movers[0][n] != 1: continue
     m = next((a for a in range(k.first_reduce) if a != n and out[a] == 1 and isinstance(size_m := k.full_shape[a], int) and
               size_m % LAID_OUT_ROWS == 0 and size_m % vw != 0 and movers[0][a] == 0 and any(rs[a] != 0 for rs in operands)), None)
-    if m is None or not _vector_columns(k, n, m, (), red, LAID_OUT_ROWS): continue
+    if m is None or red < laid_out_min_reduce(k.full_shape[m], vw) or not _vector_columns(k, n, m, (), red, LAID_OUT_ROWS): continue
     why = f" (the weight runs contiguously along axis {n}: {LAID_OUT_VECTORS} vectors of its columns x {LAID_OUT_ROWS} rows, unpadded)"
     if size_n == LAID_OUT_VECTORS * vw and m > n: m -= 1  # (axis n, upcast whole, goes)
     trial = k.copy()
@@ -721,6 +735,15 @@ def cpu_third_reuse_fits(k: KernelShape, vw: int) -> bool:
 TILE_MAX_VECTORS, UNROLL_MAX_VECTORS = 32, 128
 
 WINDOW_MAX = 49  # the longest reduce _cpu_pad_vector_axis takes for a window (a 7x7 pool)
+AVX2_WINDOW_ROWS = True  # 16 registers: windows' rows of half-vector multiples padded to whole vectors; the switch is for A/B measurements
+WINDOW_ROW_TILE_16_REGS = 3  # 16 registers: a window's vector row of this many vectors is its whole register tile (window_row_is_tile)
+
+def window_row_is_tile(k: KernelShape, window_axis: Optional[int], vw: int) -> bool:
+  """Whether the vector row cpu_pad_vector_axis made of a window reduce's axis is the whole register tile: on 16 registers,
+  a row of WINDOW_ROW_TILE_16_REGS vectors or more takes no rows besides (the data-reuse upcasts would add 2-4 of the
+  output's rows: depthwise 3x3 and 5x5 convs with 20-, 27- and 28-wide rows 1.2-1.6x faster without them, AVX2,
+  interleaved; with rows of 2 vectors the rows upcast by 4 were as fast as none)."""
+  return window_axis is not None and vw < 16 and prod(k.full_shape[k.first_upcast:]) >= WINDOW_ROW_TILE_16_REGS * vw
 
 def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
   """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it;
@@ -751,7 +774,11 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
     # the rows only masks every load; argmax over 1000 x 5000 1.4x slower padded, AVX-512)
     if half and not window and not any(rs[a] == 1 and any(rs[r] != 0 for r in range(k.first_reduce, k.first_upcast)) for rs in ins):
       return None
-    if half and not (vw >= 16 and window and not reused):
+    # (16 registers: a window's row of at most 4 whole vectors, a depthwise conv's too, is padded to them in the branch below:
+    # 28-wide rows of depthwise 3x3 and 5x5 convs, stride 1 and 2, 1.23-2.8x faster than the general rules' 4 x 4 scalars
+    # of 4 lanes, a 3x3 s2 max-pool 1.1x, AVX2, interleaved; EfficientNet-B0's 5x5 s2 144 ch to 28^2 3.6x)
+    short_row = vw < 16 and AVX2_WINDOW_ROWS and round_up(size, vw) // vw <= 4
+    if half and not (window and (short_row if vw < 16 else not reused)):
       if vw < 16 or not reused or 7 * round_up(size, vw) > 8 * size: return None
       try_opt(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
     elif window and (lanes := vw // 2 if half else _odd_lanes(size, vw)) is not None:

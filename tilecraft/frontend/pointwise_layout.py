@@ -13,19 +13,23 @@ from memory (a flushed cache) and 0.9-1.04x warm.
 Measured in ResNet-50 on AVX-512 (Zen 4), each kernel timed as the model runs it, the model with and without the
 layout alternating in one process, 3 runs: its 12 such convs at 14^2 and 7^2 1.07-1.18x (one run's 512 -> 2048 at
 7^2 0.99x), the strided 512 -> 1024 projection from 28^2 0.91-1.10x; the sum of all its kernels 0.99-1.04x (a noisy
-host). Convs of fewer than 512 input channels are left alone: with a residual added in the epilogue (gathered lane
-by lane) 256 -> 1024 at 14^2 ran 0.92x, alone.
+host). Convs of fewer than 512 input channels are left alone where vectors pad the pixels little (196 -> 208): with a
+residual added in the epilogue (gathered lane by lane) 256 -> 1024 at 14^2 ran 0.92x, alone; below 256 channels the
+padded tiles of the model's layout were as fast (heuristic_cpu.py: laid_out_min_reduce). Where they pad more (49 -> 64)
+the layout pays from 64 input channels, 1.2-1.6x alone: MobileNet-v2's expansion convs at 7^2 (160 -> 960, 3 of them)
+and its 320 -> 1280 head; the model 1.1x (AVX-512; bench/bench_onnx.py).
 
 Contract: `pointwise_eligible(x_shape, w_shape, stride, groups, dtype, device)` says where the layout is taken:
 a CPU device (winograd.on_cpu) whose float32 vectors have 16 lanes (32 registers), float32, a 2-D 1x1 conv of
-one group with at least POINTWISE_MIN_CIN input channels, output channels a multiple of PANEL and output pixels a
-multiple of the tile's rows but not of 16 (x_shape is the padded input's). `pointwise_layout(w)` is the panel array
+one group, output channels a multiple of PANEL, output pixels a multiple of the tile's rows but not of 16 (x_shape
+is the padded input's), and at least POINTWISE_MIN_CIN input channels, or where 16-lane vectors would pad the pixels
+by more than 1/8, as many as the tile takes there (laid_out_min_reduce: 64). `pointwise_layout(w)` is the panel array
 of a (Cout, Cin, 1, 1) weight; `pointwise_conv(x, wp, stride)` equals x.conv2d(w, stride=stride) (the same
 products; the kernel's opts choose the summation order)."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
-from tilecraft.codegen.heuristic_cpu import LAID_OUT_ROWS, LAID_OUT_VECTORS
+from tilecraft.codegen.heuristic_cpu import LAID_OUT_MIN_REDUCE, LAID_OUT_ROWS, LAID_OUT_VECTORS, laid_out_min_reduce
 from tilecraft.dtype import dtypes
 from tilecraft.frontend.winograd import on_cpu
 if TYPE_CHECKING: from tilecraft.tensor import Tensor
@@ -42,7 +46,9 @@ def pointwise_eligible(x_shape: Sequence[Any], w_shape: Sequence[Any], stride: S
   if getattr(Device[device].renderer, "vector_width", 0) < LANES: return False
   cout, cin = w_shape[0], w_shape[1]
   pixels = ((x_shape[2] - 1) // stride[0] + 1) * ((x_shape[3] - 1) // stride[1] + 1)
-  return x_shape[1] == cin >= POINTWISE_MIN_CIN and cout % PANEL == 0 and pixels % LAID_OUT_ROWS == 0 and pixels % LANES != 0
+  least = laid_out_min_reduce(pixels, LANES)  # (below LAID_OUT_MIN_REDUCE where vectors would pad the pixels much)
+  return x_shape[1] == cin >= (least if least < LAID_OUT_MIN_REDUCE else POINTWISE_MIN_CIN) and cout % PANEL == 0 and \
+    pixels % LAID_OUT_ROWS == 0 and pixels % LANES != 0
 
 def pointwise_layout(w: np.ndarray) -> np.ndarray:
   """w (Cout, Cin, 1, 1) as (Cout / PANEL, Cin, PANEL), contiguous."""

@@ -163,8 +163,16 @@ class OnnxModel:
     self._lock = threading.Lock()  # one run at a time: a capture's buffers are shared by its calls
 
   def _const_tensor(self, name: str) -> Tensor:
+    """The Tensor of a constant (an initializer, a Constant node's value). One of a single element (Clip's bounds, a
+    scale, an epsilon) is a CONST in the kernels that use it, not a buffer each loads: its value is in the code, and
+    the CPU tile rules see no input (MobileNet-v2's ReLU6 bounds as buffers cost its 1x1 convs their matmul tile)."""
     t = self._init_tensors.get(name)
-    if t is None: t = self._init_tensors[name] = Tensor(self.consts[name], device=self.device)
+    if t is None:
+      arr = self.consts[name]
+      if arr.size == 1 and arr.dtype.kind in "fiub" and arr.dtype.name != "bfloat16":
+        t = Tensor(arr.reshape(()).item(), dtype=dtypes.from_np(arr.dtype), device=self.device).reshape(arr.shape)
+      else: t = Tensor(arr, device=self.device)
+      self._init_tensors[name] = t
     return t
 
   def run(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:

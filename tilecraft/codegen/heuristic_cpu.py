@@ -735,15 +735,21 @@ def cpu_third_reuse_fits(k: KernelShape, vw: int) -> bool:
 TILE_MAX_VECTORS, UNROLL_MAX_VECTORS = 32, 128
 
 WINDOW_MAX = 49  # the longest reduce _cpu_pad_vector_axis takes for a window (a 7x7 pool)
-AVX2_WINDOW_ROWS = True  # 16 registers: windows' rows of half-vector multiples padded to whole vectors; the switch is for A/B measurements
+# (the switches are for A/B measurements)
+AVX2_WINDOW_ROWS = True  # 16 registers: windows' rows of half-vector multiples padded to whole vectors
+HALF_LANE_WINDOW_ROWS = True  # 32 registers: depthwise rows of half-vector multiples as half-width vectors, the row whole
+WINDOW_ROW_MAX_VECTORS = 8  # the most half-width vectors of such a row
 WINDOW_ROW_TILE_16_REGS = 3  # 16 registers: a window's vector row of this many vectors is its whole register tile (window_row_is_tile)
 
 def window_row_is_tile(k: KernelShape, window_axis: Optional[int], vw: int) -> bool:
-  """Whether the vector row cpu_pad_vector_axis made of a window reduce's axis is the whole register tile: on 16 registers,
-  a row of WINDOW_ROW_TILE_16_REGS vectors or more takes no rows besides (the data-reuse upcasts would add 2-4 of the
+  """Whether the vector row cpu_pad_vector_axis made of a window reduce's axis is the whole register tile, with no rows
+  besides: on 16 registers a row of WINDOW_ROW_TILE_16_REGS vectors or more (the data-reuse upcasts would add 2-4 of the
   output's rows: depthwise 3x3 and 5x5 convs with 20-, 27- and 28-wide rows 1.2-1.6x faster without them, AVX2,
-  interleaved; with rows of 2 vectors the rows upcast by 4 were as fast as none)."""
-  return window_axis is not None and vw < 16 and prod(k.full_shape[k.first_upcast:]) >= WINDOW_ROW_TILE_16_REGS * vw
+  interleaved; with rows of 2 vectors the rows upcast by 4 were as fast as none); on 32 registers a row of more than
+  4 vectors (only half-width ones make one: HALF_LANE_WINDOW_ROWS)."""
+  if window_axis is None or k.first_upcast >= k.shape_len: return False
+  vectors = prod(k.full_shape[k.first_upcast:]) // k.full_shape[k.first_upcast]
+  return vectors >= (WINDOW_ROW_TILE_16_REGS if vw < 16 else 5)
 
 def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
   """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it;
@@ -778,17 +784,21 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
     # 28-wide rows of depthwise 3x3 and 5x5 convs, stride 1 and 2, 1.23-2.8x faster than the general rules' 4 x 4 scalars
     # of 4 lanes, a 3x3 s2 max-pool 1.1x, AVX2, interleaved; EfficientNet-B0's 5x5 s2 144 ch to 28^2 3.6x)
     short_row = vw < 16 and AVX2_WINDOW_ROWS and round_up(size, vw) // vw <= 4
-    if half and not (window and (short_row if vw < 16 else not reused)):
+    # (32 registers: a depthwise conv's row of a multiple of 8 but not 16 (56 wide) as half-width vectors, the row whole (7
+    # of them) and no rows besides, not padded to 16 lanes under 8 rows x 4 vectors (32 accumulators): MobileNet-v2's 3x3
+    # at 56^2 1.2-1.28x, its 3x3 s2 from 112^2 1.35-1.42x faster, AVX-512, interleaved; a max-pool there was as fast either way)
+    half_row = vw >= 16 and HALF_LANE_WINDOW_ROWS and half and window and reused and size // (vw // 2) <= WINDOW_ROW_MAX_VECTORS
+    if half and not (window and (short_row if vw < 16 else not reused or half_row)):
       if vw < 16 or not reused or 7 * round_up(size, vw) > 8 * size: return None
       try_opt(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
     elif window and (lanes := vw // 2 if half else _odd_lanes(size, vw)) is not None:
       # (half-width lanes where whole vectors make a row of at most 4 that the row upcast below takes whole: SqueezeNet's
       # 3x3 s2 max-pool to 55-wide rows 1.25x faster as 4 x 16 lanes than 7 x 8, AVX-512; a pool's rows of a multiple
       # of 8 (ResNet-50's 56-wide) took the general rules' 4 lanes: 1.83x faster as 4 x 16, 1.67x as 8 lanes)
-      if lanes < vw and round_up(size, vw) // vw <= 4 and 3 * (round_up(size, vw) - size) <= size: lanes = vw
-      if try_opt(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)") and \
+      if lanes < vw and not half_row and round_up(size, vw) // vw <= 4 and 3 * (round_up(size, vw) - size) <= size: lanes = vw
+      if (size % lanes == 0 or try_opt(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)")) and \
           try_opt(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector"):
-        if 2 <= (rest := round_up(size, lanes) // lanes) <= 4:
+        if 2 <= (rest := round_up(size, lanes) // lanes) <= (WINDOW_ROW_MAX_VECTORS if half_row else 4):
           try_opt(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
                                             "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
         return a

@@ -1216,6 +1216,10 @@ def test_depthwise_rows_of_3_or_4_vectors_are_the_tile_on_16_registers(k, stride
     assert o[:3] == [(D, 2, 8), (U, 2, 8), (U, 2, 0)] and not any(op is U and ax != 2 for op, ax, _ in o), (out_w, o)
     ref = np.stack([_conv_ref(x[:, c:c + 1], w[c:c + 1], stride, k // 2)[:, 0] for c in range(ch)], axis=1)
     check_tensor(t, ref, rtol=1e-4, atol=1e-4)
+    # a conv of 2 input channels has as short a reduce, but each image load serves every output channel: the tile across
+    # the channels stays (_shared_along_other_axes)
+    full = Tensor(x[:, :2]).realize().conv2d(Tensor(w[:8, :, :, :].repeat(2, axis=1)).realize(), stride=stride, padding=k // 2)
+    assert any(op is U and ax == 0 for op, ax, _ in opts(hand([si for si in full.schedule() if si.ast.op.name == "KERNEL"][-1].ast)))
 
 @pytest.mark.parametrize("stride,size", [(1, 56), (2, 112), (1, 40)])
 def test_depthwise_rows_of_a_multiple_of_8_take_half_width_vectors_on_32_registers(stride, size, rng):
@@ -1228,6 +1232,8 @@ def test_depthwise_rows_of_a_multiple_of_8_take_half_width_vectors_on_32_registe
     t = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=1, groups=ch)
     o = opts(hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast))
     assert [x for x in o if x[0] is not R] == [(U, 2, 8), (U, 2, 0)], o
+    full = Tensor(x[:, :2]).realize().conv2d(Tensor(w[:, :, :, :].repeat(2, axis=1)).realize(), stride=stride, padding=1)  # (2 input channels)
+    assert any(op is U and ax == 0 for op, ax, _ in opts(hand([si for si in full.schedule() if si.ast.op.name == "KERNEL"][-1].ast)))
     ref = np.stack([_conv_ref(x[:, c:c + 1], w[c:c + 1], stride, 1)[:, 0] for c in range(ch)], axis=1)
     check_tensor(t, ref, rtol=1e-4, atol=1e-4)
     out = (size - 1) // stride + 1

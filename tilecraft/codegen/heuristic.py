@@ -9,7 +9,7 @@ from typing import Any, Optional
 from tilecraft.codegen import lower_state
 from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNROLL_MAX_VECTORS, adopt_trial, cpu_matmul_tile, cpu_matvec, cpu_pad_vector_axis,
-                                          cpu_third_reuse_fits, padded_lanes, cpu_transpose_tile, cpu_vecmat, window_row_is_tile)
+                                          cpu_third_reuse_fits, padded_lanes, cpu_transpose_tile, cpu_vecmat)
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.helpers import TC, TC_OPT, getenv, prod, round_up
@@ -229,7 +229,8 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   # 7^2 to the scalar general rules (10x slower than its tile, AVX2)
   vw = _vector_width(k) if not gpu else 4
   if not gpu and (cpu_matmul_tile(k, vw) or cpu_matvec(k, vw) or cpu_vecmat(k, vw)): return k
-  window_axis = cpu_pad_vector_axis(k, vw) if not gpu else None
+  window = cpu_pad_vector_axis(k, vw) if not gpu else None
+  window_axis = window.axis if window is not None else None
   masked = [axis for axis in range(k.first_reduce) if k.full_shape[axis] <= 7 and any(st.axis_is_masked(axis) for st in k.sts)]
   if gpu:
     to_upcast: list[int] = []
@@ -245,7 +246,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   tile_max = TILE_MAX_VECTORS * vw if not gpu else 32
   upcasted_reuse = 0
   while prod(k.full_shape[k.first_upcast:]) < tile_max and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3) and \
-      not (not gpu and window_row_is_tile(k, window_axis, vw)):
+      not (window is not None and window.whole_tile):
     if upcasted_reuse == 2 and not cpu_third_reuse_fits(k, vw): break
     best = None
     for axis in range(k.first_reduce - k.local_dims if gpu else k.first_reduce):

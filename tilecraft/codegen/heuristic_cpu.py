@@ -15,7 +15,7 @@ vectors, L1-sized) is reused by every row tile before moving on: this avoids re-
 for every row tile, and the cache-set conflicts of a power-of-two row pitch.
 """
 from __future__ import annotations
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen import lower_state, pack
 from tilecraft.codegen.opt import Opt, OptOps, try_opt
@@ -739,21 +739,29 @@ WINDOW_MAX = 49  # the longest reduce _cpu_pad_vector_axis takes for a window (a
 AVX2_WINDOW_ROWS = True  # 16 registers: windows' rows of half-vector multiples padded to whole vectors
 HALF_LANE_WINDOW_ROWS = True  # 32 registers: depthwise rows of half-vector multiples as half-width vectors, the row whole
 WINDOW_ROW_MAX_VECTORS = 8  # the most half-width vectors of such a row
-WINDOW_ROW_TILE_16_REGS = 3  # 16 registers: a window's vector row of this many vectors is its whole register tile (window_row_is_tile)
+WINDOW_ROW_TILE_16_REGS = 3  # 16 registers: a window's vector row of this many vectors is its whole register tile (WindowRow)
 
-def window_row_is_tile(k: KernelShape, window_axis: Optional[int], vw: int) -> bool:
-  """Whether the vector row cpu_pad_vector_axis made of a window reduce's axis is the whole register tile, with no rows
-  besides: on 16 registers a row of WINDOW_ROW_TILE_16_REGS vectors or more (the data-reuse upcasts would add 2-4 of the
-  output's rows: depthwise 3x3 and 5x5 convs with 20-, 27- and 28-wide rows 1.2-1.6x faster without them, AVX2,
-  interleaved; with rows of 2 vectors the rows upcast by 4 were as fast as none); on 32 registers a row of more than
-  4 vectors (only half-width ones make one: HALF_LANE_WINDOW_ROWS)."""
-  if window_axis is None or k.first_upcast >= k.shape_len: return False
-  vectors = prod(k.full_shape[k.first_upcast:]) // k.full_shape[k.first_upcast]
-  return vectors >= (WINDOW_ROW_TILE_16_REGS if vw < 16 else 5)
+def _shared_along_other_axes(k: KernelShape, a: int, ins: list[tuple]) -> bool:
+  """Whether an input moving along output axis a is broadcast along another output axis: a conv of few input channels
+  (a reduce short enough to count as a window) reads each image load for every output channel, which a register tile
+  across the channels reuses and a tile of the row alone would forgo. A depthwise conv's or a pool's inputs aren't."""
+  return any(rs[a] != 0 and any(rs[b] == 0 and k.full_shape[b] != 1 for b in range(k.first_reduce) if b != a) for rs in ins)
 
-def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
+class WindowRow(NamedTuple):
+  """What cpu_pad_vector_axis made of a window reduce's contiguous output axis: the axis (its index before the row was
+  upcast whole), and whether the row is the whole register tile, with no rows besides. On 16 registers a row of
+  WINDOW_ROW_TILE_16_REGS vectors or more is (the data-reuse upcasts would add 2-4 of the output's rows: depthwise 3x3
+  and 5x5 convs with 20-, 27- and 28-wide rows 1.2-1.6x faster without them, AVX2, interleaved; with rows of 2 vectors
+  the rows upcast by 4 were as fast as none); on 32 registers a row of more than 4 vectors (only half-width ones make
+  one: HALF_LANE_WINDOW_ROWS). Not where the channels share an input (_shared_along_other_axes): there the reuse
+  rules' tile across them comes first."""
+  axis: int
+  whole_tile: bool
+
+def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[WindowRow]:
   """Pad a reduce kernel's contiguous output axis (PADTO, masked lanes) so the rules below run full vectors on it;
-  returns the axis when it made it a window reduce's vector row (the register-tile rules leave that axis alone).
+  returns the axis when it made it a window reduce's vector row (the register-tile rules leave that axis alone), and
+  whether that row is the whole tile (WindowRow).
   - A multiple of half the vector width but not of the width (a conv's 56-wide rows on AVX-512) would run
     half-width vectors: padded to the width where that adds at most 1/7 more work. The padded lanes' loads
     are masked (one masked vector load per row), their stores skipped; conv 3x3 64->64 56^2 on AVX-512:
@@ -783,11 +791,12 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
     # (16 registers: a window's row of at most 4 whole vectors, a depthwise conv's too, is padded to them in the branch below:
     # 28-wide rows of depthwise 3x3 and 5x5 convs, stride 1 and 2, 1.23-2.8x faster than the general rules' 4 x 4 scalars
     # of 4 lanes, a 3x3 s2 max-pool 1.1x, AVX2, interleaved; EfficientNet-B0's 5x5 s2 144 ch to 28^2 3.6x)
-    short_row = vw < 16 and AVX2_WINDOW_ROWS and round_up(size, vw) // vw <= 4
+    alone = not _shared_along_other_axes(k, a, ins)  # (a pool, a depthwise conv: no tile across channels to keep)
+    short_row = vw < 16 and AVX2_WINDOW_ROWS and alone and round_up(size, vw) // vw <= 4
     # (32 registers: a depthwise conv's row of a multiple of 8 but not 16 (56 wide) as half-width vectors, the row whole (7
     # of them) and no rows besides, not padded to 16 lanes under 8 rows x 4 vectors (32 accumulators): MobileNet-v2's 3x3
     # at 56^2 1.2-1.28x, its 3x3 s2 from 112^2 1.35-1.42x faster, AVX-512, interleaved; a max-pool there was as fast either way)
-    half_row = vw >= 16 and HALF_LANE_WINDOW_ROWS and half and window and reused and size // (vw // 2) <= WINDOW_ROW_MAX_VECTORS
+    half_row = vw >= 16 and HALF_LANE_WINDOW_ROWS and half and window and reused and alone and size // (vw // 2) <= WINDOW_ROW_MAX_VECTORS
     if half and not (window and (short_row if vw < 16 else not reused or half_row)):
       if vw < 16 or not reused or 7 * round_up(size, vw) > 8 * size: return None
       try_opt(k, Opt(OptOps.PADTO, a, vw), f"contiguous output axis {a} ({size}) padded to a multiple of the vector width {vw} (masked lanes): full-width vectors")
@@ -798,10 +807,10 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[int]:
       if lanes < vw and not half_row and round_up(size, vw) // vw <= 4 and 3 * (round_up(size, vw) - size) <= size: lanes = vw
       if (size % lanes == 0 or try_opt(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)")) and \
           try_opt(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector"):
-        if 2 <= (rest := round_up(size, lanes) // lanes) <= (WINDOW_ROW_MAX_VECTORS if half_row else 4):
+        whole = 2 <= (rest := round_up(size, lanes) // lanes) <= (WINDOW_ROW_MAX_VECTORS if half_row else 4) and \
           try_opt(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
-                                            "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
-        return a
+                                               "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
+        return WindowRow(a, alone and whole and rest >= (WINDOW_ROW_TILE_16_REGS if vw < 16 else 5))
     elif not window and not half and not reused and all(rs[a] == 1 for rs in ins) and (lanes := padded_lanes(size, vw)) is not None:
       # a column reduce (every input contiguous along the output's axis: a sum over the rows of a 1001 x 999 matrix) whose
       # columns no vector divides was scalar code: padded, the general rules vectorize the columns and block the rows

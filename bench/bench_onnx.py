@@ -27,18 +27,9 @@ from __future__ import annotations
 import argparse, json, os, subprocess, sys, tempfile, time
 from typing import Any, Optional
 import numpy as np
+from tilecraft.onnx.zoo import model_and_input
 
 DEFAULT_MODELS = ["squeezenet", "shufflenet", "resnet50", "inception_v1", "densenet121", "bert_like", "mobilenet_v2", "efficientnet_b0"]
-
-def model_and_input(name: str) -> tuple[Any, dict[str, np.ndarray]]:
-  """Model `name` (a light model or a zoo model) with seed-0 weights, and its seed-0 input."""
-  from tilecraft.onnx.zoo import zoo_input, zoo_model, zoo_model_names
-  if name in zoo_model_names():
-    m = zoo_model(name, seed=0)
-    return m, zoo_input(m, seed=0)
-  from tilecraft.onnx.light import light_input, light_model
-  m = light_model(name, seed=0)
-  return m, light_input(m, seed=0)
 
 # ---- a worker: one model in one process ------------------------------------------------------------
 def worker(name: str, phase: str, repeat: int, threads: int, fold: bool = True) -> dict:
@@ -239,9 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(res))
     return 0
   if args.models == "all":
-    from tilecraft.onnx.light import light_model_names
-    from tilecraft.onnx.zoo import zoo_model_names
-    names = light_model_names() + zoo_model_names()
+    from tilecraft.onnx.zoo import model_names
+    names = model_names()
   else: names = [s for s in args.models.split(",") if s]
   if args.count_kernels:
     print(f"{'model':14s} {'BN folded':>9s} {'kernels/call':>12s} {'unfolded':>8s}")

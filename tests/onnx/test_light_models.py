@@ -82,4 +82,4 @@ def test_fuzz_cli_models(capsys) -> None:
   assert {k: os.environ.get(k) for k in env} == env  # (recording is switched off again afterwards)
   out = capsys.readouterr().out
   assert "kernels of squeezenet's call on CPU" in out and "no unexpected failures" in out
-  assert main(["fuzz", "--models", "nosuch"]) == 2 and "unknown light model" in capsys.readouterr().err
+  assert main(["fuzz", "--models", "nosuch"]) == 2 and "unknown model" in capsys.readouterr().err

@@ -132,7 +132,7 @@ def test_replay_records_a_models_kernels(tmp_path, monkeypatch, capsys):
   monkeypatch.setenv("REPLAY_DB", db)  # (the command sets both: restored after the test)
   monkeypatch.setenv("RUN_PROCESS_REPLAY", "0")
   assert main(["replay", "record", "--device", "CPU", "--models", "tiny,bogus", "--db", db]) == 2
-  assert "unknown light model(s) ['bogus']" in capsys.readouterr().err and not os.path.exists(db)
+  assert "unknown model(s) ['bogus']" in capsys.readouterr().err and not os.path.exists(db)
   assert main(["replay", "record", "--device", "CPU", "--models", "tiny", "--db", db]) == 0
   rows = replay.recorded(db)
   assert any(r["name"].startswith("r_") and "CRenderer" in r["renderer"] for r in rows), [r["name"] for r in rows]

@@ -7,7 +7,7 @@ expected and don't fail the run unless --strict.
 With --replay [DB], the kernels recorded in a process-replay DB (`tilecraft replay record --models
 resnet50,...`: what real models run) are fuzzed instead: each with the opts it was recorded with, then
 random ones, against its own unoptimized kernel (tilecraft.testing.fuzz.fuzz_recorded); --models M,M
-records one call of those light ONNX models into a temporary DB first and fuzzes that.
+records one call of those ONNX models (light ones and the zoo's) into a temporary DB first and fuzzes that.
 Exit codes: 0 all passed, 1 a failure, 2 bad arguments or an unusable device."""
 from __future__ import annotations
 import argparse, json, time
@@ -24,7 +24,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   ap.add_argument("--replay", nargs="?", const="", default=None, metavar="DB",
                   help="fuzz the kernels recorded in a process-replay DB (default: REPLAY_DB or the cache's; record with "
                        "`tilecraft replay record --models ...`): each with its recorded opts, then random ones")
-  ap.add_argument("--models", metavar="M,M", help="run one call of these light ONNX models (resnet50,squeezenet,...; needs the "
+  ap.add_argument("--models", metavar="M,M", help="run one call of these ONNX models (light ones, resnet50,squeezenet,..., and the zoo's, mobilenet_v2,...; needs the "
                   "[onnx] extra), recording their kernels into a temporary process-replay DB, and fuzz those (as --replay)")
   ap.add_argument("--no-isolate", action="store_true", help="run kernels in this process (faster; a kernel that corrupts memory may crash it)")
   ap.add_argument("--strict", action="store_true", help="known-bug failures fail the run too")

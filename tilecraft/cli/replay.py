@@ -3,7 +3,7 @@
   tilecraft replay record [--device D ...] [--models resnet50,...]
                                              record the bench suite's and the fuzz corpus's kernels
                                              (hand-coded opts) into the replay database, and with
-                                             --models those of light ONNX models' calls
+                                             --models those of ONNX models' calls (light and zoo)
   tilecraft replay diff --against REV        regenerate every recorded kernel at REV and in the working
                                              tree; a unified diff per kernel whose source changed, and
                                              the count (--heuristics: each tree's own hand-coded
@@ -23,7 +23,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   rec = sub.add_parser("record", help="record the bench suite's and the fuzz corpus's kernels with hand-coded opts")
   rec.add_argument("--device", action="append", help="device whose renderer renders them (repeatable; default CPU, and LLVM where it opens)")
   rec.add_argument("--quick", action="store_true", help="the bench suite's small sizes")
-  rec.add_argument("--models", metavar="M,M", help="also run one call of these light ONNX models (resnet50,shufflenet,...: real model shapes; needs the [onnx] extra) and record their kernels")
+  rec.add_argument("--models", metavar="M,M", help="also run one call of these ONNX models (light ones, resnet50,shufflenet,..., and the zoo's, mobilenet_v2,...: real model shapes; needs the [onnx] extra) and record their kernels")
   rec.add_argument("--db", help="the replay database (default: REPLAY_DB or the cache dir)")
   d = sub.add_parser("diff", help="regenerate the recorded kernels at REV and in the working tree and diff their source")
   d.add_argument("--against", default="HEAD", metavar="REV", help="git revision to compare with (default HEAD)")
@@ -35,14 +35,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
   ls.add_argument("--db", help="the replay database (default: REPLAY_DB or the cache dir)")
 
 def light_models_arg(arg: str | None) -> list[str]:
-  """The light ONNX models a --models M,M option names (none for None), each checked: CLIError for a name that
-  isn't one, or without the onnx package."""
+  """The ONNX models a --models M,M option names (none for None: light models and the zoo's, tilecraft.onnx.zoo.
+  model_names), each checked: CLIError for a name that isn't one, or without the onnx package."""
   models = [m.strip() for m in (arg or "").split(",") if m.strip()]
   if models:
-    try: from tilecraft.onnx.light import light_model_names
+    try:
+      from tilecraft.onnx.zoo import model_names
+      known = model_names()
     except ImportError as e: raise CLIError(f"--models needs the onnx package (pip install 'tilecraft[onnx]'): {e}") from None
-    if (unknown := [m for m in models if m not in light_model_names()]):
-      raise CLIError(f"--models: unknown light model(s) {unknown}; the models are {', '.join(light_model_names())}")
+    if (unknown := [m for m in models if m not in known]):
+      raise CLIError(f"--models: unknown model(s) {unknown}; the models are {', '.join(known)}")
   return models
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@ with ReLU6 (Clip), squeeze-and-excitation with SiLU (Sigmoid * x), 5x5 depthwise
 Contract: `zoo_model_names()` lists them; `zoo_model(name, seed=0)` builds one (opset 17, seeded random
 initializers scaled so activations stay finite and varied: He-normal conv and gemm weights, BatchNorm
 scales near 1 except the one ending a residual branch, 0.2-0.3); `zoo_input(model, seed=0)` gives a
-matching input dict (float N(0, 1) images; token ids in range for bert_like).
+matching input dict (float N(0, 1) images; token ids in range for bert_like). `model_names()` and
+`model_and_input(name, seed=0)` serve the tools that take a model by name (bench, replay, fuzz): the light
+models' names and the zoo's.
 - bert_like: a BERT-style encoder (post-norm, GELU by Erf, as PyTorch exports it), input_ids int64
   (1, 128), output `hidden` (1, 128, 256); 2 layers, 4 heads, ffn 1024, vocabulary 2000.
 - mobilenet_v2: MobileNet-v2 (width 1.0) at 224^2, BatchNorm unfolded, ReLU6 as Clip(0, 6), output
@@ -151,3 +153,18 @@ def zoo_input(model: Any, seed: int = 0) -> dict[str, np.ndarray]:
   rng = np.random.default_rng(seed)
   if model.graph.name == "bert_like": return {"input_ids": rng.integers(0, 2000, (1, 128)).astype(np.int64)}
   return {"image": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+
+def model_names() -> list[str]:
+  """Every model the tools know by name: the onnx package's light models (onnx/light.py), then the zoo's."""
+  from tilecraft.onnx.light import light_model_names
+  return light_model_names() + zoo_model_names()
+
+def model_and_input(name: str, seed: int = 0) -> tuple[Any, dict[str, np.ndarray]]:
+  """Model `name` (model_names()) with weights drawn from `seed`, and an input for it drawn from `seed`."""
+  if name in _BUILDERS:
+    m = zoo_model(name, seed=seed)
+    return m, zoo_input(m, seed=seed)
+  from tilecraft.onnx.light import light_input, light_model, light_model_names
+  if name not in light_model_names(): raise ValueError(f"unknown model {name!r}; the models are {', '.join(model_names())}")
+  m = light_model(name, seed=seed)
+  return m, light_input(m, seed=seed)

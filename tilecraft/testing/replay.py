@@ -160,18 +160,19 @@ def format_diff(res: dict[str, Any], max_lines: int = 0) -> str:
   return "\n".join(out)
 
 def record_models(devices: list[str], models: list[str]) -> int:
-  """Run one call of each named light ONNX model (tilecraft.onnx.light: ResNet-50, SqueezeNet, ...) on
-  each device, so that its kernels (real model shapes, hand-coded opts) are recorded under
-  RUN_PROCESS_REPLAY=1; they compile and run, as a model's do. The number of calls made."""
+  """Run one call of each named ONNX model (tilecraft.onnx.zoo.model_names: the light models, ResNet-50,
+  SqueezeNet, ..., and the zoo's, MobileNet-v2, ...) on each device, so that its kernels (real model shapes,
+  hand-coded opts) are recorded under RUN_PROCESS_REPLAY=1; they compile and run, as a model's do. The number
+  of calls made."""
   from tilecraft.onnx import load
-  from tilecraft.onnx.light import light_input, light_model, light_model_names
-  unknown = [m for m in models if m not in light_model_names()]
-  if unknown: raise ValueError(f"unknown light model(s) {unknown}: the models are {', '.join(light_model_names())}")
+  from tilecraft.onnx.zoo import model_and_input, model_names
+  unknown = [m for m in models if m not in model_names()]
+  if unknown: raise ValueError(f"unknown model(s) {unknown}: the models are {', '.join(model_names())}")
   n = 0
   for name in models:
-    model = light_model(name)
+    model, feed = model_and_input(name)
     for dev in devices:
-      load(model, device=dev).run(light_input(model))
+      load(model, device=dev).run(feed)
       n += 1
   return n
 

@@ -1242,6 +1242,22 @@ def test_depthwise_rows_of_a_multiple_of_8_take_half_width_vectors_on_32_registe
     assert (U, 2, 16) in o, o
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_a_short_reduce_keeps_its_tile_within_8_vectors(arch, rng):
+  """A 3x3 stride-2 stem of 3 input channels (a reduce of 27: MobileNet-v2's, EfficientNet-B0's, ShuffleNet's): the reuse
+  rules' third upcast would make 4 output rows of 16 lanes x 8 channels, 32 accumulators on AVX-512, spilled, with too
+  few FMAs per step to carry them (1.9-2.6x slower in the models' calls). It stops at 8 vector accumulators: none on
+  AVX-512, the row's second vector (8) on AVX2. A 3x3 conv of 64 channels (a reduce of 576) still takes its 4 rows."""
+  vw = ARCHS[arch]
+  x, w = rng.standard_normal((1, 3, 224, 224), dtype=np.float32), rng.standard_normal((32, 3, 3, 3), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=2, padding=1)
+    k = hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert prod_upcast(k) <= 8 * vw and prod_upcast(k) >= 4 * vw, (opts(k), prod_upcast(k))
+    _check_conv(t, x, w, 2, 1)
+    k64 = hand(bench.conv3x3_ast(64, 64, 8, 16))
+    assert prod_upcast(k64) > 8 * vw or vw == 8, opts(k64)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_concatenation_kernels_are_vector_code(arch, rng):
   """A concatenation's kernel (Tensor.cat selects each piece with a bool constant masked to its range), with a
   BatchNorm-like scale and a relu on top, one piece transposed (DenseNet-121's dense blocks): full vectors along the

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from tilecraft.codegen import lower_state
 from tilecraft.codegen.kernel_shape import KernelShape
 from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNROLL_MAX_VECTORS, adopt_trial, cpu_matmul_tile, cpu_matvec, cpu_pad_vector_axis,
-                                          cpu_third_reuse_fits, padded_lanes, cpu_transpose_tile, cpu_vecmat)
+                                          cpu_third_reuse_cap, padded_lanes, cpu_transpose_tile, cpu_vecmat)
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
 from tilecraft.helpers import TC, TC_OPT, getenv, prod, round_up
@@ -247,7 +247,8 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
   upcasted_reuse = 0
   while prod(k.full_shape[k.first_upcast:]) < tile_max and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3) and \
       not (window is not None and window.whole_tile):
-    if upcasted_reuse == 2 and not cpu_third_reuse_fits(k, vw): break
+    third_cap = cpu_third_reuse_cap(k, vw) if upcasted_reuse == 2 and not gpu else None
+    if upcasted_reuse == 2 and not gpu and third_cap is None: break
     best = None
     for axis in range(k.first_reduce - k.local_dims if gpu else k.first_reduce):
       if axis == window_axis: continue
@@ -262,6 +263,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
       # per accumulator: at most 2 x vw of them (ZFNet's strided 5x5 conv with 25-wide rows took 4 x 8 x 4 = 128 on
       # output channels, spilled every one: 1.7 GFLOP/s, 20x slower than a padded vector tile)
       cap = tile_max if gpu or out_contig or _vector_upcast(k) else 2 * vw
+      if third_cap is not None: cap = min(cap, third_cap)
       for amt in amts:
         if size % amt == 0 and prod(k.full_shape[k.first_upcast:]) * amt <= cap:
           score = (out_contig, amt, -axis) if upcasted_reuse < 2 else (size, -axis)  # the third: the longest axis left

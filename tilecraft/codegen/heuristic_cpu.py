@@ -722,13 +722,22 @@ def _cpu_pack_columns(k: KernelShape, what: str, batched_pack: bool = False) -> 
     return all(try_opt(k, o, why) for o, why in opts)
   return False
 
-def cpu_third_reuse_fits(k: KernelShape, vw: int) -> bool:
-  """A third reuse upcast (by 4, else 2) on CPUs, e.g. four output rows of a conv sharing each
-  weight broadcast and the shifted image rows: at most 8 vector accumulators so far (TILE_MAX_VECTORS
-  bounds what comes after). Measured on conv 3x3 64->64 56^2: 4 rows beat 2 by
-  5-15% on AVX2 and AVX-512, even where the 32 accumulators spill some."""
+def cpu_third_reuse_cap(k: KernelShape, vw: int) -> Optional[int]:
+  """A third reuse upcast (by 4, else 2) on CPUs, e.g. four output rows of a conv sharing each weight broadcast and the
+  shifted image rows: None where it isn't taken, else the most lanes the tile may hold after it. Taken with at most 8
+  vector accumulators so far; measured on conv 3x3 64->64 56^2: 4 rows beat 2 by 5-15% on AVX2 and AVX-512, even where
+  the 32 accumulators spill some (TILE_MAX_VECTORS bounds it). With a reduce shorter than SHORT_REDUCE (a stem's 3
+  input channels x 3x3 = 27) there are too few FMAs per step to carry spills: the tile stays within
+  SHORT_REDUCE_TILE_VECTORS. MobileNet-v2's 3x3 s2 3->32 stem 1.34x faster hot and 1.7x with the caches flushed (as in
+  a model's call) without the 4 rows that made 32 accumulators on AVX-512; VGG-19's first conv (3->64 at 224^2)
+  1.0-1.03x without the third upcast's second row vector; AVX2's 8 accumulators there stay."""
   upcast = prod(s for s, o in zip(k.full_shape[k.first_upcast:], k.output_shape[k.first_upcast:]) if s == o)
-  return isinstance(upcast, int) and upcast <= 8 * vw and k.first_upcast - k.first_reduce >= 1
+  if not isinstance(upcast, int) or upcast > 8 * vw or k.first_upcast - k.first_reduce < 1: return None
+  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
+  short = isinstance(red, int) and red * prod(s for s, o in zip(k.full_shape[k.first_upcast:], k.output_shape[k.first_upcast:]) if s != o) < SHORT_REDUCE
+  return SHORT_REDUCE_TILE_VECTORS * vw if short else TILE_MAX_VECTORS * vw
+
+SHORT_REDUCE, SHORT_REDUCE_TILE_VECTORS = 64, 8
 
 # CPU register tiles are bounded in vectors of the target's width: 32 accumulators (256 lanes on
 # AVX2, 512 on AVX-512), and 128 vector operations per step of an unrolled short reduce

@@ -1260,6 +1260,31 @@ def test_a_short_reduce_keeps_its_tile_within_8_vectors(arch, rng):
     assert prod_upcast(k64) > 8 * vw or vw == 8, opts(k64)
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("stride,size", [(1, 112), (2, 112), (1, 64)])
+def test_depthwise_rows_of_whole_vectors_take_up_to_7_of_them(arch, stride, size, rng):
+  """A depthwise conv whose output rows are whole vectors (112, 56 or 64 wide): up to 7 vectors of the row are the tile,
+  no output rows besides (MobileNet-v2's 3x3 at 112^2 and from 112^2 with stride 2: 1.27-1.7x in its call, both
+  vector widths). Not a squeeze-and-excitation's small matvec with a bias (the weight moves along the output channels by
+  a whole row: no image row)."""
+  vw, ch = ARCHS[arch], 4
+  x, w = rng.standard_normal((1, ch, size, size), dtype=np.float32), rng.standard_normal((ch, 1, 3, 3), dtype=np.float32)
+  with Context(CPU_ARCH=arch):
+    t = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=1, groups=ch)
+    o = [x_ for x_ in opts(hand([si for si in t.schedule() if si.ast.op.name == "KERNEL"][-1].ast)) if x_[0] is not R]
+    out = (size - 1) // stride + 1
+    lanes = vw if out % vw == 0 else vw // 2  # (56 on AVX-512: the half-width row, test above)
+    vectors = out // lanes
+    count = next(c for c in range(7 if lanes == vw else 8, 0, -1) if vectors % c == 0)
+    assert o == [(U, 2, lanes), (U, 2, 0 if count == vectors else count)], o
+    ref = np.stack([_conv_ref(x[:, c:c + 1], w[c:c + 1], stride, 1)[:, 0] for c in range(ch)], axis=1)
+    check_tensor(t, ref, rtol=1e-4, atol=1e-4)
+    s_, w2, b2 = rng.standard_normal((1, 28), dtype=np.float32), rng.standard_normal((672, 28), dtype=np.float32).T, rng.standard_normal(672, dtype=np.float32)
+    se = Tensor(s_).realize() @ Tensor(np.ascontiguousarray(w2.T)).realize().T + Tensor(b2).realize()
+    k = hand([si for si in se.schedule() if si.ast.op.name == "KERNEL"][-1].ast)
+    assert not any("the whole tile" in r for r in k.applied_opts_reasons), opts(k)
+    check_tensor(se, s_ @ w2 + b2, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_concatenation_kernels_are_vector_code(arch, rng):
   """A concatenation's kernel (Tensor.cat selects each piece with a bool constant masked to its range), with a
   BatchNorm-like scale and a relu on top, one piece transposed (DenseNet-121's dense blocks): full vectors along the

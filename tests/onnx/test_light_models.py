@@ -6,7 +6,6 @@ on two inputs: the second call reruns the graph built by the first. Slow tier: e
 of kernels. (A device that can't be opened skips, or fails in CI: tests/conftest.py.) Also: the kernels of a
 model's call, recorded as they are built, pass the fuzzer (SqueezeNet on CPU in the default tier)."""
 from __future__ import annotations
-import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
@@ -14,6 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from tilecraft import Context, Device  # noqa: E402
 from tilecraft.onnx import load  # noqa: E402
 from tilecraft.onnx.light import light_input, light_model, light_model_names  # noqa: E402
+from onnx_checks import check_matches_onnxruntime as check_model  # noqa: E402
 
 NAMES = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19", "zfnet512"]
 CASES = [(n, None) for n in NAMES] + [(n, "LLVM") for n in NAMES] + [(n, "OPENCL") for n in ("shufflenet", "squeezenet")]
@@ -22,16 +22,7 @@ EMULATED = ["shufflenet", "squeezenet"]  # on PYTHON under EMULATE=CUDA: ~5-10 s
 def check_matches_onnxruntime(name: str, device: str | None) -> None:
   """Model `name` on `device` gives onnxruntime's outputs for two inputs (the second reruns the built graph)."""
   assert name in light_model_names()
-  m = light_model(name, seed=0)
-  sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-  tm = load(m, device)
-  for seed in (0, 1):
-    inp = light_input(m, seed=seed)
-    ref = sess.run(None, inp)
-    out = tm.run(inp)
-    for o, r in zip(m.graph.output, ref):
-      assert np.isfinite(r).all() and np.abs(r).max() > 0
-      np.testing.assert_allclose(out[o.name], r, rtol=1e-3, atol=1e-5 * float(np.abs(r).max()), err_msg=f"{name} on {device or 'CPU'}, input seed {seed}: {o.name}")
+  check_model(light_model(name, seed=0), lambda m, seed: light_input(m, seed=seed), device, name)
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)

@@ -48,7 +48,7 @@ def _input_strides(k: KernelShape) -> list[tuple]:
   """Per input buffer that varies somewhere, its strides. A scalar broadcast to every element (a 0-d tensor: clip bounds, a
   learned scale) tells no axis from another; counted, it made every axis look broadcast by some input and denied the
   rows axis (an input broadcast along the rows must vary along the columns): a 1x1 conv with a ReLU6 of scalar
-  bounds fell to the general rules, 1.7-3.9x slower (MobileNet-v2's expansion convs at 14^2 and 7^2, AVX-512)."""
+  bounds fell to the general rules, 1.6-1.9x slower (MobileNet-v2's expansion convs at 14^2 and 7^2, AVX-512, in its call)."""
   ins = [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
   return [rs for rs in ins if any(s != 0 for s in rs)]
 
@@ -796,7 +796,8 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[WindowRow]:
     if size % vw == 0:
       # a depthwise conv's row of whole vectors: up to WHOLE_ROW_VECTORS of them are the tile, no output rows besides (the
       # reuse rules took one vector x 8 rows). With the caches flushed, as in a model's call: 3x3 at 112^2 1.31x (AVX-512)
-      # and 2.0x (AVX2), at 56^2 1.44x and from 112^2 with stride 2 2.26x (AVX2); MobileNet-v2's in its call: see WindowRow
+      # and 2.0x (AVX2), at 56^2 1.44x and from 112^2 with stride 2 2.26x (AVX2); MobileNet-v2's and EfficientNet-B0's in their
+      # calls 1.03-1.71x (AVX-512, 3 runs) and 1.09-1.70x (AVX2)
       # (an image row: an input the window moves over moves along it by 1 or 2, masks aside; a squeeze-and-excitation's small
       # matvec, its weight moving along the output channels by a whole row, is no window row: 0.5-0.9x as this tile)
       loads = [st.real_strides(ignore_valid=True) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]

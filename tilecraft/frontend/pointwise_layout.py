@@ -17,7 +17,8 @@ host). Convs of fewer than 512 input channels are left alone where vectors pad t
 residual added in the epilogue (gathered lane by lane) 256 -> 1024 at 14^2 ran 0.92x, alone; below 256 channels the
 padded tiles of the model's layout were as fast (heuristic_cpu.py: laid_out_min_reduce). Where they pad more (49 -> 64)
 the layout pays from 64 input channels, 1.2-1.6x alone: MobileNet-v2's expansion convs at 7^2 (160 -> 960, 3 of them)
-and its 320 -> 1280 head; the model 1.1x (AVX-512; bench/bench_onnx.py).
+and its 320 -> 1280 head; in the model's call the three 160 -> 960 ran 1.9-2.0x and its kernel sum 1.07x (AVX-512,
+the layout on and off in one process).
 
 Contract: `pointwise_eligible(x_shape, w_shape, stride, groups, dtype, device)` says where the layout is taken:
 a CPU device (winograd.on_cpu) whose float32 vectors have 16 lanes (32 registers), float32, a 2-D 1x1 conv of

@@ -1192,7 +1192,7 @@ def test_scalar_inputs_leave_a_conv_its_matmul_tile(arch, hw, rng):
   """A 1x1 conv with a ReLU6 whose bounds are 0-d tensors (an ONNX Clip's min and max inputs), loaded as scalars in the
   epilogue: the same opts as with constant bounds. A scalar varies along no axis, so it can't be the input broadcast
   along the rows; counted as one, it denied the tile and the general rules took the kernel (MobileNet-v2's 160 -> 960
-  at 7^2 1.75x slower on AVX-512)."""
+  at 7^2 2.8-2.9x slower on AVX-512, caches flushed)."""
   x, w = rng.standard_normal((1, 96, hw, hw), dtype=np.float32), rng.standard_normal((576, 96, 1, 1), dtype=np.float32) * 0.1
   with Context(CPU_ARCH=arch):
     def kernel(lo, hi):

@@ -48,7 +48,8 @@ def _input_strides(k: KernelShape) -> list[tuple]:
   """Per input buffer that varies somewhere, its strides. A scalar broadcast to every element (a 0-d tensor: clip bounds, a
   learned scale) tells no axis from another; counted, it made every axis look broadcast by some input and denied the
   rows axis (an input broadcast along the rows must vary along the columns): a 1x1 conv with a ReLU6 of scalar
-  bounds fell to the general rules, 1.6-1.9x slower (MobileNet-v2's expansion convs at 14^2 and 7^2, AVX-512, in its call)."""
+  bounds fell to the general rules, 1.8-2.9x slower (MobileNet-v2's 160 -> 960 at 7^2 and 96 -> 576 at 14^2, AVX-512, both
+  opts in one process, caches flushed between runs)."""
   ins = [st.real_strides() for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
   return [rs for rs in ins if any(s != 0 for s in rs)]
 
@@ -793,6 +794,7 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[WindowRow]:
     if out[a] != 1 or not isinstance(size, int): continue
     window = isinstance(red, int) and red <= WINDOW_MAX
     reused = any(rs[a] == 0 for rs in ins)  # (an input broadcast along the row: the tile rules take it; a pool has none)
+    alone = not _shared_along_other_axes(k, a, ins)  # (a pool, a depthwise conv: no tile across channels to keep)
     if size % vw == 0:
       # a depthwise conv's row of whole vectors: up to WHOLE_ROW_VECTORS of them are the tile, no output rows besides (the
       # reuse rules took one vector x 8 rows). With the caches flushed, as in a model's call: 3x3 at 112^2 1.31x (AVX-512)
@@ -802,7 +804,7 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[WindowRow]:
       # matvec, its weight moving along the output channels by a whole row, is no window row: 0.5-0.9x as this tile)
       loads = [st.real_strides(ignore_valid=True) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
       image_row = any(isinstance(rs[a], int) and 0 < abs(rs[a]) <= 2 and any(rs[r] != 0 for r in range(k.first_reduce, k.first_upcast)) for rs in loads)
-      if not (window and reused and image_row and WHOLE_ROW_VECTORS > 1 and not _shared_along_other_axes(k, a, ins)): continue
+      if not (window and reused and image_row and alone and WHOLE_ROW_VECTORS > 1): continue
       count = next((c for c in range(WHOLE_ROW_VECTORS, 1, -1) if (size // vw) % c == 0), 1)
       if count == 1 or not try_opt(k, Opt(OptOps.UPCAST, a, vw), f"window reduce: {vw} lanes of the contiguous output axis {a} are one vector"): continue
       try_opt(k, Opt(OptOps.UPCAST, a, count if count < size // vw else 0), f"window reduce: {count} vectors of the row per iteration, the whole tile")
@@ -815,7 +817,6 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[WindowRow]:
     # (16 registers: a window's row of at most 4 whole vectors, a depthwise conv's too, is padded to them in the branch below:
     # 28-wide rows of depthwise 3x3 and 5x5 convs, stride 1 and 2, 1.23-2.8x faster than the general rules' 4 x 4 scalars
     # of 4 lanes, a 3x3 s2 max-pool 1.1x, AVX2, interleaved; EfficientNet-B0's 5x5 s2 144 ch to 28^2 3.6x)
-    alone = not _shared_along_other_axes(k, a, ins)  # (a pool, a depthwise conv: no tile across channels to keep)
     short_row = vw < 16 and AVX2_WINDOW_ROWS and alone and round_up(size, vw) // vw <= 4
     # (32 registers: a depthwise conv's row of a multiple of 8 but not 16 (56 wide) as half-width vectors, the row whole (7
     # of them) and no rows besides, not padded to 16 lanes under 8 rows x 4 vectors (32 accumulators): MobileNet-v2's 3x3

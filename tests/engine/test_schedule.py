@@ -136,6 +136,54 @@ def test_a_costly_value_read_through_two_views_in_one_kernel_is_stored(rng: np.r
   yn = np.vectorize(math.erf)(xn)
   close(out, yn[:-1] + yn[1:], 1e-5)
 
+def _kernel_computing(sched: list, op: Any) -> list[int]:
+  """The indices of the kernels whose AST holds `op`."""
+  return [i for i, si in enumerate(sched) if any(x.op is op for x in si.ast.lazyops)]
+
+def test_a_reduces_epilogue_read_by_two_kernels_is_stored_once(rng: np.random.Generator) -> None:
+  """Squeeze-and-excitation over a depthwise conv: s = silu(conv(x) + b) is read by the pool (a reduce) and by the
+  gating multiply (a kernel of its own: the next conv reads it expanded). The conv's kernel stores s, not the bare conv,
+  so s's exp is computed once (in the conv's kernel), not again by the pool and by the multiply."""
+  (x, xn), (w, wn), (b, bn) = T(rng, 1, 8, 10, 10), T(rng, 8, 1, 3, 3), T(rng, 8)
+  h = x.conv2d(w, b, padding=1, groups=8)
+  s = h * h.sigmoid()
+  gate = s.mean((2, 3), keepdim=True).sigmoid()
+  out = s * gate
+  sched = out.schedule()
+  assert len(sched) == 3
+  conv_k, pool_k = _kernel_computing(sched, ReduceOps.SUM)[0], _kernel_computing(sched, ReduceOps.SUM)[1]
+  exps = _kernel_computing(sched, UnaryOps.EXP2)
+  assert conv_k in exps and exps == sorted({conv_k, pool_k})  # silu in the conv's kernel; the pool's sigmoid(mean) only
+  assert sum(1 for x in sched[pool_k].ast.lazyops if x.op is UnaryOps.EXP2) == 1
+  hn = np.zeros((1, 8, 10, 10), np.float32)
+  xp = np.pad(xn, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  for i in range(3):
+    for j in range(3): hn += xp[:, :, i:i + 10, j:j + 10] * wn[:, 0, i, j].reshape(1, 8, 1, 1)
+  hn += bn.reshape(1, 8, 1, 1)
+  sn = hn / (1 + np.exp(-hn))
+  close(out, sn / (1 + np.exp(-sn.mean((2, 3), keepdims=True))), 1e-4)
+
+def test_an_epilogue_is_not_stored_where_its_reduce_is_read_elsewhere(rng: np.random.Generator) -> None:
+  """Where another kernel reads the reduce itself, or the epilogue's elements are wider than the reduce's, storing the
+  epilogue would store more, not the same: the reduce is stored and each reader computes the epilogue, as before."""
+  def exps(*ts: Tensor) -> int:
+    return sum(1 for si in ts[0].schedule(*ts[1:]) for op in si.ast.lazyops if op.op is UnaryOps.EXP2)
+  (x, xn) = T(rng, 6, 7)
+  r, rn = x.sum(1), xn.sum(1)
+  e = r.exp()
+  assert exps(e.sum(), e * 3) == 1  # the rule: e stored (with r in its kernel), read by both
+  total, mixed = e.sum(), e + r  # r read outside e
+  assert exps(total, mixed) == 2
+  total.realize(mixed)
+  close(total, np.exp(rn).sum(), 1e-4)
+  close(mixed, np.exp(rn) + rn, 1e-4)
+  wide = r.cast(dtypes.float64).exp()  # 8-byte elements over a 4-byte reduce
+  total64, scaled64 = wide.sum(), wide * 3
+  assert exps(total64, scaled64) == 2
+  total64.realize(scaled64)
+  np.testing.assert_allclose(total64.numpy(), np.exp(rn.astype(np.float64)).sum(), rtol=1e-5)
+  np.testing.assert_allclose(scaled64.numpy(), np.exp(rn.astype(np.float64)) * 3, rtol=1e-5)
+
 def test_realized_values_are_not_recomputed(rng: np.random.Generator) -> None:
   (x, xn) = T(rng, 4, 4)
   s = x.exp().sum(0)

@@ -11,7 +11,9 @@ Fusion rules:
   (dependent reduces: softmax's max and sum(exp(x - max)) are one kernel; see _fused_value).
 A value is realized (gets a buffer and its own kernel) when it is requested, read through an
 expanding view (the same element used many times), padded through an op with f(0) != 0, a reduce
-read by more than one kernel or by another reduce, or forced with contiguous().
+read by more than one kernel or by another reduce, or forced with contiguous(). Where more than one
+kernel reads a reduce only through one elementwise epilogue of it (a conv's activation), the epilogue
+is realized in the reduce's place: the same bytes, and the epilogue computed once.
 
 In three steps, each over the graph once: _decide_realizes picks the values the rules above realize;
 _realize_reduces walks every kernel as it will be built and realizes each reduce its kernel can't
@@ -137,6 +139,14 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
   consumers: dict[int, list[LazyBuffer]] = {}
   for b in order:
     for s in b.srcs: consumers.setdefault(id(s.base), []).append(b)
+  # a reduce's elementwise epilogue that more than one kernel reads is stored instead of the reduce, which then fuses
+  # into the epilogue's kernel: as many bytes, and the epilogue computed once, not in every reader (a depthwise conv's
+  # SiLU, read by a squeeze-and-excitation's pool and by its gating multiply)
+  # (readers first: the whole epilogue is stored, not the part of it its last step reads twice, as relu's x in x < 0 ? 0 : x)
+  if REALIZE_EPILOGUES:
+    for b in reversed(order):
+      if b.op in ELEMENTWISE_OPS and id(b) not in realizes and users.get(id(b), 0) > 1 and \
+          _reduce_epilogue(b, consumers, realizes) is not None and not _computed_once(b, consumers, realizes): realizes.add(id(b))
   for b in order:
     if b.op in ReduceOps and id(b) not in realizes and users.get(id(b), 0) > 1 and len(_kernels_reading(b, consumers, realizes)[0]) != 1:
       realizes.add(id(b))
@@ -163,6 +173,29 @@ def _decide_realizes(order: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int
   return realizes
 
 MAX_KERNEL_DEPTH = 256  # ops on the longest path from a kernel's store to its loads (see _decide_realizes)
+
+REALIZE_EPILOGUES = True  # _decide_realizes' epilogue rule (a switch for A/B measurements)
+
+def _reduce_epilogue(b: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> Optional[LazyBuffer]:
+  """The reduce r that elementwise b is an epilogue of, or None: b's inlined values (elementwise, not realized) read
+  exactly one unrealized reduce, every read between them is a reshape (b has r's elements), nothing outside them reads
+  r or any of them (so storing b replaces storing r), and b's elements are no wider than r's."""
+  inner, found, stack = {id(b)}, None, [b]
+  while stack:
+    x = stack.pop()
+    for s in x.srcs:
+      sb = s.base
+      if sb.op is None or sb.op is BufferOps.CONST or id(sb) in realizes: continue
+      if s.is_view and not _is_reshape(s.st, sb.shape): return None
+      if sb.op in ReduceOps:
+        if found is not None and found is not sb: return None
+        found = sb
+      elif sb.op in ELEMENTWISE_OPS:
+        if id(sb) not in inner: inner.add(id(sb)); stack.append(sb)
+      else: return None
+  if found is None or b.dtype.itemsize > found.dtype.itemsize: return None
+  if any(id(c) not in inner for x in (id(found), *inner) if x != id(b) for c in consumers.get(x, [])): return None
+  return found
 
 def _kernels_reading(r: LazyBuffer, consumers: dict[int, list[LazyBuffer]], realizes: set[int]) -> tuple[set[int], bool]:
   """The kernels (their realized outputs) that would compute r inline: follow r's readers through

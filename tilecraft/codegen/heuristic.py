@@ -136,6 +136,12 @@ def _vector_upcast(k: KernelShape) -> bool:
   out = k.sts[0].real_strides(ignore_valid=True)
   return any(out[a] == 1 and k.full_shape[a] == k.output_shape[a] and k.full_shape[a] != 1 for a in range(k.first_upcast, k.shape_len))
 
+# Depthwise convs' rows of 7 (7^2 and 14^2 images), flushed single-kernel A/B (in-call where it says so): 5x5 at 14^2
+# 1.37x (AVX-512) and 1.32x (AVX2); 5x5 at 7^2 1.6x and 1.33x; 3x3 at 14^2 1.10-1.12x (AVX-512); 3x3 at 7^2 1.15x and
+# 1.12x; in-call, AVX-512: EfficientNet-B0's 5x5 1.26-1.68x, MobileNet-v2's 3x3 at 7^2 1.08-1.39x and at 14^2 0.95-1.21x
+# (2 runs), ShuffleNet's 1.08-1.22x; a 2x2 max-pool's 4 taps 0.98x (not taken)
+WINDOW_ROWS_OF_7 = True  # (a switch for A/B measurements)
+
 def _reduce_vectors_instead(k: KernelShape, axis: int) -> bool:
   """CPU: whether the data-reuse tile along output axis `axis` should give way to vectors along the reduce: every
   input that moves along `axis` and the reduce runs contiguously along the innermost reduce axis (not along `axis`), and what
@@ -244,6 +250,13 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
 
   # CPU, or GPU with data reuse: upcast output axes that some input broadcasts (register tiles)
   tile_max = TILE_MAX_VECTORS * vw if not gpu else 32
+  # a window reduce's vector row (a depthwise conv's) with an image of 7 or 14 rows takes 7 of them (4 and 3 divide neither):
+  # one row was one chain of dependent FMAs per vector. Where the window has 9 taps or more, and the row is one vector or
+  # the window 25 taps or more (a 3x3's chain of 9 under AVX2's 14-wide rows of 2 vectors: 14 accumulators on 16
+  # registers, 0.87x): see WINDOW_ROWS_OF_7
+  window_red = prod(k.full_shape[k.first_reduce:k.first_upcast])
+  window_rows = [7] if window is not None and not gpu and WINDOW_ROWS_OF_7 and isinstance(window_red, int) and window_red >= 9 and \
+    (prod(k.full_shape[k.first_upcast:]) <= vw or window_red >= 25) else []
   upcasted_reuse = 0
   while prod(k.full_shape[k.first_upcast:]) < tile_max and k.first_reduce > 0 and upcasted_reuse < (2 if gpu else 3) and \
       not (window is not None and window.whole_tile):
@@ -257,7 +270,7 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
       if not any(reuse) or not k.reduceops: continue
       if not gpu and _reduce_vectors_instead(k, axis): continue
       out_contig = k.sts[0].real_strides(ignore_valid=True)[axis] == 1  # (a padded axis too)
-      amts = ([vw, 8, 4] if out_contig and not gpu else [4, 3]) if upcasted_reuse == 0 else ([8, 4] if not gpu else [4, 3]) if upcasted_reuse == 1 else \
+      amts = ([vw, 8, 4] if out_contig and not gpu else [4, 3] + window_rows) if upcasted_reuse == 0 else ([8, 4] if not gpu else [4, 3]) if upcasted_reuse == 1 else \
         ([4, 2] if not gpu else [2])
       # a CPU tile with no vector lanes (no upcast output axis is contiguous in the output) holds one scalar register
       # per accumulator: at most 2 x vw of them (ZFNet's strided 5x5 conv with 25-wide rows took 4 x 8 x 4 = 128 on
@@ -281,7 +294,12 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     rel = ax - k.first_reduce
     ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
     contiguous = any(st.real_strides()[ax] == 1 for st in ins)
-    if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= (256 if gpu or size > 4 else max(1024, UNROLL_MAX_VECTORS * vw)) and (k.upcasted == 0 or size <= 4):
+    # (a window row's short reduce of 5 or 7 too, where rows were upcast besides it: the 5 taps of a 5x5 row under 7 rows
+    # x 16 lanes 1.13-1.3x, under 4 rows x 2 vectors (28 wide) 1.15-1.22x faster, AVX-512; a whole-tile row (AVX2's 28 wide
+    # as 4 vectors) 0.95-1.0x, so not there)
+    window_taps = window is not None and not window.whole_tile and not gpu and WINDOW_ROWS_OF_7 and size <= 7
+    if size <= 32 and prod(k.full_shape[k.first_upcast:]) * size <= (256 if gpu or (size > 4 and not window_taps) else max(1024, UNROLL_MAX_VECTORS * vw)) and \
+        (k.upcasted == 0 or size <= 4 or window_taps):
       if try_opt(k, Opt(OptOps.UNROLL, rel, 0), f"short reduce of {size}: unroll it fully") and gpu and size <= 3 and \
           k.first_reduce + k.group_for_reduces < k.first_upcast and isinstance(s2 := k.full_shape[k.first_upcast - 1], int) and s2 <= 3:
         # as the reference: a second short reduce dim (a 3x3 window) is unrolled too

@@ -359,6 +359,8 @@ def _vector_columns_tile(k: KernelShape, n: int, m: int, vw: int, red: Any,
   adopt_trial(k, trial)
   return True
 
+AVX2_GATHERED_ROWS_7 = True  # (a switch for A/B measurements)
+
 def _packed_tile_shape(k: KernelShape, m: int, vw: int, cols: int, red: Any, rows_contiguous_in_output: bool, unit_rows: bool,
                        strided_rows: bool, vector_columns: bool) -> Optional[tuple[int, int, str]]:
   """The packed tile's (rows, columns, why) where they differ from 8 rows x `cols` (2 vectors), else None. The rows are
@@ -376,6 +378,11 @@ def _packed_tile_shape(k: KernelShape, m: int, vw: int, cols: int, red: Any, row
   if strided_rows and vector_columns and vw >= 16 and not one_reduce and isinstance(size_m, int):
     rows = min(VECTOR_COLUMN_ROWS, key=lambda r: (round_up(size_m, r), -r))
     return rows, cols, f"{rows} gathered rows, each a broadcast to 2 vectors of columns"
+  # 16 registers: 7 such rows where 7 pads them less than 8 (28- and 14-wide rows: 14 accumulators, not 8 padded rows'
+  # 16, spilled): 3x3 s2 128 at 56^2 1.07-1.14x, 256 at 28^2 1.07-1.18x faster, AVX2, caches flushed, interleaved
+  if strided_rows and vector_columns and vw < 16 and not one_reduce and isinstance(size_m, int) and AVX2_GATHERED_ROWS_7 and \
+      round_up(size_m, 7) < round_up(size_m, TILE_ROWS):
+    return 7, cols, "7 gathered rows, each a broadcast to 2 vectors of columns (14 accumulators)"
   # With 32 registers and contiguous rows that pad to a whole vector by at most 1/8 (a 14x14 image's 196 pixels -> 208), the
   # rows are one vector (16 pixels) and the columns one vector's worth: 16 accumulators, each broadcast feeding 16 lanes;
   # ResNet-50's 1x1 convs at 14^2 (256->1024, 1024->256, 512->1024) 1.18-1.21x faster than 8 rows x 32 or x 16 columns,

@@ -764,6 +764,11 @@ AVX2_WINDOW_ROWS = True  # 16 registers: windows' rows of half-vector multiples 
 HALF_LANE_WINDOW_ROWS = True  # 32 registers: depthwise rows of half-vector multiples as half-width vectors, the row whole
 WINDOW_ROW_MAX_VECTORS = 8  # the most half-width vectors of such a row
 WHOLE_ROW_VECTORS = 7  # the most vectors of a depthwise row of whole vectors taken as its tile (1: not taken)
+# 16 registers: a pool's image row (no input broadcast along it: nothing else in registers) of up to this many whole
+# vectors is taken whole, as up to WINDOW_ROW_MAX_VECTORS padded ones: 3x3 s2 max-pools to 55- and 56-wide rows
+# (SqueezeNet's, ResNet-50's) 1.37-1.63x faster alone, 1.07-1.36x in their calls, than one vector a step, AVX2. Not a
+# global pool's channels (its input moves along them by a whole image: 4-6 vectors of gathers ran 0.86-0.94x)
+POOL_ROW_VECTORS = 7  # (1: not taken; a switch for A/B measurements)
 WINDOW_ROW_TILE_16_REGS = 3  # 16 registers: a window's vector row of this many vectors is its whole register tile (WindowRow)
 
 def _shared_along_other_axes(k: KernelShape, a: int, ins: list[tuple]) -> bool:
@@ -809,17 +814,19 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[WindowRow]:
     window = isinstance(red, int) and red <= WINDOW_MAX
     reused = any(rs[a] == 0 for rs in ins)  # (an input broadcast along the row: the tile rules take it; a pool has none)
     alone = not _shared_along_other_axes(k, a, ins)  # (a pool, a depthwise conv: no tile across channels to keep)
+    # (an image row: an input the window moves over moves along it by 1 or 2, masks aside; not a global pool's channels)
+    loads = [st.real_strides(ignore_valid=True) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+    image_row = any(isinstance(rs[a], int) and 0 < abs(rs[a]) <= 2 and any(rs[r] != 0 for r in range(k.first_reduce, k.first_upcast)) for rs in loads)
     if size % vw == 0:
       # a depthwise conv's row of whole vectors: up to WHOLE_ROW_VECTORS of them are the tile, no output rows besides (the
       # reuse rules took one vector x 8 rows). With the caches flushed, as in a model's call: 3x3 at 112^2 1.31x (AVX-512)
       # and 2.0x (AVX2), at 56^2 1.44x and from 112^2 with stride 2 2.26x (AVX2); MobileNet-v2's and EfficientNet-B0's in their
       # calls 1.03-1.71x (AVX-512, 3 runs) and 1.09-1.70x (AVX2)
-      # (an image row: an input the window moves over moves along it by 1 or 2, masks aside; a squeeze-and-excitation's small
-      # matvec, its weight moving along the output channels by a whole row, is no window row: 0.5-0.9x as this tile)
-      loads = [st.real_strides(ignore_valid=True) for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
-      image_row = any(isinstance(rs[a], int) and 0 < abs(rs[a]) <= 2 and any(rs[r] != 0 for r in range(k.first_reduce, k.first_upcast)) for rs in loads)
-      if not (window and reused and image_row and alone and WHOLE_ROW_VECTORS > 1): continue
-      count = next((c for c in range(WHOLE_ROW_VECTORS, 1, -1) if (size // vw) % c == 0), 1)
+      # (only an image row: a squeeze-and-excitation's small matvec, its weight moving along the output channels by a whole
+      # row, is no window row: 0.5-0.9x as this tile)
+      pool_row = window and not reused and image_row and vw < 16 and POOL_ROW_VECTORS > 1  # (see POOL_ROW_VECTORS)
+      if not (window and reused and image_row and alone and WHOLE_ROW_VECTORS > 1) and not pool_row: continue
+      count = next((c for c in range(POOL_ROW_VECTORS if pool_row else WHOLE_ROW_VECTORS, 1, -1) if (size // vw) % c == 0), 1)
       if count == 1 or not try_opt(k, Opt(OptOps.UPCAST, a, vw), f"window reduce: {vw} lanes of the contiguous output axis {a} are one vector"): continue
       try_opt(k, Opt(OptOps.UPCAST, a, count if count < size // vw else 0), f"window reduce: {count} vectors of the row per iteration, the whole tile")
       return WindowRow(a, True)
@@ -846,7 +853,7 @@ def cpu_pad_vector_axis(k: KernelShape, vw: int) -> Optional[WindowRow]:
       if lanes < vw and not half_row and round_up(size, vw) // vw <= 4 and 3 * (round_up(size, vw) - size) <= size: lanes = vw
       if (size % lanes == 0 or try_opt(k, Opt(OptOps.PADTO, a, lanes), f"window reduce: contiguous output axis {a} ({size}) padded to a multiple of {lanes} (masked lanes)")) and \
           try_opt(k, Opt(OptOps.UPCAST, a, lanes), f"window reduce: {lanes} lanes of the contiguous output axis {a} are one vector"):
-        whole = 2 <= (rest := round_up(size, lanes) // lanes) <= (WINDOW_ROW_MAX_VECTORS if half_row else 4) and \
+        whole = 2 <= (rest := round_up(size, lanes) // lanes) <= (WINDOW_ROW_MAX_VECTORS if half_row or (vw < 16 and not reused and image_row and POOL_ROW_VECTORS > 1) else 4) and \
           try_opt(k, Opt(OptOps.UPCAST, a, 0), f"window reduce: all {rest} vectors of the row per iteration (1.4-1.6x faster than one on "
                                                "SqueezeNet's pools and ShuffleNet's depthwise 3x3 at 14^2, AVX2)")
         return WindowRow(a, alone and whole and rest >= (WINDOW_ROW_TILE_16_REGS if vw < 16 else 5))

@@ -181,6 +181,9 @@ def _load_stride_two(s: LoweringState, buf: UOp, dtype: DType, base: sint, valid
   if all(vl == valids[0] for vl in valids): lo, hi = s.load(buf, base, valids[0], vdt, after), s.load(buf, base + W - 1, valids[0], vdt, after)
   else:
     def gated(start: sint, lane_of: list[int]) -> UOp:
+      # (a load whose elements all share one validity, all valid in most steps, is a plain or a scalar-gated load: AVX2's
+      # vmaskmov costs more than a load, and a constant all-true mask doesn't fold away)
+      if all(valids[j] == valids[lane_of[0]] for j in lane_of): return s.load(buf, start, valids[lane_of[0]], vdt, after)
       gate = UOp(UOps.VECTORIZE, dtypes.bool.vec(W), tuple(s.ix.sym_bool(valids[j]) if valids[j] != 1 else UOp.const(dtypes.bool, True) for j in lane_of))
       src = (buf, s.ix.sym_to_uop(start, dtypes.int32), gate, UOp.const(vdt, 0)) + ((after,) if after is not None else ())
       return UOp(UOps.LOAD, vdt, src)

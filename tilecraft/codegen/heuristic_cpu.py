@@ -416,7 +416,8 @@ SHORT_ROWS_BLOCK = 16  # reduce steps per block of the short-rows tile (row stre
 SHORT_ROWS_SPLIT_32_REGS = 12  # with 32 vector registers, this many rows (up to 16) and more are 2 row tiles of the short-rows tile
 SHORT_ROWS_MAX = 24  # the short-rows tile's most rows (17-24: 4 row tiles)
 SHORT_ROWS_SPLIT_MIN_ROW_BYTES = 2048  # the short-rows tile splits its rows only where the column operand's rows are this long
-SHORT_ROWS_LONG_REDUCE = 2048  # see _cpu_short_rows_tile: 24 rows on 32 registers only with a reduce this long
+SHORT_ROWS_LONG_REDUCE = 2048  # see _cpu_short_rows_tile: 24 rows on 32 registers, and 5-8 rows as 2 tiles on 16, only with a reduce this long
+AVX2_SHORT_ROWS_SPLIT = True  # (a switch for A/B measurements)
 
 def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reused: Any) -> bool:
   """A matmul whose row operand has only a few rows (a decode batch: 8 x 4096 @ 4096 x 2048), too few to repay
@@ -454,7 +455,12 @@ def _cpu_short_rows_tile(k: KernelShape, n: int, vw: int, ins: list[tuple], reus
   # 2048 x 2048 1.54x, 24 x 4096 @ 4096 x 1024 1.42x. Not 24 rows on 32 registers with a reduce under SHORT_ROWS_LONG_REDUCE:
   # there 3 whole 8 x 2 tiles share each packed panel, which stays in L2 (24 x 1024 @ 1024 x 2304 0.86x hot with 4 tiles;
   # 25-32 rows on AVX2 as 4-8 row tiles ran 0.8-1.0x)
-  if rows <= TILE_ROWS or (vw >= 16 and rows < SHORT_ROWS_SPLIT_32_REGS): tiles = 1
+  # (16 registers, 5-8 rows and a reduce of at least SHORT_ROWS_LONG_REDUCE: 2 row tiles of 3-4 rows x 2 vectors, not 8 x 2
+  # (16 accumulators, spilled), each thread streaming the operand, both at once (one read from memory serves both through
+  # L3): AVX2, caches flushed, interleaved, 8 x 4096 @ 4096 x 2048 1.28x, x 1024 1.56x, x 4096 1.06x, 8 x 2048 @ 2048 x
+  # 2048 1.29x; with shorter reduces 0.83-1.29x (8 x 768 @ 768 x 3072 0.83x, 8 x 1024 @ 1024 x 4096 0.91-1.02x))
+  if vw < 16 and 5 <= rows <= TILE_ROWS and size >= SHORT_ROWS_LONG_REDUCE and AVX2_SHORT_ROWS_SPLIT: tiles = 2
+  elif rows <= TILE_ROWS or (vw >= 16 and rows < SHORT_ROWS_SPLIT_32_REGS): tiles = 1
   elif rows <= 2 * TILE_ROWS: tiles = 2
   elif rows <= SHORT_ROWS_MAX and not (vw >= 16 and rows % TILE_ROWS == 0 and size < SHORT_ROWS_LONG_REDUCE): tiles = 4
   else: return False

@@ -772,8 +772,9 @@ WINDOW_ROW_MAX_VECTORS = 8  # the most half-width vectors of such a row
 WHOLE_ROW_VECTORS = 7  # the most vectors of a depthwise row of whole vectors taken as its tile (1: not taken)
 # 16 registers: a pool's image row (no input broadcast along it: nothing else in registers) of up to this many whole
 # vectors is taken whole, as up to WINDOW_ROW_MAX_VECTORS padded ones: 3x3 s2 max-pools to 55- and 56-wide rows
-# (SqueezeNet's, ResNet-50's) 1.37-1.63x faster alone, 1.07-1.36x in their calls, than one vector a step, AVX2. Not a
-# global pool's channels (its input moves along them by a whole image: 4-6 vectors of gathers ran 0.86-0.94x)
+# (SqueezeNet's, ResNet-50's) 1.37-1.63x faster alone, 1.06-1.41x in the calls of five models, than one vector a step,
+# AVX2; ShuffleNet's 24-channel one 0.93-0.97x (2 runs). Not a global pool's channels (its input moves along them by a
+# whole image: 4-6 vectors of gathers ran 0.86-0.94x)
 POOL_ROW_VECTORS = 7  # (1: not taken; a switch for A/B measurements)
 WINDOW_ROW_TILE_16_REGS = 3  # 16 registers: a window's vector row of this many vectors is its whole register tile (WindowRow)
 

@@ -135,19 +135,21 @@ def cpu_matmul_tile(k: KernelShape, vw: int) -> bool:
   def gathered_rows(n: int) -> Optional[int]:  # strided rows (the vector of a transposed tile) that no tile fits: padded to 8 by <= 1/2
     return next((a for a in range(k.first_reduce - 1, -1, -1) if a != n and out[a] == 1 and strided(a) and reused(a) and
                  isinstance(s := k.full_shape[a], int) and 2 * (round_up(s, TILE_ROWS) - s) <= s and not any(rs[a] == 0 and rs[n] == 0 for rs in ins)), None)
+  def packed_stem(n: int, m: int) -> bool:
+    # 16 registers, gathered rows (a 7x7 stride-2 stem's, a reduce of 147): the weights packed as vectors of output channels,
+    # a broadcast pixel each (8 x 2 vectors), beat the strided vector loads of the pixels under 12 broadcast weights: the
+    # stems of ResNet-50, Inception v1 and ZFNet 1.51-1.65x in their calls, a 5x5 s2 conv of 8 channels 1.5x (AVX2; AVX-512's
+    # tile there is as fast as this one, 0.93-0.98x). Where the column tiles (the parallel loop) are few and odd, 3 of them
+    # kept one of 2 cores idle a third of the time: 0.83x on a 48-channel stem
+    tiles = k.full_shape[n] // cols
+    return vw < 16 and AVX2_PACKED_STEM and red >= 64 and out[m] == 1 and strided(m) and (tiles % 2 == 0 or tiles >= 8)
   for n in range(k.first_reduce - 1, -1, -1) if isinstance(red, int) else ():
     if unit(n) or not reused(n) or not isinstance(k.full_shape[n], int): continue
     if (m := rows_axis(n)) is None and (m := gathered_rows(n)) is None: continue
     # (a short reduce only where the vectors run along the packed operand, the output's contiguous axis, and nothing is
     # masked: attention's q @ k^T (a reduce of 64), k packed per head and column tile, 3.3x faster than the dot-product
     # tile on AVX-512, 1.65x on AVX2, BERT's 12x128x128x64)
-    # 16 registers, gathered rows (a 7x7 stride-2 stem's, a reduce of 147): the weights packed as vectors of output channels,
-    # a broadcast pixel each (8 x 2 vectors), beat the strided vector loads of the pixels under 12 broadcast weights: the
-    # stems of ResNet-50, Inception v1 and ZFNet 1.51-1.65x in their calls, a 5x5 s2 conv of 8 channels 1.5x (AVX2; AVX-512's
-    # tile there is as fast as this one, 0.93-0.98x). Where the column tiles (the parallel loop) are few and odd, 3 of them
-    # kept one of 2 cores idle a third of the time: 0.83x on a 48-channel stem
-    if red < 256 and (out[n] != 1 or masked) and not (vw < 16 and red >= 64 and out[m] == 1 and strided(m) and AVX2_PACKED_STEM and
-                                                       isinstance(k.full_shape[n], int) and ((k.full_shape[n] // cols) % 2 == 0 or k.full_shape[n] // cols >= 8)): continue
+    if red < 256 and (out[n] != 1 or masked) and not packed_stem(n, m): continue
     # (the rows here are the output's contiguous axis, along which the lowering makes the accumulators vectors unless the
     # rows are gathered and the columns run along the packed operand (lower_state.py: then vectors of the columns): 8
     # rows are one float8 per output channel, 6 have no vector type and rendered scalar accumulators, 3-5x slower

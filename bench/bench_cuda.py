@@ -1,11 +1,12 @@
-"""tilecraft on CUDA side by side with torch on the same GPU, in one run: matmul 4096^3 fp32, a
-row softmax, sums (a full reduce and a row reduce). Each tilecraft kernel is timed with CUDA events
+"""tilecraft on CUDA side by side with torch on the same GPU, in one run: matmul 4096^3 fp32 and fp16
+(tensor cores, float accumulation), a row softmax, sums (a full reduce and a row reduce); with
+--models, light ONNX models on CUDA (time per call, first call, checked against onnxruntime on CPU). Each tilecraft kernel is timed with CUDA events
 (CompiledRunner), torch with torch.cuda events, both best of --runs after a warmup, interleaved.
 Results are checked against torch (or numpy where torch is missing). "ratio" is torch time /
 tilecraft time: above 1 tilecraft is faster. TF32 is off for torch's fp32 matmul (a fair fp32
 comparison); its TF32 time is printed too.
 
-Run: python bench/bench_cuda.py [--quick] [--json PATH]  (needs a GPU and cuda-python)
+Run: python bench/bench_cuda.py [--quick] [--json PATH] [--models squeezenet,resnet50]  (needs a GPU and cuda-python)
 """
 from __future__ import annotations
 import argparse, json, os, sys, time
@@ -50,6 +51,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
   ap.add_argument("--runs", type=int, default=10)
   ap.add_argument("--json", metavar="PATH")
+  ap.add_argument("--models", default="", help="comma-separated light ONNX models to run on CUDA too")
   args = ap.parse_args(argv)
   dev = Device["CUDA"]
   if dev.render_only is not None:
@@ -68,6 +70,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   N = 1024 if args.quick else 4096
   rng = np.random.default_rng(0)
   a, b = rng.standard_normal((N, N), dtype=np.float32), rng.standard_normal((N, N), dtype=np.float32)
+  a16, b16 = a.astype(np.float16), b.astype(np.float16)
   x = rng.standard_normal((N, N), dtype=np.float32)
   v = rng.standard_normal(N * N * 4, dtype=np.float32)
   def np_softmax(m: np.ndarray) -> np.ndarray:
@@ -75,6 +78,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     return e / e.sum(-1, keepdims=True)
   cases = [  # name, tilecraft expression, torch expression on (tensors), numpy reference, inputs, flops, bytes
     (f"matmul {N}^3 fp32", lambda: Tensor(a, device="CUDA") @ Tensor(b, device="CUDA"), lambda t: t[0] @ t[1], np.matmul, (a, b), 2 * N**3, 3 * 4 * N * N),
+    (f"matmul {N}^3 fp16", lambda: Tensor(a16, device="CUDA") @ Tensor(b16, device="CUDA"), lambda t: t[0] @ t[1],
+     lambda x, y: (x.astype(np.float32) @ y.astype(np.float32)).astype(np.float16), (a16, b16), 2 * N**3, 3 * 2 * N * N),
     (f"softmax rows {N}x{N}", lambda: Tensor(x, device="CUDA").softmax(-1), lambda t: torch.softmax(t[0], -1), np_softmax, (x,), 5 * N * N, 2 * 4 * N * N),
     (f"sum {N * N * 4 // 2**20}M", lambda: Tensor(v, device="CUDA").sum(), lambda t: t[0].sum(), np.sum, (v,), N * N * 4, 4 * N * N * 4),
     (f"sum rows {N}x{N}", lambda: Tensor(x, device="CUDA").sum(-1), lambda t: t[0].sum(-1), lambda m: m.sum(-1), (x,), N * N, 4 * N * N),
@@ -93,7 +98,7 @@ def main(argv: Optional[list[str]] = None) -> int:
       else: want = np_fn(*[arr.astype(np.float64) for arr in arrs])
       err = float(np.max(np.abs(got.reshape(want.shape) - want)) / (np.max(np.abs(want)) + 1e-30))
       rec["max_rel_error"] = err
-      if not err < 1e-3: raise AssertionError(f"result differs from {'torch' if torch else 'numpy'}: max relative error {err:.2e}")
+      if not err < (1e-2 if got.dtype == np.float16 else 1e-3): raise AssertionError(f"result differs from {'torch' if torch else 'numpy'}: max relative error {err:.2e}")
       t_tc, t_torch = best([once, t_once], args.runs, 2)
       rec.update(tilecraft_s=t_tc, torch_s=t_torch, compile_s=compile_s, opts=[[str(o) for o in r.p.applied_opts] for r in runners],
                  launch=[(r.p.global_size, r.p.local_size) for r in runners])
@@ -112,8 +117,48 @@ def main(argv: Optional[list[str]] = None) -> int:
     recs.append(rec)
   print(f"\n{'case':22s} {'tc ms':>10s} {'torch ms':>10s} {'ratio':>8s} {'GFLOPS':>9s} {'GB/s':>8s}   (ratio = torch / tilecraft)")
   print("\n".join(rows))
+  models = [m for m in args.models.split(",") if m]
+  if models:
+    print(f"\n{'model':14s} {'ms/call':>9s} {'first call s':>13s} {'kernels':>8s} {'max rel err vs ORT':>19s}")
+    for m in models:
+      try: recs.append(rec := model_case(m, args.runs))
+      except Exception as e:  # noqa: BLE001 - report every model
+        ok = False
+        recs.append({"model": m, "error": f"{type(e).__name__}: {e}"})
+        print(f"{m:14s} FAILED: {type(e).__name__}: {str(e)[:300]}")
+        continue
+      print(f"{m:14s} {rec['call_s'] * 1e3:9.3f} {rec['first_call_s']:13.1f} {rec['kernels']:8d} {rec['max_rel_error']:19.2e}")
   if args.json:
     with open(args.json, "w") as f: json.dump({"gpu": c.name, "arch": c.arch, "cases": recs}, f, indent=1, default=str)
   return 0 if ok else 1
+
+def model_case(name: str, runs: int, device: str = "CUDA") -> dict[str, Any]:
+  """Light ONNX model `name` on CUDA: first call (compiles), best wall time per call of `runs`, the
+  kernels per call, and the largest error against onnxruntime on CPU relative to each output's max."""
+  import onnxruntime as ort
+  from tilecraft.onnx import load
+  from tilecraft.onnx.light import light_input, light_model
+  model = light_model(name, seed=0)
+  inp = light_input(model, seed=0)
+  ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inp)
+  tm = load(model, device)
+  t0 = time.perf_counter()
+  out = tm.run(inp)
+  first = time.perf_counter() - t0
+  err = max(float(np.max(np.abs(out[o.name] - r)) / (np.max(np.abs(r)) + 1e-30)) for o, r in zip(model.graph.output, ref))
+  if not err < 1e-3: raise AssertionError(f"{name} on {device} differs from onnxruntime: max relative error {err:.2e}")
+  best_s = float("inf")
+  for _ in range(max(runs, 3)):
+    t0 = time.perf_counter()
+    tm.run(inp)
+    best_s = min(best_s, time.perf_counter() - t0)
+  return {"model": name, "call_s": best_s, "first_call_s": first, "kernels": kernel_count(tm, inp), "max_rel_error": err}
+
+def kernel_count(tm: Any, inp: dict) -> int:
+  """Kernels launched by one call of the loaded model."""
+  from tilecraft.engine import realize
+  k0 = realize.kernel_count
+  tm.run(inp)
+  return realize.kernel_count - k0
 
 if __name__ == "__main__": sys.exit(main())

@@ -1,7 +1,9 @@
 """Shared test setup: a deterministic RNG per test, the hypothesis profiles, and devices.
 
 Devices: a test that takes a `device` parameter (the `device` fixture here runs it on CPU and
-OPENCL) or carries `@pytest.mark.opencl` needs that device. Where it can't be opened the test is
+OPENCL, and on the GPU devices named in env TEST_GPU: op_checks.gpu_test_devices) or carries
+`@pytest.mark.opencl` needs that device. A GPU device that can only render and compile here (no GPU)
+is missing. Where it can't be opened the test is
 skipped, with the reason -- on a developer's machine. In CI (env CI=true, which `.ci/run` sets) a
 device or tool that CI installs (CI_INSTALLS) must work: the test FAILS instead, so a broken PoCL
 or compiler can't turn hundreds of tests into green skips.
@@ -19,6 +21,7 @@ import functools, os, zlib
 from typing import Optional
 import numpy as np
 import pytest
+from op_checks import gpu_test_devices
 
 def in_ci() -> bool:
   """Whether this run is CI's (env CI=true/1/yes, as CI services and `.ci/run` set it)."""
@@ -75,11 +78,11 @@ def rng(request: pytest.FixtureRequest) -> np.random.Generator:
 
 @functools.lru_cache(maxsize=None)
 def device_missing(dev: str) -> Optional[str]:
-  """Why `dev` can't be opened here, or None when it can."""
+  """Why `dev` can't be opened (or can't run kernels) here, or None when it can."""
   from tilecraft.device import Device
-  try: Device[dev]
+  try: d = Device[dev]
   except Exception as e: return f"{type(e).__name__}: {e}"  # noqa: BLE001
-  return None
+  return None if getattr(d, "render_only", None) is None else f"render + compile-check only: {d.render_only}"
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
   params = getattr(getattr(item, "callspec", None), "params", {})
@@ -88,7 +91,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
   for dev in devs:
     if (why := device_missing(dev)) is not None: require_or_skip(dev, f"{dev} can't be opened: {why}")
 
-@pytest.fixture(params=["CPU", "OPENCL"])
+@pytest.fixture(params=["CPU", "OPENCL", *gpu_test_devices()])
 def device(request: pytest.FixtureRequest) -> str:
-  """Both devices, for tests whose every case runs on both."""
+  """Both devices (and TEST_GPU's), for tests whose every case runs on each."""
   return request.param

@@ -6,21 +6,29 @@ are checked in ONE kernel each (`check_many`: case i is row i, selected with `wh
 `on_devices` runs every case of a parametrization on CPU and a representative few on OPENCL.
 Also numpy references for the frontend's composite ops (softmax, conv2d, pooling)."""
 from __future__ import annotations
-import warnings
+import os, warnings
 from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 from tilecraft import Tensor, dtypes
 
+def gpu_test_devices() -> list[str]:
+  """The devices named in env TEST_GPU (comma-separated, e.g. CUDA): every case OPENCL runs, they run
+  too. For a machine with a GPU (bench/gpu_check.sh sets it); tests/conftest.py skips their cases where
+  the device can only render and compile (no GPU)."""
+  return [d.strip().upper() for d in os.environ.get("TEST_GPU", "").split(",") if d.strip()]
+
 def on_devices(argnames: str, cases: list, opencl: Any = "all") -> Any:
-  """Parametrize `device` and `argnames` over `cases`: every case on CPU, and on OPENCL the cases at
-  the indices in `opencl` ("all" for every one)."""
+  """Parametrize `device` and `argnames` over `cases`: every case on CPU, and on OPENCL (and the
+  devices of `gpu_test_devices`) the cases at the indices in `opencl` ("all" for every one)."""
   params = []
   for i, case in enumerate(cases):
     vals = case if len(argnames.split(",")) > 1 else (case,)
     cid = "-".join(v.__name__ if isinstance(v, type) else str(v).replace(" ", "") for v in vals)
     params.append(pytest.param("CPU", *vals, id=f"CPU-{cid}"))
-    if opencl == "all" or i in opencl: params.append(pytest.param("OPENCL", *vals, id=f"OPENCL-{cid}", marks=pytest.mark.opencl))
+    if opencl == "all" or i in opencl:
+      params.append(pytest.param("OPENCL", *vals, id=f"OPENCL-{cid}", marks=pytest.mark.opencl))
+      params += [pytest.param(d, *vals, id=f"{d}-{cid}") for d in gpu_test_devices()]
   return pytest.mark.parametrize(f"device,{argnames}", params)
 
 F32 = np.float32

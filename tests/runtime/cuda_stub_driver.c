@@ -1,7 +1,11 @@
 /* A stand-in for libcuda.so.1 for tests on machines without a GPU: the driver API calls tilecraft's
    CUDA runtime makes, with host memory as "device" memory and launches recorded instead of run, so the
-   runtime's use of cuda-python (argument types, launch geometry, kernel parameters) is exercised. */
+   runtime's use of cuda-python (argument types, launch geometry, kernel parameters) is exercised.
+   cuda-python 13 finds every entry point through cuGetProcAddress_v2; older ones dlsym them by name. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 typedef int CUresult;
@@ -57,3 +61,15 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 }
 CUresult cuGetErrorString(int e, const char **s) { *s = "stub error"; return 0; }
 CUresult cuGetErrorName(int e, const char **s) { *s = "STUB_ERROR"; return 0; }
+/* cuda-python 13 asks for base names ("cuMemAlloc"); the driver's exported symbol may carry a version suffix */
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+  char name[300];
+  snprintf(name, sizeof name, "%s_v2", symbol);
+  void *self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  *pfn = self ? dlsym(self, name) : NULL;
+  if (!*pfn && self) *pfn = dlsym(self, symbol);
+  if (status) *status = *pfn ? 0 : 1;  /* CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND */
+  return *pfn ? 0 : 500;  /* CUDA_ERROR_NOT_FOUND */
+}
+/* NVRTC 13 looks for the driver's private tables once a libcuda is loaded: there are none here */
+CUresult cuGetExportTable(const void **table, const void *id) { *table = NULL; return 801; /* CUDA_ERROR_NOT_SUPPORTED */ }

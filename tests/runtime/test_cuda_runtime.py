@@ -1,13 +1,19 @@
-"""The CUDA device on a real GPU: buffers, launches and timing, and the corpus fuzzed on CUDA against
-numpy and the unoptimized kernel. Skipped where CUDA is render + compile-check only (no GPU or no
-cuda-python): bench/gpu_check.sh runs these on a GPU machine."""
+"""The CUDA device on a real GPU: buffers, launches and timing; the corpus fuzzed on CUDA against
+numpy and the unoptimized kernel; the tensor cores (every case and axis, use 2 and 3, fuzzed);
+half/bfloat16 matmuls through the frontend; light ONNX models against onnxruntime. Skipped where CUDA
+is render + compile-check only (no GPU or no cuda-python): bench/gpu_check.sh runs these on a GPU
+machine, with TEST_GPU=CUDA for the frontend's op checks (tests/op_checks.py). Without a GPU, the
+runtime's driver calls are checked against a stand-in libcuda (the last test)."""
 import numpy as np
 import pytest
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
+from tilecraft.codegen.uops import UOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import dtypes
+from tilecraft.renderer.tensor_cores import TENSOR_CORES
 from tilecraft.testing import fuzz
 from tilecraft.testing.corpus import corpus, known_bug
+from tilecraft.testing.tc_cases import accepted_axes, cases, fuzz_tc, tc_kernels, tolerance
 
 def _cuda_or_skip():
   if (why := Device["CUDA"].render_only) is not None: pytest.skip(f"CUDA can't run here: {why}")
@@ -36,6 +42,65 @@ def test_fuzz_corpus_on_cuda():
     assert rep.ok, f"{name} on CUDA: {rep.summary()}"
     total = total.merge(rep)
   assert total.pairs >= 300, total.summary()
+
+# ---- tensor cores -----------------------------------------------------------------------------------
+
+def _reduce_size(k: Kernel) -> int: return int(np.prod([s for s, o in zip(k.full_shape, k.output_shape) if s != o]))
+
+@pytest.mark.parametrize("tc", TENSOR_CORES["CUDA"], ids=str)
+def test_tensor_cores_every_case_and_axis(tc):
+  """mma.sync on the GPU (use 1) for each core's dtypes: matmuls (padded non-multiples too), batched, a conv."""
+  _cuda_or_skip()
+  ks = tc_kernels(Device["CUDA"].renderer, tc, seed=TENSOR_CORES["CUDA"].index(tc))
+  assert ks
+  for name, ax, _, _, ast, inputs, want, k in ks:
+    p = k.to_program()
+    assert any(u.op is UOps.WMMA for u in p.uops), name
+    got = fuzz.run_program(ast, p, inputs, "CUDA")[0].astype(np.float64)
+    np.testing.assert_allclose(got.reshape(want.shape), want, **tolerance(ast.src[0].arg.dtype, _reduce_size(k)), err_msg=f"{name} axis {ax} {k.colored_shape()}")
+
+def test_tensor_core_use_2_and_3(rng):
+  """The TC layout without the instruction: use 2 (registers) and use 3 (through shared memory)."""
+  _cuda_or_skip()
+  ren = Device["CUDA"].renderer
+  for name, (ast, inputs, want), tc_opt, extra in [c for c in cases(rng, TENSOR_CORES["CUDA"][0]) if c[0] in ("32x48x64", "conv3x3")]:
+    for use in (2, 3):
+      k = Kernel(ast, opts=ren)
+      assert k.apply_tensor_cores(use, extra_opts=extra, axis=accepted_axes(ast, ren, tc_opt)[0], tc_opt=tc_opt)
+      got = fuzz.run_program(ast, k.to_program(), inputs, "CUDA")[0].astype(np.float64)
+      np.testing.assert_allclose(got.reshape(want.shape), want, **tolerance(ast.src[0].arg.dtype, _reduce_size(k)), err_msg=f"{name} use {use}")
+
+@pytest.mark.fuzz
+def test_fuzz_tensor_cores_on_cuda():
+  _cuda_or_skip()
+  n, fails = fuzz_tc(Device["CUDA"].renderer, "CUDA", 60, seed=7)
+  assert n == 60 and not fails, "\n".join(fails[:5])
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32"])
+def test_frontend_matmul_takes_the_tensor_core(dt, rng):
+  """a @ b through the frontend with the hand-coded opts: half and bf16 take the tensor core, float doesn't."""
+  _cuda_or_skip()
+  from tilecraft import Tensor
+  from tilecraft.engine import plan_cache
+  a, b = rng.uniform(-1, 1, (96, 80)).astype(np.float32), rng.uniform(-1, 1, (80, 112)).astype(np.float32)
+  plan_cache.clear()
+  out = (Tensor(a, device="CUDA").cast(dt) @ Tensor(b, device="CUDA").cast(dt)).cast("float32").numpy()
+  progs = [r.p for r in plan_cache.runners.values() if r.p.device == "CUDA"]
+  assert any(any(u.op is UOps.WMMA for u in p.uops) for p in progs) == (dt != "float32"), [p.applied_opts for p in progs]
+  want = a.astype(np.float64) @ b.astype(np.float64)
+  np.testing.assert_allclose(out, want, **(dict(rtol=1e-4, atol=1e-4) if dt == "float32" else dict(rtol=3e-2, atol=0.15)))
+
+# ---- models -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "resnet50"])
+def test_light_model_on_cuda_matches_onnxruntime(name):
+  _cuda_or_skip()
+  pytest.importorskip("onnxruntime")
+  from onnx_checks import check_matches_onnxruntime
+  from tilecraft.onnx.light import light_input, light_model
+  check_matches_onnxruntime(light_model(name, seed=0), lambda m, seed: light_input(m, seed=seed), "CUDA", name)
+
+# ---- without a GPU: a stand-in driver ---------------------------------------------------------------
 
 _STUB_CHECK = r'''
 import ctypes, sys

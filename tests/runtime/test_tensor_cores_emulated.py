@@ -13,15 +13,11 @@ from tilecraft.dtype import dtypes
 from tilecraft.helpers import Context
 from tilecraft.renderer.tensor_cores import TENSOR_CORES, wmma_warps
 from tilecraft.testing.fuzz import run_program
-from tilecraft.testing.tc_cases import accepted_axes, cases, fuzz_tc, held, matmul, tc_kernels
+from tilecraft.testing.tc_cases import accepted_axes, cases, fuzz_tc, held, matmul, tc_kernels, tolerance as tol
 
 VENDORS = ("CUDA", "AMD", "METAL")
 ALL = [(v, tc) for v in VENDORS for tc in TENSOR_CORES[v]]
 
-def tol(dout, k):
-  """Sums of k products of values in [-1, 1]; float16 accumulation rounds at every step."""
-  if dout == dtypes.float16: return dict(rtol=2e-2, atol=6e-3 * np.sqrt(k))
-  return dict(rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 def reduce_size(k): return int(np.prod([s for s, o in zip(k.full_shape, k.output_shape) if s != o]))
 

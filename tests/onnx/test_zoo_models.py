@@ -29,3 +29,12 @@ def test_zoo_model_matches_onnxruntime(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_zoo_model_on_llvm_matches_onnxruntime(name: str) -> None:
   check_matches_onnxruntime(name, "LLVM")
+
+def test_bert_like_at_another_size_takes_inputs_of_its_shape() -> None:
+  """zoo_input reads the graph's declared input (sequence length) and vocabulary, so a bert_like of
+  another size runs with inputs it accepts, and matches onnxruntime."""
+  from tilecraft.onnx.zoo import bert_like
+  m = bert_like(seq=48, hidden=64, heads=2, ffn=128, vocab=300, layers=1)
+  inp = zoo_input(m)
+  assert inp["input_ids"].shape == (1, 48) and inp["input_ids"].max() < 300
+  check_model(m, lambda mm, seed: zoo_input(mm, seed=seed), None, "bert_like 48x64")

@@ -149,10 +149,15 @@ def zoo_model(name: str, seed: int = 0) -> Any:
   return _BUILDERS[name](seed=seed)
 
 def zoo_input(model: Any, seed: int = 0) -> dict[str, np.ndarray]:
-  """An input dict for a zoo model: token ids in [0, 2000) for bert_like, N(0, 1) images otherwise."""
+  """An input dict for a zoo model, of the shape its graph declares: token ids below the vocabulary's
+  size for bert_like, N(0, 1) images otherwise."""
   rng = np.random.default_rng(seed)
-  if model.graph.name == "bert_like": return {"input_ids": rng.integers(0, 2000, (1, 128)).astype(np.int64)}
-  return {"image": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+  inp = model.graph.input[0]
+  shape = tuple(d.dim_value for d in inp.type.tensor_type.shape.dim)
+  if model.graph.name == "bert_like":
+    vocab = next(i.dims[0] for i in model.graph.initializer if i.name == "word_emb")
+    return {inp.name: rng.integers(0, vocab, shape).astype(np.int64)}
+  return {inp.name: rng.standard_normal(shape).astype(np.float32)}
 
 def model_names() -> list[str]:
   """Every model the tools know by name: the onnx package's light models (onnx/light.py), then the zoo's."""

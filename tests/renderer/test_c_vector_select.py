@@ -80,3 +80,32 @@ def test_bool_logic_and_reciprocals_stay_vector_code(arch, dt, rng):
     # a bool constant's lanes (1, not -1) or-ed and negated with a compare's
     pieces = Tensor.cat(X[:512] < 0, Y[512:] < 5)
     _same((pieces.logical_not() | (X > 1)).where(X, Y).numpy(), np.where(~np.concatenate([x[:512] < 0, y[512:] < 5]) | (x > 1), x, y))
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_blocked_matmuls_epilogue_runs_in_the_last_block_only(arch, rng):
+  """BLOCK stores the bare partial sum from every block but the last, and the epilogue from the last:
+  one condition for every lane, on the block index alone, so C's ?: picks the side and the costly
+  side (GELU's exp and division) is computed once, not per block (1.05x on GPT-2's 128x768x3072)."""
+  require_arch(arch)
+  x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((32, 4096), (4096, 512), (512,)))
+  with Context(CPU_ARCH=arch):
+    t = (Tensor(x) @ Tensor(w) + Tensor(b)).gelu()
+    k = Kernel(t.schedule()[-1].ast, Device["CPU"].renderer).hand_coded_optimizations()
+    assert any(o.op.name == "BLOCK" for o in k.applied_opts), k.applied_opts
+    src = k.to_program().src
+    store = [ln for ln in src.splitlines() if "*((float" in ln and "exp2" in ln]
+    assert store and all(re.search(r"= \(alu\d+\?acc\d+:", ln) for ln in store), store[:2]
+    assert "tc_where_" not in src.split("void ", 1)[1]
+    got = t.numpy()
+  h = x.astype(np.float64) @ w + b
+  want = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+def test_a_select_on_loaded_data_stays_a_blend(rng):
+  """A row mask loaded from memory (one value per row, so one condition for the row's lanes) is data:
+  a branch on it could be mispredicted, so the select stays vector code."""
+  m = rng.standard_normal((64, 1)).astype(np.float32)
+  a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((64, 256)).astype(np.float32)
+  t = (Tensor(m).expand(64, 256) > 0).where(Tensor(a), Tensor(b))
+  assert "tc_where_" in _src(t)
+  np.testing.assert_array_equal(t.numpy(), np.where(m > 0, a, b))

@@ -347,6 +347,13 @@ class CStyleLanguage(Renderer):
           emit(f"if ({r[src[3]]}) {line}" if len(src) > 3 else line)
       elif op is UOps.ALU:
         if u in wrapping: expr = self.render_wrapping_alu(u.arg, [r[s] for s in src], dt)
+        # a vector WHERE on one condition of the loop indices for every lane (BLOCK's last-block epilogue, a
+        # concat's source) is C's ?:, which evaluates only the side it picks: a costly epilogue inlined
+        # there runs in the last block only. (A condition from loaded data stays a blend: a branch on it
+        # could be mispredicted.)
+        elif u.arg is TernaryOps.WHERE and dt.count > 1 and (c := _splat_bool(src[0])) is not None and \
+             not any(x.op is UOps.LOAD for x in c.toposort()):
+          expr = f"({r[c]}?{r[src[1]]}:{r[src[2]]})"
         else: expr = self.render_alu(u.arg, [r[s] for s in src], dt, src[0].dtype)
         # C computes narrow ints in int: wrap each result back to its type, as numpy does
         if dt.count == 1 and dt in _NARROW_INTS and u.arg not in (BinaryOps.CMPLT, BinaryOps.CMPNE): expr = f"(({self.render_dtype(dt)}){expr})"
@@ -366,11 +373,15 @@ class CStyleLanguage(Renderer):
     args.sort(key=lambda a: order[a[0]])
     return self.render_kernel(name, body, args, uops, self.prelude(uops))
 
+def _splat_bool(u: UOp) -> Optional[UOp]:
+  """s where bool vector `u` is splat(s) (every lane the same scalar bool), else None."""
+  return u.src[0] if u.op is UOps.VECTORIZE and u.src[0].dtype == dtypes.bool and all(x is u.src[0] for x in u.src) else None
+
 def _split_splat(gate: UOp) -> tuple[Optional[UOp], UOp]:
   """A bool-vector gate `splat(s) & m` as (s, m); (None, gate) for any other gate."""
   if gate.op is UOps.ALU and gate.arg is BinaryOps.AND and len(gate.src) == 2:
     for a, b in (gate.src, gate.src[::-1]):
-      if a.op is UOps.VECTORIZE and a.src[0].dtype == dtypes.bool and all(x is a.src[0] for x in a.src): return a.src[0], b
+      if (s := _splat_bool(a)) is not None: return s, b
   return None, gate
 
 def unsigned_of(dt: DType) -> DType:

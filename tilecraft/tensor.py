@@ -13,6 +13,7 @@ from tilecraft.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tilecraft.engine.lazy import LazyBuffer, lazy_cast, lazy_const, lazy_contiguous, lazy_e, lazy_empty, lazy_index, lazy_r
 from tilecraft.engine.realize import realize_lazy
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
+from tilecraft.frontend.activations import ActivationOps
 from tilecraft.frontend.compare import ComparisonOps
 from tilecraft.frontend.cumsum import cumsum_rows
 from tilecraft.frontend.image import as_image, image_level
@@ -102,7 +103,7 @@ def _tensor_of(lb: LazyBuffer) -> "Tensor":
   t.lazydata = lb
   return t
 
-class Tensor(MovementOps, MathOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
+class Tensor(MovementOps, MathOps, ActivationOps, ComparisonOps, NNOps, RandomOps, IndexingOps):
   __slots__ = ("lazydata",)
   # a numpy operand on the left (np.float32(0.5) * t, np.ones(2) + t, a < t): numpy's operators defer to
   # the Tensor's reflected one, which gives a Tensor, instead of an object array of 0-d Tensors. (numpy

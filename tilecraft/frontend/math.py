@@ -1,5 +1,6 @@
 """Elementwise math composed from the core ops (a mixin of Tensor): powers, exp/log through exp2/log2,
-trig through sin, activations, rounding, nan/inf tests, clip, floor division and modulo. numpy's special cases (nan, inf,
+trig through sin, inverse trig and hyperbolic functions (numpy's names), sigmoid, tanh and erf (the
+activations built on them are in activations.py), rounding, nan/inf tests, clip, floor division and modulo. numpy's special cases (nan, inf,
 signed zeros, integer powers) are spelled out here rather than left to the target's libm."""
 from __future__ import annotations
 import math
@@ -52,6 +53,28 @@ def _erf64(x: "Tensor") -> "Tensor":
 def _has_float64(device: str) -> bool:
   from tilecraft.device import dtype_unsupported
   return dtype_unsupported(device, dtypes.float64) is None
+
+def computed_wide(x: "Tensor", fn: Any) -> "Tensor":
+  """fn(x) for a function of several steps: float16/bfloat16 computed in float32 and rounded once at the
+  end, other floats in their own dtype, ints and bools in the default float (as `_float` gives)."""
+  x = x._float()
+  if x.dtype in (dtypes.float16, dtypes.bfloat16): return fn(x.cast(dtypes.float32)).cast(x.dtype)
+  return fn(x)
+
+def _atan(x: "Tensor") -> "Tensor":
+  """atan: |x| > 1 through pi/2 - atan(1/|x|); then two half-angle steps atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))
+  bring |t| below tan(pi/16) ~ 0.2, where 11 terms of the odd series are below float64's ulp."""
+  a = x.abs()
+  big = a > 1
+  t = big.where(a.reciprocal(), a)
+  for _ in range(2): t = t / (1 + (1 + t * t).sqrt())
+  t2, s, p = t * t, t * 0, t
+  for k in range(11):
+    s = s + p * ((-1) ** k / (2 * k + 1))
+    p = p * t2
+  r = s * 4
+  r = big.where(math.pi / 2 - r, r)
+  return (x < 0).where(-r, (x == 0).where(x, r))  # (-0.0 stays -0.0)
 
 class MathOps:
   __slots__ = ()
@@ -108,6 +131,24 @@ class MathOps:
     x = self._float()
     if x.dtype in (dtypes.float16, dtypes.bfloat16): return x.cast(dtypes.float32).log().cast(x.dtype)  # ln 2 as a float32: one rounding
     return x.log2() * math.log(2)
+  def expm1(self) -> "Tensor":
+    """exp(x) - 1 without its cancellation near 0: below |x| = 0.3 the Taylor series to x^13 (its
+    remainder under float64's ulp there), exp(x) - 1 above (where it loses under 2 bits)."""
+    def f(x: "Tensor") -> "Tensor":
+      series, term = x, x
+      for k in range(2, 14):
+        term = term * x * (1 / k)
+        series = series + term
+      return (x.abs() < 0.3).where((x == 0).where(x, series), x.exp() - 1)  # (-0.0 stays -0.0)
+    return computed_wide(self, f)
+  def log1p(self) -> "Tensor":
+    """log(1 + x) without losing x's digits near 0: log(u) * x / (u - 1) with u = 1 + x rounded (the
+    rounding of u cancels out of the ratio; Goldberg 1991), and x where u rounds to 1."""
+    def f(x: "Tensor") -> "Tensor":
+      u = 1 + x
+      d = u - 1
+      return ((d == 0) | (x == math.inf)).where(x, u.log() * (x / (d == 0).where(1.0, d)))
+    return computed_wide(self, f)
   def cos(self) -> "Tensor":
     """cos(x) = 1 - 2 sin(x/2)^2: x/2 is exact and sin reduces its argument exactly. The old sin(pi/2 - x)
     rounded pi/2 - x to x's precision, an error up to half an ulp of x (cos(1e6) in float32 was off by
@@ -123,7 +164,41 @@ class MathOps:
     h, ax = (x * 0.5).sin(), x.abs()
     return (ax < 2 * hi).where(((hi - ax) + lo).sin(), 1.0 - 2.0 * h * h)  # (hi - |x| is exact for |x| in [pi/4, pi])
   def tan(self) -> "Tensor": return self.sin() / self.cos()
-  def relu(self) -> "Tensor": return self.maximum(0) if not dtypes.is_float(self.dtype) else (self < 0).where(0.0, self)  # nan stays nan
+  # inverse trig and hyperbolic functions: float32 and narrower computed in float32 (rounded once), float64 in
+  # float64; each formula avoids the cancellation of the textbook one where its argument makes it cancel
+  def arctan(self) -> "Tensor": return computed_wide(self, _atan)
+  def arcsin(self) -> "Tensor":
+    # 2 atan(x / (1 + sqrt(1 - x^2))): no cancellation near |x| = 1, nan outside [-1, 1]
+    return computed_wide(self, lambda x: _atan(x / (1 + (1 - x * x).sqrt())) * 2)
+  def arccos(self) -> "Tensor": return computed_wide(self, lambda x: _atan(((1 - x) / (1 + x)).sqrt()) * 2)
+  def sinh(self) -> "Tensor":
+    def f(x: "Tensor") -> "Tensor":
+      e = x.exp()
+      series, term, x2 = x, x, x * x
+      for k in range(3, 12, 2):  # |x| < 0.1, where e - 1/e cancels: the odd series to x^11
+        term = term * x2 * (1 / ((k - 1) * k))
+        series = series + term
+      return (x.abs() < 0.1).where(series, (e - e.reciprocal()) * 0.5)
+    return computed_wide(self, f)
+  def cosh(self) -> "Tensor":
+    def f(x: "Tensor") -> "Tensor":
+      e = x.exp()
+      return (e + e.reciprocal()) * 0.5
+    return computed_wide(self, f)
+  def arcsinh(self) -> "Tensor":
+    """log1p(a + a^2 / (1 + sqrt(1 + a^2))) for a = |x| (log(a + sqrt(a^2 + 1)) cancels near 0), log(2a)
+    above 1e8 (where a^2 would overflow float32 and the rest is below the ulp), signed."""
+    def f(x: "Tensor") -> "Tensor":
+      a = x.abs()
+      small = a.minimum(1e8)
+      r = (a > 1e8).where(a.log() + math.log(2), (small + small * small / (1 + (1 + small * small).sqrt())).log1p())
+      return (x < 0).where(-r, (x == 0).where(x, r))  # (-0.0 stays -0.0)
+    return computed_wide(self, f)
+  def arccosh(self) -> "Tensor": return computed_wide(self, lambda x: (x + (x * x - 1).sqrt()).log())
+  def arctanh(self) -> "Tensor":
+    """log((1 + x) / (1 - x)) / 2, as log1p(2x / (1 - x)) / 2 below |x| = 0.5 (the ratio near 1 cancels
+    there); above it the ratio is at least 3 and 1 - x is exact."""
+    return computed_wide(self, lambda x: (x.abs() < 0.5).where((2 * x / (1 - x)).log1p(), ((1 + x) / (1 - x)).log()) * 0.5)
   def sigmoid(self) -> "Tensor": return (1 + (-self._float()).exp()).reciprocal()
   def tanh(self) -> "Tensor":
     """(1 - e) / (1 + e) with e = exp(-2|x|), signed; below |x| = 0.3, where 1 - e cancels (tanh(1e-8)
@@ -149,13 +224,6 @@ class MathOps:
     large = 1 - (-t).exp() * _horner(a.maximum(1.0).reciprocal(), _ERF_Q)
     r = (a < 1).where(small, (w < 0).where(-large, large))
     return r if x.dtype == dtypes.float32 else r.cast(x.dtype)
-  def gelu(self) -> "Tensor":
-    """The tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as x * sigmoid(2u)
-    (the same function: 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u))): one exp and one reciprocal, u read
-    once, so it fuses into one kernel (and a matmul's epilogue) where tanh's branches were three
-    kernels; and no cancellation in 1 + tanh(u) for negative u."""
-    x = self._float()
-    return x * (1 + ((x + 0.044715 * x * x * x) * (-2 * math.sqrt(2 / math.pi))).exp()).reciprocal()
   def abs(self) -> "Tensor":
     if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype): return self
     if dtypes.is_float(self.dtype): return (self <= 0).where(self.sub(0.0, True), self)  # 0 - (-0.0) is +0.0; -(-0.0) would do, -(+0.0) not

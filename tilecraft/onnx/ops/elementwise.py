@@ -1,8 +1,7 @@
 """Elementwise ONNX ops: arithmetic, math functions, activations, comparisons, logic and bitwise ops,
 casts and the variadic Sum/Mean/Max/Min. Contract: results have the dtype the ONNX spec gives
-(the input's, bool for comparisons, `to` for Cast); functions the Tensor frontend lacks (atan, asin,
-acos, erf, sinh, ...) are built from its ops with float32-accurate formulas (computed in float64 for
-float64 inputs). Inputs of dtypes an op's spec doesn't allow are refused with NotImplementedError."""
+(the input's, bool for comparisons, `to` for Cast); math functions and activations are the Tensor
+frontend's (frontend/math.py, frontend/activations.py), called with the node's attributes. Inputs of dtypes an op's spec doesn't allow are refused with NotImplementedError."""
 from __future__ import annotations
 import math
 from typing import Any
@@ -81,7 +80,8 @@ def _abs(n: Node, i: list) -> Tensor: return i[0].abs()
 @op("Sign")
 def _sign(n: Node, i: list) -> Tensor: return i[0].sign()
 # float-only unary ops that are one Tensor method each: ONNX name -> method
-_FLOAT_UNARY = {"Reciprocal": "reciprocal", "Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sigmoid": "sigmoid"}
+_FLOAT_UNARY = {"Reciprocal": "reciprocal", "Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sigmoid": "sigmoid",
+                "Atan": "arctan", "Asin": "arcsin", "Acos": "arccos", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "arcsinh", "Acosh": "arccosh", "Atanh": "arctanh", "Erf": "erf"}
 
 def _float_unary(method: str) -> OpFn:
   def run(n: Node, i: list) -> Tensor:
@@ -91,128 +91,42 @@ def _float_unary(method: str) -> OpFn:
 
 for _name, _method in _FLOAT_UNARY.items(): op(_name)(_float_unary(_method))
 
-def _wide(x: Tensor) -> Tensor:
-  """x in the float dtype to compute a composite function in (float64 stays, narrower floats -> float32)."""
-  return x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
-
-def _atan(x: Tensor) -> Tensor:
-  """atan: |x| > 1 through pi/2 - atan(1/|x|); then two half-angle steps atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))
-  bring |t| below tan(pi/16) ~ 0.2, where 11 terms of the odd series are below float64's ulp."""
-  a = x.abs()
-  big = a > 1
-  t = big.where(a.reciprocal(), a)
-  for _ in range(2): t = t / (1 + (1 + t * t).sqrt())
-  t2, s, p = t * t, t * 0, t
-  for k in range(11):
-    s = s + p * ((-1) ** k / (2 * k + 1))
-    p = p * t2
-  r = s * 4
-  r = big.where(math.pi / 2 - r, r)
-  return (x < 0).where(-r, r)
-
-@op("Atan")
-def _atan_op(n: Node, i: list) -> Tensor: _float_only(n, i[0]); return _atan(_wide(i[0])).cast(i[0].dtype)
-@op("Asin")
-def _asin(n: Node, i: list) -> Tensor:
-  _float_only(n, i[0]); x = _wide(i[0])
-  # asin(x) = 2 atan(x / (1 + sqrt(1 - x^2))): no cancellation near |x| = 1, nan outside [-1, 1]
-  return (_atan(x / (1 + (1 - x * x).sqrt())) * 2).cast(i[0].dtype)
-@op("Acos")
-def _acos(n: Node, i: list) -> Tensor:
-  _float_only(n, i[0]); x = _wide(i[0])
-  return (_atan(((1 - x) / (1 + x)).sqrt()) * 2).cast(i[0].dtype)
-@op("Sinh")
-def _sinh(n: Node, i: list) -> Tensor:
-  _float_only(n, i[0]); x = _wide(i[0])
-  e = x.exp()
-  series = x + x * x * x / 6 + x * x * x * x * x / 120 + x * x * x * x * x * x * x / 5040
-  return (x.abs() < 0.1).where(series, (e - e.reciprocal()) * 0.5).cast(i[0].dtype)
-@op("Cosh")
-def _cosh(n: Node, i: list) -> Tensor:
-  _float_only(n, i[0]); x = _wide(i[0])
-  e = x.exp()
-  return ((e + e.reciprocal()) * 0.5).cast(i[0].dtype)
-@op("Asinh")
-def _asinh(n: Node, i: list) -> Tensor:
-  _float_only(n, i[0]); x = _wide(i[0]); a = x.abs()
-  r = (a + (a * a + 1).sqrt()).log()
-  small = a - a * a * a / 6 + 3 * a * a * a * a * a / 40
-  r = (a < 0.05).where(small, r)
-  return (x < 0).where(-r, r).cast(i[0].dtype)
-@op("Acosh")
-def _acosh(n: Node, i: list) -> Tensor:
-  _float_only(n, i[0]); x = _wide(i[0])
-  return (x + (x * x - 1).sqrt()).log().cast(i[0].dtype)
-@op("Atanh")
-def _atanh(n: Node, i: list) -> Tensor:
-  _float_only(n, i[0]); x = _wide(i[0])
-  series = x + x * x * x / 3 + x * x * x * x * x / 5 + x * x * x * x * x * x * x / 7
-  return (x.abs() < 0.05).where(series, ((1 + x) / (1 - x)).log() * 0.5).cast(i[0].dtype)
-
-@op("Erf")
-def _erf_op(n: Node, i: list) -> Tensor:
-  x = i[0]
-  if not is_float(x): raise unsupported(n, f"input of dtype {x.dtype.name}")
-  return x.erf()  # (Tensor.erf: float32 vectorized; half and bfloat16 in float32, rounded once)
-
-def _f64_ok(x: Tensor) -> bool:
-  from tilecraft.frontend.math import _has_float64
-  return _has_float64(x.device)
-
 # ---- activations ---------------------------------------------------------------------------------
 @op("Relu")
 def _relu(n: Node, i: list) -> Tensor: return i[0].relu()
 @op("LeakyRelu")
-def _leaky(n: Node, i: list) -> Tensor:
-  x = i[0]; return (x < 0).where(x * n.attr("alpha", 0.01), x)
+def _leaky(n: Node, i: list) -> Tensor: return i[0].leaky_relu(n.attr("alpha", 0.01))
 @op("PRelu")
 def _prelu(n: Node, i: list) -> Tensor:
   x, s = i
   return (x < 0).where(x * s, x).cast(x.dtype)
 @op("Elu")
-def _elu(n: Node, i: list) -> Tensor:
-  x = i[0]; a = n.attr("alpha", 1.0); w = _wide(x)
-  return (w < 0).where((w.exp() - 1) * a, w).cast(x.dtype)
+def _elu(n: Node, i: list) -> Tensor: return i[0].elu(n.attr("alpha", 1.0))
 @op("Celu")
-def _celu(n: Node, i: list) -> Tensor:
-  x = i[0]; a = n.attr("alpha", 1.0); w = _wide(x)  # (float16/bfloat16: computed in float32, rounded once)
-  return (w.maximum(0) + ((w / a).exp() - 1).mul(a).minimum(0)).cast(x.dtype)
+def _celu(n: Node, i: list) -> Tensor: return i[0].celu(n.attr("alpha", 1.0))
 @op("Selu")
-def _selu(n: Node, i: list) -> Tensor:
-  x = i[0]; a, g = n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875)
-  w = _wide(x)
-  return (w <= 0).where((w.exp() * a - a) * g, w * g).cast(x.dtype)
+def _selu(n: Node, i: list) -> Tensor: return i[0].selu(n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875))
 @op("ThresholdedRelu")
 def _trelu(n: Node, i: list) -> Tensor:
   x = i[0]; return (x > n.attr("alpha", 1.0)).where(x, 0.0)
 @op("HardSigmoid")
-def _hsig(n: Node, i: list) -> Tensor:
-  x = i[0]; w = _wide(x); return (w * n.attr("alpha", 0.2) + n.attr("beta", 0.5)).maximum(0.0).minimum(1.0).cast(x.dtype)
+def _hsig(n: Node, i: list) -> Tensor: return i[0].hardsigmoid(n.attr("alpha", 0.2), n.attr("beta", 0.5))
 @op("HardSwish")
-def _hswish(n: Node, i: list) -> Tensor:
-  x = i[0]; w = _wide(x); return (w * (w * (1 / 6) + 0.5).maximum(0.0).minimum(1.0)).cast(x.dtype)
+def _hswish(n: Node, i: list) -> Tensor: return i[0].hardswish()
 @op("Softplus")
-def _softplus(n: Node, i: list) -> Tensor:
-  x = i[0]; w = _wide(x)
-  return ((w > 20).where(w, (1 + w.exp()).log())).cast(x.dtype)
+def _softplus(n: Node, i: list) -> Tensor: return i[0].softplus()
 @op("Softsign")
-def _softsign(n: Node, i: list) -> Tensor:
-  x = i[0]; w = _wide(x); return (w / (1 + w.abs())).cast(x.dtype)
+def _softsign(n: Node, i: list) -> Tensor: return i[0].softsign()
 @op("Mish")
-def _mish(n: Node, i: list) -> Tensor:
-  x = i[0]; w = _wide(x)
-  sp = (w > 20).where(w, (1 + w.exp()).log())
-  return (w * sp.tanh()).cast(x.dtype)
+def _mish(n: Node, i: list) -> Tensor: return i[0].mish()
 @op("Gelu", since=20)
 def _gelu(n: Node, i: list) -> Tensor:
-  x = i[0]; _float_only(n, x); w = _wide(x)
-  if n.attr("approximate", "none") == "tanh": r = w * 0.5 * (1 + ((w + w * w * w * 0.044715) * math.sqrt(2 / math.pi)).tanh())
-  else: r = w * 0.5 * (1 + (w * (1 / math.sqrt(2))).erf())
-  return r.cast(x.dtype)
+  _float_only(n, i[0])
+  return i[0].gelu("tanh" if n.attr("approximate", "none") == "tanh" else "none")
 @op("Swish", since=24)
 def _swish(n: Node, i: list) -> Tensor:
-  x = i[0]; _float_only(n, x)
-  return (x * (x * n.attr("alpha", 1.0)).sigmoid()).cast(x.dtype)
+  _float_only(n, i[0])
+  return i[0].swish(n.attr("alpha", 1.0))
 @op("Shrink")
 def _shrink(n: Node, i: list) -> Tensor:
   x = i[0]; lam, bias = n.attr("lambd", 0.5), n.attr("bias", 0.0)

@@ -1,7 +1,8 @@
 """Elementwise ONNX ops: arithmetic, math functions, activations, comparisons, logic and bitwise ops,
 casts and the variadic Sum/Mean/Max/Min. Contract: results have the dtype the ONNX spec gives
 (the input's, bool for comparisons, `to` for Cast); math functions and activations are the Tensor
-frontend's (frontend/math.py, frontend/activations.py), called with the node's attributes. Inputs of dtypes an op's spec doesn't allow are refused with NotImplementedError."""
+frontend's (frontend/math.py, frontend/activations.py), called with the node's attributes. Inputs of
+dtypes an op's spec doesn't allow are refused with NotImplementedError."""
 from __future__ import annotations
 import math
 from typing import Any

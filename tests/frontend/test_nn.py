@@ -1,5 +1,5 @@
 """The nn-style frontend (tilecraft/frontend/nn.py) against numpy: softmax family, matmul (every
-broadcasting form, dtypes, errors), conv2d (stride, padding, dilation, groups), pooling, layernorm."""
+broadcasting form, dtypes, errors), conv2d (stride, padding, dilation, groups), pooling, layernorm, rmsnorm."""
 from __future__ import annotations
 from typing import Any
 import numpy as np
@@ -148,3 +148,11 @@ def test_views_of_symbolic_shapes_are_not_memoized(rng: np.random.Generator) -> 
   np.testing.assert_array_equal(swap(x, 2).numpy(), x.numpy().T[2:])
   np.testing.assert_array_equal(swap(x, 2).numpy(), x.numpy().T[2:])
   assert len(swap.cache) == 1
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_rmsnorm(dt, rng) -> None:
+  x = (rng.standard_normal((6, 40)) * 3).astype(dt)
+  out = Tensor(x).rmsnorm(-1, eps=1e-6)
+  assert out.dtype.np == dt
+  w = x.astype(np.float64)
+  np.testing.assert_allclose(out.numpy().astype(np.float64), w / np.sqrt((w * w).mean(-1, keepdims=True) + 1e-6), rtol=1e-6 if dt == np.float32 else 1e-3)

@@ -101,6 +101,11 @@ class NNOps:
     x = x - _wide(self._first_along(self._axes(axis))._default_float())[0]  # (a view of the input, cast after the broadcast)
     xc = x - x.mean(axis, keepdim=True)
     return (xc * ((xc * xc).mean(axis, keepdim=True) + eps).rsqrt()).cast(dt)
+  def rmsnorm(self: Tensor, axis: Any = -1, eps: float = 1e-5) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) over `axis` (no scale; LLaMA's RMSNorm, ONNX's RMSNormalization).
+    float16/bfloat16 rows are computed in float32 and rounded once."""
+    x, dt = _wide(self._default_float())
+    return (x * ((x * x).mean(axis, keepdim=True) + eps).rsqrt()).cast(dt)
 
   # ---- convolution and pooling ---------------------------------------------------------------------
   @memo_views

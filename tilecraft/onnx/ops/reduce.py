@@ -2,7 +2,7 @@
 noop_with_empty_axes, empty reductions giving the op's identity), ArgMax/ArgMin (select_last_index),
 TopK (ranks by pairwise comparison: ties keep the lower index first), CumSum (exclusive, reverse),
 the softmax family (opset < 13: over the flattened trailing dims), and the normalizations
-(BatchNormalization in inference mode, InstanceNormalization, LayerNormalization, GroupNormalization,
+(BatchNormalization in inference mode, InstanceNormalization, LayerNormalization, RMSNormalization, GroupNormalization,
 LpNormalization, MeanVarianceNormalization). Contract: output dtypes follow the spec (indices int64)."""
 from __future__ import annotations
 import math
@@ -179,6 +179,14 @@ def _layernorm(n: Node, i: list) -> list:
   y = (w - mean) * inv * scale.cast(w.dtype)
   if b is not None: y = y + b.cast(w.dtype)
   return [y.cast(x.dtype), mean, inv]
+
+@op("RMSNormalization", since=23)
+def _rmsnorm(n: Node, i: list) -> Tensor:
+  x, scale = i[0], i[1]
+  if n.attr("stash_type", 1) != 1: raise unsupported(n, f"stash_type {n.attr('stash_type')}")
+  w = x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+  y = w.rmsnorm(tuple(range(norm_axis(n.attr("axis", -1), x.ndim), x.ndim)), n.attr("epsilon", 1e-5))
+  return (y * scale.cast(w.dtype)).cast(x.dtype)
 
 @op("GroupNormalization", since=18)
 def _groupnorm(n: Node, i: list) -> Tensor:

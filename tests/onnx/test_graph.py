@@ -441,3 +441,20 @@ def test_single_element_constants_are_kernel_constants() -> None:
   assert kernels == 1
   (si,) = [si for si in next(iter(m._captures.values())).schedule if si.ast.op.name == "KERNEL"]
   assert len(si.bufs) == 3, [b.size for b in si.bufs]  # the output, x and the weight
+
+def test_rotary_embedding_position_ids_are_guarded() -> None:
+  """RotaryEmbedding's position_ids index the caches: one past the end is an IndexError, not a 0 angle."""
+  B, H, S, D = 1, 2, 3, 8
+  node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], name="rope")
+  ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, H, S, D]), helper.make_tensor_value_info("cos", TensorProto.FLOAT, [10, D // 2]),
+         helper.make_tensor_value_info("sin", TensorProto.FLOAT, [10, D // 2]), helper.make_tensor_value_info("pos", TensorProto.INT64, [B, S])]
+  g = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+  m = tox.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)]))
+  rng = np.random.default_rng(0)
+  x, c, s = rng.standard_normal((B, H, S, D)).astype(np.float32), rng.standard_normal((10, D // 2)).astype(np.float32), rng.standard_normal((10, D // 2)).astype(np.float32)
+  y = m.run({"x": x, "cos": c, "sin": s, "pos": np.array([[0, 4, 9]])})["y"]
+  x1, x2 = x[..., :D // 2], x[..., D // 2:]
+  cc, ss = c[[0, 4, 9]][None, None], s[[0, 4, 9]][None, None]
+  np.testing.assert_allclose(y, np.concatenate([x1 * cc - x2 * ss, x1 * ss + x2 * cc], -1), rtol=1e-6, atol=1e-6)
+  with pytest.raises(IndexError, match=r"'rope' \(op RotaryEmbedding, opset 23\): index 10 is out of range for axis 0 of size 10"):
+    m.run({"x": x, "cos": c, "sin": s, "pos": np.array([[0, 1, 10]])})

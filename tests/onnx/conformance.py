@@ -28,7 +28,7 @@ FAMILIES: dict[str, list[str]] = {
                    "MeanVarianceNormalization", "Softmax", "LogSoftmax", "Hardmax"],
   "shape/index": ["Reshape", "Transpose", "Slice", "Gather", "GatherElements", "GatherND", "Concat", "Split", "Pad", "Expand", "Tile", "Resize",
                   "OneHot", "Range", "Trilu", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size", "Identity", "Constant", "ConstantOfShape",
-                  "EyeLike", "DepthToSpace", "SpaceToDepth", "Upsample", "Dropout"],
+                  "EyeLike", "DepthToSpace", "SpaceToDepth", "Upsample", "Dropout", "CenterCropPad", "HannWindow", "HammingWindow", "BlackmanWindow"],
 }
 OP_FAMILY = {o: f for f, ops in FAMILIES.items() for o in ops}
 

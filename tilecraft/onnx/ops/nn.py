@@ -1,8 +1,8 @@
 """ONNX matrix and convolution ops: MatMul, Gemm, Einsum (any number of operands, repeated letters
 as diagonals, ellipsis), Conv and ConvTranspose (1-D to 3-D, groups, dilations, explicit or auto pads,
 output_shape/output_padding), and pooling (MaxPool, AveragePool, LpPool, Global*; pads, dilations,
-ceil_mode, count_include_pad). Contract: windows are views of the padded input (Tensor.conv2d for 2-D
-convolutions, its window helper otherwise); MaxPool's Indices output is refused."""
+ceil_mode, count_include_pad), and RotaryEmbedding. Contract: windows are views of the padded input
+(Tensor.conv2d for 2-D convolutions, its window helper otherwise); MaxPool's Indices output is refused."""
 from __future__ import annotations
 import math
 import numpy as np

@@ -1,6 +1,7 @@
 """ONNX shape, indexing and construction ops: Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice,
 Gather, GatherElements, GatherND, Concat, Split, Pad (constant, reflect, edge, wrap), Expand, Tile,
-OneHot, Range, Trilu, Shape, Size, Constant, ConstantOfShape, EyeLike, DepthToSpace, SpaceToDepth.
+OneHot, Range, Trilu, Shape, Size, Constant, ConstantOfShape, EyeLike, DepthToSpace, SpaceToDepth, CenterCropPad,
+and the signal windows (Hann, Hamming, Blackman: constants at build time).
 Contract: movement is views (reshape/permute/shrink/pad/expand); gathers with runtime indices are
 one-hot selects (exact: where + sum), with known indices views; every gather's indices are guarded
 (Node.check_indices: out of range is an IndexError naming the node, the axis and the index, never 0); values known at build time (Shape,
@@ -314,3 +315,35 @@ def _s2d(n: Node, i: list) -> Tensor:
   if n.attr("mode", "DCR") == "CRD": t = x.reshape(N, C, H // b, b, W // b, b).permute(0, 1, 3, 5, 2, 4)  # (opset 28)
   else: t = x.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4)
   return t.reshape(N, C * b * b, H // b, W // b)
+
+@op("CenterCropPad", since=18)
+def _center_crop_pad(n: Node, i: list) -> Tensor:
+  """Each of `axes` (default all) cropped or zero-padded to its target size, centered: an odd difference
+  puts the extra row at the end (crop from floor(d/2), pad floor(d/2) before)."""
+  x = i[0]
+  target = ints(n.static(1))
+  axes = [norm_axis(a, x.ndim) for a in n.attr("axes", list(range(x.ndim)))]
+  if len(axes) != len(target): raise unsupported(n, f"{len(target)} target sizes for {len(axes)} axes")
+  crop: list = [None] * x.ndim
+  pad = [(0, 0)] * x.ndim
+  for a, t in zip(axes, target):
+    d = x.shape[a] - t
+    if d > 0: crop[a] = (d // 2, d // 2 + t)
+    elif d < 0: pad[a] = (-d // 2, -d - (-d // 2))
+  return x.shrink(tuple(crop)).pad(pad).cast(x.dtype)
+
+@op("HannWindow", "HammingWindow", "BlackmanWindow", since=17)
+def _window(n: Node, i: list) -> np.ndarray:
+  """A signal window of `size` points, at build time in float64 (then output_datatype, float by default):
+  Hann sin^2(pi k / N), Hamming 25/46 - 21/46 cos(2 pi k / N), Blackman 0.42 - 0.5 cos(2 pi k / N) +
+  0.08 cos(4 pi k / N), with N = size (periodic, the default) or size - 1 (symmetric)."""
+  size = int(np.asarray(n.static(0)).reshape(()))
+  k = np.arange(size, dtype=np.float64)
+  N = size if n.attr("periodic", 1) else size - 1
+  ph = 2 * np.pi * k / N if N > 0 else np.zeros_like(k)
+  if n.op == "HannWindow": w = np.sin(ph / 2) ** 2
+  elif n.op == "HammingWindow": w = 25 / 46 - (21 / 46) * np.cos(ph)
+  else: w = 0.42 - 0.5 * np.cos(ph) + 0.08 * np.cos(2 * ph)
+  dt = onnx_dtype(n.attr("output_datatype", 1), f"{n.op} output_datatype")
+  if dt.np is None: raise unsupported(n, f"output_datatype {dt.name}")
+  return w.astype(dt.np)

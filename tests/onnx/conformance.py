@@ -23,7 +23,7 @@ FAMILIES: dict[str, list[str]] = {
                  "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum"],
   "matmul": ["MatMul", "Gemm", "Einsum"],
   "conv/pool": ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"],
-  "transformer": ["RotaryEmbedding"],
+  "transformer": ["RotaryEmbedding", "Attention"],
   "norm/softmax": ["BatchNormalization", "LayerNormalization", "RMSNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
                    "MeanVarianceNormalization", "Softmax", "LogSoftmax", "Hardmax"],
   "shape/index": ["Reshape", "Transpose", "Slice", "Gather", "GatherElements", "GatherND", "Concat", "Split", "Pad", "Expand", "Tile", "Resize",
@@ -74,6 +74,13 @@ def primary_op(name: str) -> Optional[str]:
   known = [o for o in ops if o in OP_FAMILY]
   return known[-1] if known else ops[-1]
 
+# Cases whose expected values were computed in bfloat16/float16 with a rounding after every op: tilecraft computes
+# attention in float32 and rounds once, which lands within half an ulp of the float64 result where these
+# references are up to 1.3 ulp off, so rtol 1e-3 (a quarter of bfloat16's ulp) can't hold for either.
+# tests/onnx/test_conformance.py: test_low_precision_attention_is_closer_than_its_reference checks that.
+ROUNDED_PER_OP = {f"test_attention_{c}{e}" for c in ("4d_causal_bf16", "4d_padded_kv_bf16", "4d_causal_padded_kv_bf16",
+                  "4d_attn_mask_causal_bf16", "3d_causal_bf16") for e in ("", "_expanded")} | {"test_attention_4d_causal_fp16_expanded"}
+
 def scope(name: str) -> tuple[str, str]:
   """(family, "") for an in-scope case, ("out", reason) otherwise."""
   c = get_case(name)
@@ -86,6 +93,7 @@ def scope(name: str) -> tuple[str, str]:
   if "training" in name and op in ("BatchNormalization", "Dropout"): return "out", "training mode"
   bad = sorted(OUT_OF_DTYPES[t] for t in _elem_types(c.model) if t in OUT_OF_DTYPES)
   if bad: return "out", f"dtype {', '.join(bad)}"
+  if name in ROUNDED_PER_OP: return "out", "reference rounded to bfloat16/float16 after every op: tilecraft's float32-then-round result is closer to float64"
   return OP_FAMILY[op], ""
 
 def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Optional[str]:

@@ -1,7 +1,7 @@
 """ONNX matrix and convolution ops: MatMul, Gemm, Einsum (any number of operands, repeated letters
 as diagonals, ellipsis), Conv and ConvTranspose (1-D to 3-D, groups, dilations, explicit or auto pads,
 output_shape/output_padding), and pooling (MaxPool, AveragePool, LpPool, Global*; pads, dilations,
-ceil_mode, count_include_pad), and RotaryEmbedding. Contract: windows are views of the padded input
+ceil_mode, count_include_pad). Contract: windows are views of the padded input
 (Tensor.conv2d for 2-D convolutions, its window helper otherwise); MaxPool's Indices output is refused."""
 from __future__ import annotations
 import math
@@ -311,40 +311,3 @@ def _lrn(n: Node, i: list) -> Tensor:
     part = padded.shrink(tuple((k, k + C) if j == 1 else None for j in range(x.ndim)))
     s = part if s is None else s + part
   return (w / (s * (alpha / size) + bias).pow(beta)).cast(x.dtype)
-
-# ---- transformer blocks ---------------------------------------------------------------------------------
-@op("RotaryEmbedding", since=23)
-def _rotary_embedding(n: Node, i: list) -> Tensor:
-  """Rotary position embedding: each pair (x1, x2) of a head's first rotary_embedding_dim features (the two
-  halves, or even/odd features if interleaved) turns by the angle whose cos and sin the caches hold for its
-  position: (x1 cos - x2 sin, x1 sin + x2 cos). x is (batch, heads, seq, head) or (batch, seq, hidden)
-  with num_heads; the caches are (batch, seq, dim/2), or (max_position, dim/2) indexed by position_ids."""
-  from tilecraft.onnx.ops.common import gather_axis, wrap_index
-  x, cos, sin = i[0], i[1], i[2]
-  pos = i[3] if len(i) > 3 and n.has(3) else None
-  if x.ndim == 4: xs = x.permute(0, 2, 1, 3)
-  elif x.ndim == 3:
-    heads = int(n.attr("num_heads", 0))
-    if heads <= 0 or x.shape[2] % heads: raise unsupported(n, f"3-D input of hidden size {x.shape[2]} needs num_heads dividing it, got {heads}")
-    xs = x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads)
-  else: raise unsupported(n, f"a {x.ndim}-D input (3-D or 4-D)")
-  B, S, H, D = xs.shape
-  rd = int(n.attr("rotary_embedding_dim", 0)) or D
-  if rd % 2 or rd > D: raise unsupported(n, f"rotary_embedding_dim {rd} for heads of {D}")
-  if pos is not None:
-    n.check_indices(3, cos.shape[0], 0)
-    cos, sin = gather_axis(cos, wrap_index(pos, cos.shape[0]), 0), gather_axis(sin, wrap_index(pos, sin.shape[0]), 0)
-  if tuple(cos.shape) != (B, S, rd // 2) or tuple(sin.shape) != (B, S, rd // 2):
-    raise unsupported(n, f"caches of shapes {cos.shape} and {sin.shape} for (batch, seq, dim/2) = {(B, S, rd // 2)}")
-  w = xs if xs.dtype == dtypes.float64 else xs.cast(dtypes.float32)
-  c, s = (t.cast(w.dtype).reshape(B, S, 1, rd // 2) for t in (cos, sin))
-  rot = w.shrink((None, None, None, (0, rd)))
-  if n.attr("interleaved", 0):
-    pairs = rot.reshape(B, S, H, rd // 2, 2)
-    x1, x2 = (pairs.shrink((None, None, None, None, (k, k + 1))).reshape(B, S, H, rd // 2) for k in (0, 1))
-  else: x1, x2 = rot.shrink((None, None, None, (0, rd // 2))), rot.shrink((None, None, None, (rd // 2, rd)))
-  real, imag = x1 * c - x2 * s, x1 * s + x2 * c
-  out = Tensor.stack(real, imag, axis=-1).reshape(B, S, H, rd) if n.attr("interleaved", 0) else real.cat(imag, axis=-1)
-  if rd < D: out = out.cat(w.shrink((None, None, None, (rd, D))), axis=-1)
-  out = out.cast(x.dtype)
-  return out.permute(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)

@@ -458,3 +458,25 @@ def test_rotary_embedding_position_ids_are_guarded() -> None:
   np.testing.assert_allclose(y, np.concatenate([x1 * cc - x2 * ss, x1 * ss + x2 * cc], -1), rtol=1e-6, atol=1e-6)
   with pytest.raises(IndexError, match=r"'rope' \(op RotaryEmbedding, opset 23\): index 10 is out of range for axis 0 of size 10"):
     m.run({"x": x, "cos": c, "sin": s, "pos": np.array([[0, 1, 10]])})
+
+@pytest.mark.parametrize("case", ["gqa_causal_past", "mask_softcap_3d"])
+def test_attention_matches_onnxruntime(case: str) -> None:
+  """Attention against onnxruntime's own kernel (the conformance data comes from the onnx reference):
+  grouped KV heads with a causal mask over a past cache; a 3-D layout with an additive mask and softcap."""
+  ort = pytest.importorskip("onnxruntime")
+  B, Hq, Hk, S, P, D = 2, 8, 2, 5, 3, 16
+  f = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+  if case == "gqa_causal_past":
+    node = helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "pk_out", "pv_out"], is_causal=1)
+    ins = [f("q", [B, Hq, S, D]), f("k", [B, Hk, S, D]), f("v", [B, Hk, S, D]), f("pk", [B, Hk, P, D]), f("pv", [B, Hk, P, D])]
+    outs = ["y", "pk_out", "pv_out"]
+  else:
+    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], q_num_heads=Hq, kv_num_heads=Hq, softcap=3.0)
+    ins = [f("q", [B, S, Hq * D]), f("k", [B, S + 2, Hq * D]), f("v", [B, S + 2, Hq * D]), f("mask", [S, S + 2])]
+    outs = ["y"]
+  m = helper.make_model(helper.make_graph([node], "g", ins, [f(n, None) for n in outs]), opset_imports=[helper.make_opsetid("", 23)])
+  rng = np.random.default_rng(0)
+  feed = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32) for vi in ins}
+  ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+  got = tox.load(m).run(feed)
+  for n, r in zip(outs, ref): np.testing.assert_allclose(got[n], r, rtol=1e-5, atol=1e-5, err_msg=n)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 from tilecraft.dtype import dtypes
-from tilecraft.onnx.ops.common import gather_axis, norm_axis, wrap_index
+from tilecraft.onnx.ops.common import gather_axis, wrap_index
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 

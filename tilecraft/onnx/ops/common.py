@@ -19,6 +19,10 @@ def norm_axis(a: int, ndim: int) -> int:
 
 def is_float(t: Tensor) -> bool: return dtypes.is_float(t.dtype)
 
+def wide(x: Tensor) -> Tensor:
+  """x in the float dtype a composite op computes in: float64 stays, narrower (float16, bfloat16, ints) -> float32."""
+  return x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+
 def arange_along(n: int, axis: int, ndim: int, device: str, dtype: DType = dtypes.int64) -> Tensor:
   """arange(n) shaped to broadcast along `axis` of an ndim-dims tensor."""
   shape = [1] * ndim

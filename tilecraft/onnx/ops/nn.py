@@ -11,6 +11,7 @@ from tilecraft.dtype import dtypes
 from tilecraft.frontend.nn import max_pad_value
 from tilecraft.frontend.panels import panel_eligible, panel_layout, panel_matmul
 from tilecraft.frontend.pointwise_layout import pointwise_conv, pointwise_eligible, pointwise_layout
+from tilecraft.onnx.ops.common import wide
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -301,7 +302,7 @@ def _lrn(n: Node, i: list) -> Tensor:
   x = i[0]
   size = int(n.attr("size"))
   alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
-  w = x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+  w = wide(x)
   sq = w * w
   lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
   C = x.shape[1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 from tilecraft.dtype import dtypes
-from tilecraft.onnx.ops.common import const, ints, is_float, norm_axis
+from tilecraft.onnx.ops.common import const, ints, is_float, norm_axis, wide
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -151,7 +151,7 @@ def _batchnorm(n: Node, i: list) -> Tensor:
   if len([o for o in n.outputs if o]) > 1: raise unsupported(n, "running mean/var outputs (training)")
   if n.opset < 9 and not n.attr("spatial", 1): raise unsupported(n, "spatial=0")
   eps = n.attr("epsilon", 1e-5)
-  w = x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+  w = wide(x)
   c = lambda t: _bshape(t.cast(w.dtype), x.ndim)  # noqa: E731
   y = (w - c(mean)) * (c(var) + eps).rsqrt() * c(scale) + c(b)
   return y.cast(x.dtype)
@@ -160,7 +160,7 @@ def _batchnorm(n: Node, i: list) -> Tensor:
 def _instnorm(n: Node, i: list) -> Tensor:
   x, scale, b = i
   eps = n.attr("epsilon", 1e-5)
-  w = x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+  w = wide(x)
   axes = tuple(range(2, x.ndim))
   y = (w - w.mean(axes, keepdim=True)) * (w.var(axes, keepdim=True) + eps).rsqrt()
   return (y * _bshape(scale.cast(w.dtype), x.ndim) + _bshape(b.cast(w.dtype), x.ndim)).cast(x.dtype)
@@ -173,7 +173,7 @@ def _layernorm(n: Node, i: list) -> list:
   eps = n.attr("epsilon", 1e-5)
   if n.attr("stash_type", 1) != 1: raise unsupported(n, f"stash_type {n.attr('stash_type')}")
   axes = tuple(range(a, x.ndim))
-  w = x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+  w = wide(x)
   mean = w.mean(axes, keepdim=True)
   inv = (w.var(axes, keepdim=True) + eps).rsqrt()
   y = (w - mean) * inv * scale.cast(w.dtype)
@@ -184,7 +184,7 @@ def _layernorm(n: Node, i: list) -> list:
 def _rmsnorm(n: Node, i: list) -> Tensor:
   x, scale = i[0], i[1]
   if n.attr("stash_type", 1) != 1: raise unsupported(n, f"stash_type {n.attr('stash_type')}")
-  w = x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
+  w = wide(x)
   y = w.rmsnorm(tuple(range(norm_axis(n.attr("axis", -1), x.ndim), x.ndim)), n.attr("epsilon", 1e-5))
   return (y * scale.cast(w.dtype)).cast(x.dtype)
 
@@ -195,7 +195,7 @@ def _groupnorm(n: Node, i: list) -> Tensor:
   eps = n.attr("epsilon", 1e-5)
   if n.opset < 21: raise unsupported(n, "opset 18 GroupNormalization (per-group scale, deprecated)")
   N = x.shape[0]
-  w = (x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)).reshape(N, g, -1)
+  w = wide(x).reshape(N, g, -1)
   y = ((w - w.mean(2, keepdim=True)) * (w.var(2, keepdim=True) + eps).rsqrt()).reshape(x.shape)
   return (y * _bshape(scale.cast(y.dtype), x.ndim) + _bshape(b.cast(y.dtype), x.ndim)).cast(x.dtype)
 

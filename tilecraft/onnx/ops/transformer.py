@@ -7,11 +7,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 from tilecraft.dtype import dtypes
-from tilecraft.onnx.ops.common import gather_axis, wrap_index
+from tilecraft.onnx.ops.common import gather_axis, wide, wrap_index
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
-
-def _wide(x: Tensor) -> Tensor: return x if x.dtype == dtypes.float64 else x.cast(dtypes.float32)
 
 @op("RotaryEmbedding", since=23)
 def _rotary_embedding(n: Node, i: list) -> Tensor:
@@ -35,7 +33,7 @@ def _rotary_embedding(n: Node, i: list) -> Tensor:
     cos, sin = gather_axis(cos, wrap_index(pos, cos.shape[0]), 0), gather_axis(sin, wrap_index(pos, sin.shape[0]), 0)
   if tuple(cos.shape) != (B, S, rd // 2) or tuple(sin.shape) != (B, S, rd // 2):
     raise unsupported(n, f"caches of shapes {cos.shape} and {sin.shape} for (batch, seq, dim/2) = {(B, S, rd // 2)}")
-  w = _wide(xs)
+  w = wide(xs)
   c, s = (t.cast(w.dtype).reshape(B, S, 1, rd // 2) for t in (cos, sin))
   rot = w.shrink((None, None, None, (0, rd)))
   if n.attr("interleaved", 0):
@@ -63,15 +61,15 @@ def _allowed_bias(allowed: Tensor, like: Tensor) -> Tensor:
 def _attention(n: Node, i: list) -> list:
   q_in = i[0]
   if not dtypes.is_float(q_in.dtype): raise unsupported(n, f"inputs of dtype {q_in.dtype.name}")
-  Q = _wide(_heads(n, q_in, n.attr("q_num_heads", 0), "Q"))
-  K = _wide(_heads(n, i[1], n.attr("kv_num_heads", 0), "K"))
-  V = _wide(_heads(n, i[2], n.attr("kv_num_heads", 0), "V"))
+  Q = wide(_heads(n, q_in, n.attr("q_num_heads", 0), "Q"))
+  K = wide(_heads(n, i[1], n.attr("kv_num_heads", 0), "K"))
+  V = wide(_heads(n, i[2], n.attr("kv_num_heads", 0), "V"))
   mask = i[3] if n.has(3) else None
   if n.has(4) != n.has(5): raise unsupported(n, "past_key without past_value (or the other way)")
   past = n.has(4)
   nonpad = i[6] if n.has(6) else None
   if nonpad is not None and past: raise unsupported(n, "nonpad_kv_seqlen with a past cache")
-  if past: K, V = _wide(i[4]).cat(K, axis=2), _wide(i[5]).cat(V, axis=2)
+  if past: K, V = wide(i[4]).cat(K, axis=2), wide(i[5]).cat(V, axis=2)
   present_k, present_v = K, V  # (outputs 1 and 2: the cache with this call's keys and values appended)
   B, Hq, Sq, D = Q.shape
   Hk, Skv = K.shape[1], K.shape[2]

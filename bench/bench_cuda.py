@@ -6,7 +6,7 @@ Results are checked against torch (or numpy where torch is missing). "ratio" is 
 tilecraft time: above 1 tilecraft is faster. TF32 is off for torch's fp32 matmul (a fair fp32
 comparison); its TF32 time is printed too.
 
-Run: python bench/bench_cuda.py [--quick] [--json PATH] [--models squeezenet,resnet50]  (needs a GPU and cuda-python)
+Run: python bench/bench_cuda.py [--quick] [--json PATH] [--models squeezenet,resnet50] [--reduces]  (needs a GPU and cuda-python)
 """
 from __future__ import annotations
 import argparse, json, os, sys, time
@@ -52,6 +52,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   ap.add_argument("--runs", type=int, default=10)
   ap.add_argument("--json", metavar="PATH")
   ap.add_argument("--models", default="", help="comma-separated light ONNX models to run on CUDA too")
+  ap.add_argument("--reduces", action="store_true", help="then reduces at model shapes under GPU_FILL's default and 0, side by side")
   args = ap.parse_args(argv)
   dev = Device["CUDA"]
   if dev.render_only is not None:
@@ -117,6 +118,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     recs.append(rec)
   print(f"\n{'case':22s} {'tc ms':>10s} {'torch ms':>10s} {'ratio':>8s} {'GFLOPS':>9s} {'GB/s':>8s}   (ratio = torch / tilecraft)")
   print("\n".join(rows))
+  if args.reduces: ok = reduce_table(torch, rng, args.runs, recs) and ok
   models = [m for m in args.models.split(",") if m]
   if models:
     print(f"\n{'model':14s} {'ms/call':>9s} {'first call s':>13s} {'kernels':>8s} {'max rel err vs ORT':>19s}")
@@ -131,6 +133,55 @@ def main(argv: Optional[list[str]] = None) -> int:
   if args.json:
     with open(args.json, "w") as f: json.dump({"gpu": c.name, "arch": c.arch, "cases": recs}, f, indent=1, default=str)
   return 0 if ok else 1
+
+REDUCE_CASES = [  # name, shape, tilecraft expression, torch expression (on the one input)
+  ("sum rows 4096x4096", (4096, 4096), lambda t: t.sum(-1), lambda t: t.sum(-1)),
+  ("sum rows 16384x1024", (16384, 1024), lambda t: t.sum(-1), lambda t: t.sum(-1)),
+  ("sum 64M", (64 << 20,), lambda t: t.sum(), lambda t: t.sum()),
+  ("sum cols 4096x4096", (4096, 4096), lambda t: t.sum(0), lambda t: t.sum(0)),
+  ("softmax 4096x4096", (4096, 4096), lambda t: t.softmax(-1), lambda t: t.softmax(-1)),
+  ("softmax attn 12x128x128", (12, 128, 128), lambda t: t.softmax(-1), lambda t: t.softmax(-1)),
+  ("layernorm 4096x768", (4096, 768), lambda t: t.layernorm(), lambda t: __import__("torch").nn.functional.layer_norm(t, (768,), eps=1e-5)),
+  ("mean hw 8x256x56x56", (8, 256, 56, 56), lambda t: t.mean((2, 3)), lambda t: t.mean((2, 3))),
+  ("bn stats 32x64x28x28", (32, 64, 28, 28), lambda t: t.mean((0, 2, 3)), lambda t: t.mean((0, 2, 3))),
+]
+
+def reduce_table(torch: Any, rng: Any, runs: int, recs: list) -> bool:
+  """Reduces at model shapes with the GPU_FILL rule (codegen/heuristic.py: grouped memory-bound reduces) and
+  without it (GPU_FILL=0, the reference's rule), and torch, all timed interleaved in one run."""
+  from tilecraft import Context
+  from tilecraft.helpers import GPU_FILL
+  print(f"\n{'reduce':26s} {'fill ms':>9s} {'fill=0 ms':>10s} {'torch ms':>9s} {'fill/0':>7s} {'torch/fill':>10s} {'GB/s':>7s}  (GPU_FILL={int(GPU_FILL)})")
+  ok = True
+  for name, shape, tc_fn, torch_fn in REDUCE_CASES:
+    x = rng.standard_normal(shape, dtype=np.float32)
+    try:
+      variants = []
+      for fill in (int(GPU_FILL), 0):
+        with Context(GPU_FILL=fill): variants.append(tilecraft_case(lambda: tc_fn(Tensor(x, device="CUDA"))))
+      want = None
+      t_once = None
+      if torch is not None:
+        xt = torch.from_numpy(x).cuda()
+        want = torch_fn(xt).double().cpu().numpy()
+        t_once = torch_timer(torch, lambda: torch_fn(xt))
+      for once, result, runners, _ in variants:
+        got = result()
+        if want is not None and not np.allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
+          raise AssertionError(f"differs from torch: max abs error {float(np.max(np.abs(got.reshape(want.shape) - want))):.2e}")
+      t_fill, t_0, t_torch = best([variants[0][0], variants[1][0], t_once], runs, 2)
+      rec = {"name": f"reduce {name}", "fill_s": t_fill, "fill0_s": t_0, "torch_s": t_torch,
+             "opts": [[str(o) for o in r.p.applied_opts] for r in variants[0][2]], "launch": [(r.p.global_size, r.p.local_size) for r in variants[0][2]],
+             "opts_fill0": [[str(o) for o in r.p.applied_opts] for r in variants[1][2]]}
+      recs.append(rec)
+      gbs = x.nbytes / t_fill / 1e9
+      print(f"{name:26s} {t_fill * 1e3:9.3f} {t_0 * 1e3:10.3f} {t_torch * 1e3 if t_torch else float('nan'):9.3f} {t_0 / t_fill:7.2f} "
+            f"{t_torch / t_fill if t_torch else float('nan'):10.2f} {gbs:7.0f}  {rec['launch']}")
+    except Exception as e:  # noqa: BLE001 - report every case
+      ok = False
+      recs.append({"name": f"reduce {name}", "error": f"{type(e).__name__}: {e}"})
+      print(f"{name:26s} FAILED: {type(e).__name__}: {str(e)[:200]}")
+  return ok
 
 def model_case(name: str, runs: int, device: str = "CUDA") -> dict[str, Any]:
   """Light ONNX model `name` on CUDA: first call (compiles), best wall time per call of `runs`, the

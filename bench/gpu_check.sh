@@ -61,7 +61,7 @@ echo "tests exit status: $?"
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/cuda_tests.log" | tail -40
 
 step "bench: tilecraft vs torch on the GPU"
-PYTHONPATH=$PWD timeout "${BENCH_TIMEOUT:-240}" "$PY" bench/bench_cuda.py --json "$OUT/bench_cuda.json" --models "${MODELS-squeezenet,shufflenet,resnet50}" 2>&1 | tail -30
+PYTHONPATH=$PWD timeout "${BENCH_TIMEOUT:-240}" "$PY" bench/bench_cuda.py --reduces --json "$OUT/bench_cuda.json" --models "${MODELS-squeezenet,shufflenet,resnet50}" 2>&1 | tail -30
 echo "bench exit status: ${PIPESTATUS[0]}"
 PYTHONPATH=$PWD DEBUG=4 timeout 60 "$PY" -c "
 from tilecraft import Tensor; import numpy as np

@@ -147,6 +147,7 @@ CACHELEVEL = _Setting("CACHELEVEL", 2)
 IMAGE = _Setting("IMAGE", 0)  # 1: conv/matmul weights in OpenCL images, 2: their inputs too (frontend/image.py)
 MEMORY_PLAN = _Setting("MEMORY_PLAN", 1)  # 1: a rerun schedule's intermediates share an arena where their lifetimes allow (engine/memory_plan.py)
 WINO = _Setting("WINO", 1)  # Winograd 3x3 convs on CPUs: 0 never, 1 where measured to pay, 2 always (frontend/winograd.py)
+GPU_FILL = _Setting("GPU_FILL", 1 << 17)  # threads a GPU reduce that reads each input once is grouped to reach (codegen/heuristic.py); 0: the reference's rule
 SPLIT_REDUCE = _Setting("SPLIT_REDUCE", 1)  # 1: a long reduce into a small output as partial reduces (engine/lazy.py: _split_reduce); 0: one kernel
 
 def usable_cores() -> int:

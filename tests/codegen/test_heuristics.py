@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 import numpy as np
 import pytest
+from tilecraft import Context
 from tilecraft.codegen.kernel import Kernel, Opt, OptOps
 from tilecraft.device import Buffer, CompiledRunner, Device
 from tilecraft.dtype import dtypes
@@ -122,11 +123,12 @@ def test_matvec_rule_not_on_cpu():
   k = hand(ast, Device["CPU"].renderer)
   assert not {OptOps.GROUP, OptOps.GROUPTOP, OptOps.LOCAL} & set(ops_of(k))
 
-def test_sum_of_4096_uses_grouptop(rng):
+@pytest.mark.parametrize("fill,op", [(None, OptOps.GROUP), (0, OptOps.GROUPTOP)], ids=["fill", "reference"])
+def test_sum_of_4096_is_grouped(rng, fill, op):
   dev = opencl()
   ast, data = reduce((4096,), (0,))
-  k = hand(ast, dev.renderer)
-  assert OptOps.GROUPTOP in ops_of(k), k.applied_opts
+  with Context(**({} if fill is None else {"GPU_FILL": fill})): k = hand(ast, dev.renderer)
+  assert op in ops_of(k), k.applied_opts
   assert "green" in k.colors()
   inputs, ref = data(rng)
   np.testing.assert_allclose(run(k, inputs, "OPENCL").reshape(ref.shape), ref, rtol=1e-4, atol=1e-3)

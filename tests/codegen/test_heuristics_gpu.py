@@ -3,10 +3,12 @@ reference scheduled (tilecraft/testing/heuristic_reference.py), the opts it choo
 reduces (GROUPTOP 256 only for outputs of at most 32 elements, else 16; nothing after a GROUP),
 matrix-vector products (batched ones too), a second unroll of a short reduce, and workgroups
 (expand axes first, sizes of 3 allowed); masked (stack/cat) axes upcast several at a time. The
-kernels chosen run on the PYTHON device (a GPU emulator) against numpy."""
+kernels chosen run on the PYTHON device (a GPU emulator) against numpy. tilecraft's one measured departure, the
+GPU_FILL rule (memory-bound reduces grouped until the kernel has 2^17 threads), is compared with the reference under
+GPU_FILL=0 and tested on its own below."""
 import numpy as np
 import pytest
-from tilecraft import Tensor
+from tilecraft import Context, Tensor
 from tilecraft.codegen.kernel import Kernel, OptOps
 from tilecraft.device import Device
 from tilecraft.renderer.cstyle import OpenCLRenderer
@@ -30,7 +32,7 @@ SAME = ["sum_4096", "sum_rows_8x1024", "sum_rows_32x4096", "sum_rows_64x1024", "
 def test_same_opts_as_the_reference(name):
   ast_data, full_shape, ref = KERNELS[name]
   assert Kernel(reference_ast(ast_data)).full_shape == full_shape
-  k = hand(reference_ast(ast_data))
+  with Context(GPU_FILL=0): k = hand(reference_ast(ast_data))
   assert _without_accuracy_unroll(k) == [tuple(o) for o in ref], k.applied_opts_reasons
 
 def _without_accuracy_unroll(k):
@@ -56,11 +58,50 @@ def test_nothing_after_a_group():
   """After a GROUP/GROUPTOP only the accuracy unroll of a long float sum's serial part follows: a
   float32 mean of 2^22 values on a GPU keeps 4 accumulators per thread."""
   k = hand(reference_ast(KERNELS["sum_rows_64x1024"][0]))
+  assert opts(k) == [("GROUP", 0, 256)]  # (GPU_FILL: 64 x 256 threads, a serial part of 4)
+  with Context(GPU_FILL=0): k = hand(reference_ast(KERNELS["sum_rows_64x1024"][0]))
   assert opts(k) == [("GROUPTOP", 0, 16), ("UNROLL", 1, 4)] and "accuracy" in k.applied_opts_reasons[-1]
   k = hand(reference_ast(KERNELS["matvec_batched_4x1024x256"][0]))
   assert k.group_for_reduces and not any(o.op is OptOps.UNROLL for o in k.applied_opts), k.applied_opts
-  k = hand(reference_ast(KERNELS["sum_rows_8x1024"][0]))  # 256 threads leave a serial part of 4: nothing
+  with Context(GPU_FILL=0): k = hand(reference_ast(KERNELS["sum_rows_8x1024"][0]))  # 256 threads leave a serial part of 4: nothing
   assert opts(k) == [("GROUPTOP", 0, 256)]
+
+def _threads(k) -> int:
+  p = k.to_program()
+  return int(np.prod(p.global_size or [1]) * np.prod(p.local_size or [1]))
+
+@pytest.mark.parametrize("shape,axis,group", [((4096, 4096), 1, 32), ((64, 1024), 1, 256), ((512, 768), 1, 256), ((1 << 22,), 0, 256),
+                                              ((8, 64, 56, 56), (2, 3), 64)], ids=["rows_4096x4096", "rows_64x1024", "rows_512x768", "sum_4M", "mean_hw"])
+def test_memory_bound_reduce_is_grouped_to_fill_the_gpu(shape, axis, group):
+  """GPU_FILL: a reduce that reads each input once along contiguous rows is split across `group` threads per output,
+  the smallest group (16..256) that reaches 2^17 threads in all (else the largest dividing the reduce); under GPU_FILL=0 the reference's layout
+  (one thread per output, 1024 threads for 4096 rows). The chosen kernel runs right on PYTHON."""
+  t = Tensor.empty(*shape, device="PYTHON").sum(axis)
+  ast = t.schedule()[0].ast
+  k = hand(ast, Device["PYTHON"].renderer)
+  assert (opts(k)[0][0], opts(k)[0][2]) == ("GROUP", group), k.applied_opts_reasons
+  assert "each input once" in k.applied_opts_reasons[0]
+  out = int(np.prod(k.output_shape))
+  red = int(np.prod(shape)) // out
+  assert _threads(k) == out * group and (out * group >= 1 << 17 or group == max(g for g in (16, 32, 64, 128, 256) if red % g == 0))
+  with Context(GPU_FILL=0): k0 = hand(ast, Device["PYTHON"].renderer)
+  assert "each input once" not in " ".join(k0.applied_opts_reasons) and _threads(k0) < _threads(k)
+  if np.prod(shape) <= 1 << 16:  # (the emulator runs a thread at a time)
+    from tilecraft.testing.fuzz import buffer_size, buffer_views
+    rng = np.random.default_rng(1)
+    vals = {i: rng.uniform(-1, 1, buffer_size(v)).astype(np.float32) for i, v in buffer_views(ast).items() if i >= len(ast.src)}
+    want = np_eval(ast, {i: v.astype(np.float64) for i, v in vals.items()})[0]
+    np.testing.assert_allclose(run_program(ast, k.to_program(), vals, "PYTHON")[0].reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+def test_grouped_fill_leaves_reuse_and_strided_reduces_alone():
+  """Not under GPU_FILL: a column sum (the reduce runs across rows: grouped, a warp would read one column, a sector a value),
+  a matmul with a small output (its inputs are shared between outputs: register tiles), a reduce too short to share."""
+  col = Tensor.empty(4096, 4096, device="PYTHON").sum(0).schedule()[0].ast
+  mm = (Tensor.empty(64, 4096, device="PYTHON") @ Tensor.empty(4096, 64, device="PYTHON")).schedule()[0].ast
+  short = Tensor.empty(4096, 128, device="PYTHON").sum(1).schedule()[0].ast
+  for ast in (col, mm, short):
+    k = hand(ast, Device["PYTHON"].renderer)
+    assert not any("each input once" in r for r in k.applied_opts_reasons), k.applied_opts_reasons
 
 def test_several_masked_axes_upcast(rng):
   """A pad of two small axes (7 x 7 after padding, both masked): both are upcast whole (49 lanes), the

@@ -12,8 +12,8 @@ from tilecraft.codegen.lower_index import _needs_int64
 from tilecraft.device import Device
 from tilecraft.shape.symbolic import Variable
 
-I64 = {"CPU": "long long", "OPENCL": "long"}
-SUFFIX = {"CPU": "ll", "OPENCL": "l"}
+I64 = {"CPU": "long long", "OPENCL": "long", "CUDA": "long long"}
+SUFFIX = {"CPU": "ll", "OPENCL": "l", "CUDA": "ll"}
 
 def source(t: Tensor, device: str, opts: Optional[str] = "hand") -> str:
   """The rendered source of t's last kernel: unoptimized (required opts only) or hand-coded."""

@@ -12,7 +12,7 @@ from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNR
                                           cpu_third_reuse_cap, padded_lanes, cpu_transpose_tile, cpu_vecmat)
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
-from tilecraft.helpers import TC, TC_OPT, getenv, prod, round_up
+from tilecraft.helpers import GPU_FILL, TC, TC_OPT, getenv, prod, round_up
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
 from tilecraft.shape.symbolic import Node
 
@@ -94,6 +94,32 @@ def _not_scalar(st: Any) -> bool:
   pool's per-pixel divisor shared by 16 channel lanes, and their independent accumulators, ran Inception v2's pools
   2x faster than without the tile.)"""
   return any(r != 0 for r in st.real_strides())
+
+def _gpu_streaming_reduce(k: KernelShape) -> bool:
+  """A reduce that reads each input element once (no input is shared between outputs: sums, means, norms, softmax's max
+  and sum) is bound by memory, which a GPU only saturates with ~10^5 threads in flight. One thread per output (the
+  layout below) left an H200 at 1/10 of torch: 4096 softmax rows were 1024 threads, a 64M sum's 256 partial sums 4096.
+  So each output's reduce is split across a group of threads (16 up to 256): the smallest group that brings the kernel
+  to GPU_FILL threads (helpers.py; 2^17 by default, where an H200 holds 132 SMs x 2048 = 270K at once), else the largest
+  that divides the reduce. Only where the innermost reduce axis is contiguous in every input: there the group (GROUP)
+  makes a warp read consecutive elements. (A column sum's group would read one column per warp, a sector per value:
+  there the outputs stay the threads, the rules below.)"""
+  if k.dont_use_locals or len(k.reduceops) != 1 or k.group_for_reduces or k.first_reduce >= k.first_upcast or k.const_sum_reduce() or \
+      _output_vectorized(k) or k.tensor_core is not None:
+    return False
+  out_size, fill = prod(k.full_shape[:k.first_reduce]), int(GPU_FILL)
+  red = prod(k.full_shape[k.first_reduce:k.first_upcast])
+  if out_size >= fill or red < 256: return False
+  ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
+  if not ins or any(st.real_strides()[a] == 0 and _not_scalar(st) for st in ins for a in range(k.first_reduce) if k.full_shape[a] != 1):
+    return False  # (an input broadcast along an output axis is data reuse: a matmul-like kernel, the register tiles below)
+  axis = k.first_upcast - 1
+  if not all(st.real_strides()[axis] in (0, 1) for st in ins) or not isinstance(size := k.full_shape[axis], int): return False
+  for amt in sorted((g for g in (16, 32, 64, 128, 256) if size % g == 0), key=lambda g: (out_size * g < fill, g if out_size * g >= fill else -g)):
+    if try_opt(k, Opt(OptOps.GROUP, axis - k.first_reduce, amt), f"a reduce reading each input once along contiguous rows, {out_size} outputs: "
+               f"{amt} threads share each ({out_size * amt} threads; a warp reads consecutive elements)"):
+      return True
+  return False
 
 def _gpu_matvec_axis(k: KernelShape, rows: int) -> Any:
   """The first global axis divisible into blocks of `rows` rows."""
@@ -206,11 +232,13 @@ def hand_coded_optimizations(k: KernelShape) -> KernelShape:
     try_opt(k, Opt(OptOps.UPCAST, mv_axis, rows), f"matvec: {rows} rows per thread")
     return k
 
+  if gpu and not sym and int(GPU_FILL) > 0: _gpu_streaming_reduce(k)
+
   # small output, big reduce on GPUs: group the reduce so many threads share it. As the reference: at
   # most 2 output axes, not already written as vectors; 256 threads for an output of at most 32
   # elements, else 16 (more would leave too few groups to fill the GPU)
   if gpu and not k.dont_use_locals and k.reduceops and not sym and not k.const_sum_reduce() and k.first_reduce < k.first_upcast and \
-      (out_size := prod(k.full_shape[:k.first_reduce])) <= 2048 and len(k.reduceops) == 1 and k.first_reduce <= 2 and not _output_vectorized(k):
+      k.group_for_reduces == 0 and (out_size := prod(k.full_shape[:k.first_reduce])) <= 2048 and len(k.reduceops) == 1 and k.first_reduce <= 2 and not _output_vectorized(k):
     for amt in ((256, 16) if out_size <= 32 else (16,)):
       if try_opt(k, Opt(OptOps.GROUPTOP, 0, amt), f"small output ({out_size}) with a long reduce: group the reduce by {amt}"):
         break

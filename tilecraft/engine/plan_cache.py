@@ -53,6 +53,7 @@ class OptsMode(NamedTuple):
   tc: int
   tc_opt: int
   nolocals: int
+  gpu_fill: int  # GPU_FILL: grouped memory-bound reduces on GPUs (codegen/heuristic.py)
 
 class RunnerSettings(NamedTuple):
   """What besides the AST picks a device's runner (engine/realize.py: _settings)."""

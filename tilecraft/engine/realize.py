@@ -14,7 +14,7 @@ from tilecraft.engine.plan_cache import (OptsMode, RunnerKey, RunnerSettings, Te
                                          runners)
 from tilecraft.engine.memory_plan import MemoryPlan, plan_memory
 from tilecraft.engine.schedule import _buf_dtype, create_schedule, fuse_reduces, instantiate
-from tilecraft.helpers import BEAM, DEBUG, MEMORY_PLAN, NOOPT, TC, TC_OPT, getenv, prod, settings_memo, usable_cores
+from tilecraft.helpers import BEAM, DEBUG, GPU_FILL, MEMORY_PLAN, NOOPT, TC, TC_OPT, getenv, prod, settings_memo, usable_cores
 from tilecraft.ops import LazyOp, MetaOps
 from tilecraft.shape.symbolic import sym_eval
 
@@ -46,7 +46,7 @@ def _settings(device: str) -> RunnerSettings:
 
 @settings_memo
 def _device_settings(device: str, dev: Any) -> RunnerSettings:
-  return RunnerSettings(device, dev.renderer, OptsMode(int(NOOPT), int(BEAM), int(TC), int(TC_OPT), int(getenv("NOLOCALS", 0))),
+  return RunnerSettings(device, dev.renderer, OptsMode(int(NOOPT), int(BEAM), int(TC), int(TC_OPT), int(getenv("NOLOCALS", 0)), int(GPU_FILL)),
                         getattr(dev.compiler, "flags", ()), dev.renderer.settings_key())
 
 @settings_memo

@@ -133,6 +133,17 @@ def test_sum_of_4096_is_grouped(rng, fill, op):
   inputs, ref = data(rng)
   np.testing.assert_allclose(run(k, inputs, "OPENCL").reshape(ref.shape), ref, rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("shape,axes,op", [((512, 1024), (1,), OptOps.GROUP), ((1024, 512), (0,), OptOps.GROUPTOP), ((16, 640, 96), (1,), OptOps.GROUPTOP),
+                                           ((64, 3, 400), (0, 2), OptOps.GROUP)], ids=["rows", "cols", "seq_mean", "two_axes"])
+def test_gpu_fill_grouped_reduces_run_right_on_opencl(rng, shape, axes, op):
+  """GPU_FILL's grouped layouts (rows: GROUP; columns: GROUPTOP with a warp of consecutive outputs) on real workgroups."""
+  dev = opencl()
+  ast, data = reduce(shape, axes)
+  k = hand(ast, dev.renderer)
+  assert k.applied_opts[0].op is op and "each input once" in k.applied_opts_reasons[0], k.applied_opts_reasons
+  inputs, ref = data(rng)
+  np.testing.assert_allclose(run(k, inputs, "OPENCL").reshape(ref.shape), ref, rtol=1e-4, atol=1e-3)
+
 @pytest.mark.parametrize("parts", [(1, 1), (1, 1, 1), (1, 3), (2, 2)], ids=["stack2", "stack3", "cat1+3", "cat2+2"])
 @pytest.mark.parametrize("devname", ["CPU", "OPENCL"])
 def test_stack_upcasts_its_masked_axis(parts, devname, rng):

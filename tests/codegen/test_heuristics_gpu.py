@@ -70,20 +70,26 @@ def _threads(k) -> int:
   p = k.to_program()
   return int(np.prod(p.global_size or [1]) * np.prod(p.local_size or [1]))
 
-@pytest.mark.parametrize("shape,axis,group", [((4096, 4096), 1, 32), ((64, 1024), 1, 256), ((512, 768), 1, 256), ((1 << 22,), 0, 256),
-                                              ((8, 64, 56, 56), (2, 3), 64)], ids=["rows_4096x4096", "rows_64x1024", "rows_512x768", "sum_4M", "mean_hw"])
-def test_memory_bound_reduce_is_grouped_to_fill_the_gpu(shape, axis, group):
-  """GPU_FILL: a reduce that reads each input once along contiguous rows is split across `group` threads per output,
-  the smallest group (16..256) that reaches 2^17 threads in all (else the largest dividing the reduce); under GPU_FILL=0 the reference's layout
-  (one thread per output, 1024 threads for 4096 rows). The chosen kernel runs right on PYTHON."""
+@pytest.mark.parametrize("shape,axis,op,group", [((4096, 4096), 1, "GROUP", 32), ((64, 1024), 1, "GROUP", 256), ((512, 768), 1, "GROUP", 256),
+                                                 ((1 << 22,), 0, "GROUP", 256), ((8, 64, 56, 56), (2, 3), "GROUP", 64),
+                                                 ((4096, 4096), 0, "GROUPTOP", 32), ((8, 512, 768), 1, "GROUPTOP", 32), ((512, 64), 0, "GROUPTOP", 32)],
+                         ids=["rows_4096x4096", "rows_64x1024", "rows_512x768", "sum_4M", "mean_hw", "cols_4096x4096", "seq_mean", "cols_512x64"])
+def test_memory_bound_reduce_is_grouped_to_fill_the_gpu(shape, axis, op, group):
+  """GPU_FILL: a reduce that reads each input once is split across `group` threads per output, the smallest group that
+  reaches 2^17 threads in all (else the largest dividing the reduce): along contiguous rows 16..256 threads (GROUP);
+  across contiguous outputs (column sums) up to 32 threads (GROUPTOP), with a warp of 32 consecutive outputs (LOCAL).
+  Under GPU_FILL=0 the reference's layout (one thread per output, 1024 threads for 4096 rows). The chosen kernel runs
+  right on PYTHON."""
   t = Tensor.empty(*shape, device="PYTHON").sum(axis)
   ast = t.schedule()[0].ast
   k = hand(ast, Device["PYTHON"].renderer)
-  assert (opts(k)[0][0], opts(k)[0][2]) == ("GROUP", group), k.applied_opts_reasons
+  assert (opts(k)[0][0], opts(k)[0][2]) == (op, group), k.applied_opts_reasons
+  if op == "GROUPTOP": assert opts(k)[1][0] == "LOCAL" and opts(k)[1][2] == 32, k.applied_opts_reasons
   assert "each input once" in k.applied_opts_reasons[0]
   out = int(np.prod(k.output_shape))
   red = int(np.prod(shape)) // out
-  assert _threads(k) == out * group and (out * group >= 1 << 17 or group == max(g for g in (16, 32, 64, 128, 256) if red % g == 0))
+  amts = (16, 32, 64, 128, 256) if op == "GROUP" else (2, 4, 8, 16, 32)
+  assert _threads(k) == out * group and (out * group >= 1 << 17 or group == max(g for g in amts if red % g == 0))
   with Context(GPU_FILL=0): k0 = hand(ast, Device["PYTHON"].renderer)
   assert "each input once" not in " ".join(k0.applied_opts_reasons) and _threads(k0) < _threads(k)
   if np.prod(shape) <= 1 << 16:  # (the emulator runs a thread at a time)
@@ -93,10 +99,10 @@ def test_memory_bound_reduce_is_grouped_to_fill_the_gpu(shape, axis, group):
     want = np_eval(ast, {i: v.astype(np.float64) for i, v in vals.items()})[0]
     np.testing.assert_allclose(run_program(ast, k.to_program(), vals, "PYTHON")[0].reshape(want.shape), want, rtol=1e-4, atol=1e-4)
 
-def test_grouped_fill_leaves_reuse_and_strided_reduces_alone():
-  """Not under GPU_FILL: a column sum (the reduce runs across rows: grouped, a warp would read one column, a sector a value),
-  a matmul with a small output (its inputs are shared between outputs: register tiles), a reduce too short to share."""
-  col = Tensor.empty(4096, 4096, device="PYTHON").sum(0).schedule()[0].ast
+def test_grouped_fill_leaves_reuse_and_short_reduces_alone():
+  """Not under GPU_FILL: a matmul with a small output (its inputs are shared between outputs: register tiles), a reduce
+  too short to share, a strided reduce whose outputs aren't contiguous either (a transpose's column sums)."""
+  col = Tensor.empty(4096, 8, 512, device="PYTHON").permute(2, 1, 0).sum(2).schedule()[0].ast
   mm = (Tensor.empty(64, 4096, device="PYTHON") @ Tensor.empty(4096, 64, device="PYTHON")).schedule()[0].ast
   short = Tensor.empty(4096, 128, device="PYTHON").sum(1).schedule()[0].ast
   for ast in (col, mm, short):

@@ -101,9 +101,10 @@ def _gpu_streaming_reduce(k: KernelShape) -> bool:
   layout below) left an H200 at 1/10 of torch: 4096 softmax rows were 1024 threads, a 64M sum's 256 partial sums 4096.
   So each output's reduce is split across a group of threads (16 up to 256): the smallest group that brings the kernel
   to GPU_FILL threads (helpers.py; 2^17 by default, where an H200 holds 132 SMs x 2048 = 270K at once), else the largest
-  that divides the reduce. Only where the innermost reduce axis is contiguous in every input: there the group (GROUP)
-  makes a warp read consecutive elements. (A column sum's group would read one column per warp, a sector per value:
-  there the outputs stay the threads, the rules below.)"""
+  that divides the reduce. Where the innermost reduce axis is contiguous in every input, the group is along it (GROUP):
+  a warp reads consecutive elements. Where instead the innermost output axis is (a column sum, a mean over a sequence
+  of rows), a warp is 32 consecutive outputs (LOCAL) and the group splits the rows between warps (GROUPTOP, up to 32:
+  1024 threads a workgroup); a group along such a reduce would read one column per warp, a sector per value."""
   if k.dont_use_locals or len(k.reduceops) != 1 or k.group_for_reduces or k.first_reduce >= k.first_upcast or k.const_sum_reduce() or \
       _output_vectorized(k) or k.tensor_core is not None:
     return False
@@ -113,11 +114,21 @@ def _gpu_streaming_reduce(k: KernelShape) -> bool:
   ins = [st for st, b in zip(k.sts, k.bufs) if isinstance(b, MemBuffer) and b.idx >= len(k.outbufs)]
   if not ins or any(st.real_strides()[a] == 0 and _not_scalar(st) for st in ins for a in range(k.first_reduce) if k.full_shape[a] != 1):
     return False  # (an input broadcast along an output axis is data reuse: a matmul-like kernel, the register tiles below)
+  def pick(size: Any, amts: tuple[int, ...]) -> list[int]:  # the smallest group reaching `fill` threads first, else the largest
+    return sorted((g for g in amts if isinstance(size, int) and size % g == 0), key=lambda g: (out_size * g < fill, g if out_size * g >= fill else -g))
   axis = k.first_upcast - 1
-  if not all(st.real_strides()[axis] in (0, 1) for st in ins) or not isinstance(size := k.full_shape[axis], int): return False
-  for amt in sorted((g for g in (16, 32, 64, 128, 256) if size % g == 0), key=lambda g: (out_size * g < fill, g if out_size * g >= fill else -g)):
-    if try_opt(k, Opt(OptOps.GROUP, axis - k.first_reduce, amt), f"a reduce reading each input once along contiguous rows, {out_size} outputs: "
-               f"{amt} threads share each ({out_size * amt} threads; a warp reads consecutive elements)"):
+  if all(st.real_strides()[axis] in (0, 1) for st in ins):
+    for amt in pick(k.full_shape[axis], (16, 32, 64, 128, 256)):
+      if try_opt(k, Opt(OptOps.GROUP, axis - k.first_reduce, amt), f"a reduce reading each input once along contiguous rows, {out_size} outputs: "
+                 f"{amt} threads share each ({out_size * amt} threads; a warp reads consecutive elements)"):
+        return True
+    return False
+  col = k.first_reduce - 1
+  if not all(st.real_strides()[col] in (0, 1) for st in ins) or not isinstance(k.full_shape[col], int) or k.full_shape[col] % 32: return False
+  for amt in pick(k.full_shape[k.first_reduce], (2, 4, 8, 16, 32)):
+    if try_opt(k, Opt(OptOps.GROUPTOP, 0, amt), f"a reduce reading each input once across contiguous outputs (a column sum), {out_size} outputs: "
+               f"{amt} threads share each ({out_size * amt} threads)"):
+      try_opt(k, Opt(OptOps.LOCAL, col, 32), "a warp reads 32 consecutive outputs of each row of the column reduce")
       return True
   return False
 

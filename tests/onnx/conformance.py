@@ -24,11 +24,13 @@ FAMILIES: dict[str, list[str]] = {
   "matmul": ["MatMul", "Gemm", "Einsum"],
   "conv/pool": ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"],
   "transformer": ["RotaryEmbedding", "Attention"],
+  "recurrent": ["RNN", "GRU", "LSTM"],
   "norm/softmax": ["BatchNormalization", "LayerNormalization", "RMSNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
                    "MeanVarianceNormalization", "Softmax", "LogSoftmax", "Hardmax"],
   "shape/index": ["Reshape", "Transpose", "Slice", "Gather", "GatherElements", "GatherND", "Concat", "Split", "Pad", "Expand", "Tile", "Resize",
                   "OneHot", "Range", "Trilu", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size", "Identity", "Constant", "ConstantOfShape",
-                  "EyeLike", "DepthToSpace", "SpaceToDepth", "Upsample", "Dropout", "CenterCropPad", "HannWindow", "HammingWindow", "BlackmanWindow"],
+                  "EyeLike", "DepthToSpace", "SpaceToDepth", "Upsample", "Dropout", "CenterCropPad", "HannWindow", "HammingWindow", "BlackmanWindow",
+                  "ScatterElements", "ScatterND", "Scatter"],
 }
 OP_FAMILY = {o: f for f, ops in FAMILIES.items() for o in ops}
 

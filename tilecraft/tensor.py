@@ -15,7 +15,7 @@ from tilecraft.engine.realize import realize_lazy
 from tilecraft.engine.schedule import ScheduleItem, create_schedule
 from tilecraft.frontend.activations import ActivationOps
 from tilecraft.frontend.compare import ComparisonOps
-from tilecraft.frontend.cumsum import cumsum_rows
+from tilecraft.frontend.scan import scan_rows, tree_product
 from tilecraft.frontend.image import as_image, image_level
 from tilecraft.frontend.indexing import IndexingOps
 from tilecraft.frontend.math import MathOps
@@ -458,6 +458,22 @@ class Tensor(MovementOps, MathOps, ActivationOps, ComparisonOps, NNOps, RandomOp
       x = x.cast(dtypes.uint64 if dtypes.is_unsigned(x.dtype) else dtypes.int64)
     acc = _acc_dtype(x.dtype, acc_dtype)
     return x.cast(acc)._reduce(ReduceOps.SUM, axis, keepdim).cast(x.dtype)
+  def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> "Tensor":
+    """numpy prod: bools and ints narrower than 64 bits multiply as (u)int64, float16 and bfloat16 in float32 (rounded
+    once at the end); an empty axis gives 1. A tree of multiplies (frontend/scan.py: the AST has no product reduce)."""
+    x = self
+    if dtype is not None: x = x.cast(_tensor_dtype(dtype))
+    elif x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8):
+      x = x.cast(dtypes.uint64 if dtypes.is_unsigned(x.dtype) else dtypes.int64)
+    out_dt, axes = x.dtype, self._axes(axis)
+    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    if x.dtype in (dtypes.float16, dtypes.bfloat16): x = x.cast(dtypes.float32)
+    if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes) or _is_zero(kept): ret = Tensor.full(kept, 1, x.dtype, self.device)
+    else:
+      ret = x
+      for a in axes: ret = tree_product(ret, a)
+    ret = ret.cast(out_dt)
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
   def max(self, axis: Any = None, keepdim: bool = False) -> "Tensor": return self._reduce(ReduceOps.MAX, axis, keepdim)
   def min(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
     if self.dtype == dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
@@ -519,19 +535,24 @@ class Tensor(MovementOps, MathOps, ActivationOps, ComparisonOps, NNOps, RandomOp
     """Index of the first minimum (numpy semantics)."""
     return (-self if dtypes.is_float(self.dtype) else ~self if dtypes.is_int(self.dtype) else self.logical_not()).argmax(axis, keepdim)
   def cumsum(self, axis: int = 0) -> "Tensor":
-    """Running sum along an axis: a windowed reduce over a padded view."""
-    if axis is None: return self.flatten().cumsum(0)
-    if self.ndim == 0: raise ValueError(f"cumsum(axis={axis}) of a 0-d tensor: it has no axis (axis=None gives numpy's 1-element result)")
+    """Running sum along an axis (numpy's dtypes): a windowed reduce over a padded view (frontend/scan.py)."""
+    return self._scan("cumsum", axis)
+  def cumprod(self, axis: int = 0) -> "Tensor":
+    """Running product along an axis (numpy's dtypes): windowed product trees over a padded view (frontend/scan.py)."""
+    return self._scan("cumprod", axis)
+  def _scan(self, name: str, axis: Any) -> "Tensor":
+    if axis is None: return self.flatten()._scan(name, 0)
+    if self.ndim == 0: raise ValueError(f"{name}(axis={axis}) of a 0-d tensor: it has no axis (axis=None gives numpy's 1-element result)")
     a = self._axis(axis)
     n = self.shape[a]
     x = self
     if x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 8): x = x.cast(dtypes.int64 if not dtypes.is_unsigned(x.dtype) else dtypes.uint64)
-    if x.dtype in (dtypes.float16, dtypes.bfloat16) and not _is_zero(x.shape): return x.cast(dtypes.float32).cumsum(axis).cast(x.dtype)  # summed in float32, rounded once
+    if x.dtype in (dtypes.float16, dtypes.bfloat16) and not _is_zero(x.shape): return x.cast(dtypes.float32)._scan(name, axis).cast(x.dtype)  # in float32, rounded once
     if _is_zero(x.shape): return Tensor(lazy_empty(x.shape, x.dtype, x.device))
     x = x.transpose(a, -1)
     lead = x.shape[:-1]
     flat = x.reshape(-1, n) if lead else x.reshape(1, n)
-    out = cumsum_rows(flat)
+    out = scan_rows(flat, product=name == "cumprod")
     return (out.reshape(*lead, n) if lead else out.reshape(n)).transpose(a, -1)
 
   # ---- matmul and friends -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ FAMILIES: dict[str, list[str]] = {
                                "BitwiseXor", "BitwiseNot", "BitShift", "Where"],
   "casts": ["Cast", "CastLike"],
   "reductions": ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
-                 "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum"],
+                 "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum", "CumProd"],
   "matmul": ["MatMul", "Gemm", "Einsum"],
   "conv/pool": ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"],
   "transformer": ["RotaryEmbedding", "Attention"],

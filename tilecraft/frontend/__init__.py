@@ -6,5 +6,5 @@ class of Tensor methods built only from Tensor's own ops, so everything fuses th
   random.py    rand / randn from a counter-based integer hash (computed in a kernel)
   compare.py   comparisons, logical not, bitwise ops
   indexing.py  __getitem__ (ints, slices, steps, None, ...), cat, stack
-  cumsum.py    the blocked running sum behind Tensor.cumsum
+  scan.py      product trees (Tensor.prod) and the blocked running sums and products behind Tensor.cumsum / cumprod
 """

@@ -1,6 +1,6 @@
 """ONNX reductions and ops built on them: Reduce* (axes as attribute or input, keepdims,
 noop_with_empty_axes, empty reductions giving the op's identity), ArgMax/ArgMin (select_last_index),
-TopK (ranks by pairwise comparison: ties keep the lower index first), CumSum (exclusive, reverse),
+TopK (ranks by pairwise comparison: ties keep the lower index first), CumSum and CumProd (exclusive, reverse),
 the softmax family (opset < 13: over the flattened trailing dims), and the normalizations
 (BatchNormalization in inference mode, InstanceNormalization, LayerNormalization, RMSNormalization, GroupNormalization,
 LpNormalization, MeanVarianceNormalization). Contract: output dtypes follow the spec (indices int64)."""
@@ -20,20 +20,6 @@ def _axes(n: Node, x: Tensor, input_since: int) -> Optional[tuple[int, ...]]:
     if n.attr("noop_with_empty_axes", 0): return None
     return tuple(range(x.ndim))
   return tuple(sorted({norm_axis(a, x.ndim) for a in ax}))
-
-def _prod(x: Tensor, axes: tuple[int, ...], keep: bool) -> Tensor:
-  """Product over axes by halving: pad odd lengths with 1 and multiply the two halves."""
-  for a in axes:
-    while x.shape[a] > 1:
-      L = x.shape[a]
-      if L % 2:
-        p = [(0, 0)] * x.ndim; p[a] = (0, 1)
-        x = x.pad(p, value=1)
-        L += 1
-      lo = [None] * x.ndim; lo[a] = (0, L // 2)
-      hi = [None] * x.ndim; hi[a] = (L // 2, L)
-      x = x.shrink(tuple(lo)) * x.shrink(tuple(hi))
-  return x if keep else x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
 
 _IDENT = {"ReduceMax": -math.inf, "ReduceMin": math.inf, "ReduceSum": 0, "ReduceMean": math.nan, "ReduceProd": 1,
           "ReduceL1": 0, "ReduceL2": 0, "ReduceSumSquare": 0, "ReduceLogSum": -math.inf, "ReduceLogSumExp": -math.inf}
@@ -59,7 +45,7 @@ def _reduce(n: Node, i: list, since: int) -> Tensor:
   elif kind == "ReduceMean": r = x.mean(axes, keep) if is_float(x) else (x.sum(axes, keep).cast(dtypes.float64) / x._count(axes)).cast(dt)  # (truncated, as C)
   elif kind == "ReduceMax": r = x.max(axes, keep)
   elif kind == "ReduceMin": r = x.min(axes, keep)
-  elif kind == "ReduceProd": r = _prod(x, axes, keep)
+  elif kind == "ReduceProd": r = x.prod(axes, keep)
   elif kind == "ReduceL1": r = x.abs().sum(axes, keep)
   elif kind == "ReduceSumSquare": r = (x * x).sum(axes, keep)
   elif kind == "ReduceL2":
@@ -107,15 +93,21 @@ def _topk(n: Node, i: list) -> list:
   return [vals.transpose(a, -1), idx.transpose(a, -1)]
 
 @op("CumSum")
-def _cumsum(n: Node, i: list) -> Tensor:
+def _cumsum(n: Node, i: list) -> Tensor: return _running(n, i, product=False)
+
+@op("CumProd", since=26)
+def _cumprod(n: Node, i: list) -> Tensor: return _running(n, i, product=True)
+
+def _running(n: Node, i: list, product: bool) -> Tensor:
+  """CumSum / CumProd along the axis input, exclusive (shifted by one, the identity first) and/or reversed."""
   x = i[0]
   a = norm_axis(ints(n.static(1))[0], x.ndim)
   if n.attr("reverse", 0): x = x.flip(a)
-  r = x.cumsum(a)
+  r = x.cumprod(a) if product else x.cumsum(a)
   if n.attr("exclusive", 0):
     p = [(0, 0)] * x.ndim; p[a] = (1, 0)
     sl = [None] * x.ndim; sl[a] = (0, x.shape[a])
-    r = r.pad(p).shrink(tuple(sl))
+    r = r.pad(p, value=1 if product else 0).shrink(tuple(sl))
   if n.attr("reverse", 0): r = r.flip(a)
   return r.cast(i[0].dtype)
 

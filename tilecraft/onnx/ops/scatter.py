@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from tilecraft.dtype import dtypes
 from tilecraft.onnx.ops.common import const, norm_axis, wrap_index
-from tilecraft.onnx.ops.reduce import _prod
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -42,7 +41,7 @@ def scatter_along(data: Tensor, idx: Tensor, upd: Tensor, axis: int, reduction: 
     last = eq.where(j, const(j, -1)).max(-2)
     part = (eq & (j == last.unsqueeze(-2))).where(up, const(up, lowest)).max(-2)
   elif reduction == "add": part = eq.where(up, const(up, 0)).sum(-2).cast(dt)
-  elif reduction == "mul": part = _prod(eq.where(up, const(up, 1)), (nd - 1,), False).cast(dt)
+  elif reduction == "mul": part = eq.where(up, const(up, 1)).prod(-2).cast(dt)
   elif reduction == "max": part = eq.where(up, const(up, lowest)).max(-2)
   else: part = eq.where(up, const(up, math.inf if dtypes.is_float(dt) else dtypes.max(dt))).min(-2)
   # back to data's axis order, padded out to data's shape where the updates cover less of an axis

@@ -15,22 +15,24 @@ FAMILIES: dict[str, list[str]] = {
                        "Tanh", "Floor", "Ceil", "Round", "Atan", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf", "Sum", "Max",
                        "Min", "Mean", "Clip", "IsNaN", "IsInf"],
   "activations": ["Relu", "Sigmoid", "LeakyRelu", "PRelu", "Elu", "Celu", "Selu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Softplus",
-                  "Softsign", "Mish", "Gelu", "Shrink", "Swish"],
+                  "Softsign", "Mish", "Gelu", "Shrink", "Swish", "SwiGLU"],
   "comparison/logic/bitwise": ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr",
                                "BitwiseXor", "BitwiseNot", "BitShift", "Where"],
-  "casts": ["Cast", "CastLike"],
+  "casts": ["Cast", "CastLike", "BitCast"],
   "reductions": ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
-                 "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum", "CumProd"],
-  "matmul": ["MatMul", "Gemm", "Einsum"],
-  "conv/pool": ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"],
-  "transformer": ["RotaryEmbedding", "Attention"],
-  "recurrent": ["RNN", "GRU", "LSTM"],
-  "norm/softmax": ["BatchNormalization", "LayerNormalization", "RMSNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+                 "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum", "CumProd", "Unique", "NonZero", "Compress"],
+  "matmul": ["MatMul", "Gemm", "Einsum", "Det"],
+  "conv/pool": ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "Col2Im", "MaxUnpool"],
+  "transformer": ["RotaryEmbedding", "Attention", "LinearAttention", "FlexAttention"],
+  "recurrent": ["RNN", "GRU", "LSTM", "CausalConvWithState"],
+  "signal": ["DFT", "STFT", "MelWeightMatrix"],
+  "vision": ["GridSample", "AffineGrid", "RoiAlign", "NonMaxSuppression"],
+  "norm/softmax": ["LRN", "BatchNormalization", "LayerNormalization", "RMSNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
                    "MeanVarianceNormalization", "Softmax", "LogSoftmax", "Hardmax"],
   "shape/index": ["Reshape", "Transpose", "Slice", "Gather", "GatherElements", "GatherND", "Concat", "Split", "Pad", "Expand", "Tile", "Resize",
                   "OneHot", "Range", "Trilu", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size", "Identity", "Constant", "ConstantOfShape",
                   "EyeLike", "DepthToSpace", "SpaceToDepth", "Upsample", "Dropout", "CenterCropPad", "HannWindow", "HammingWindow", "BlackmanWindow",
-                  "ScatterElements", "ScatterND", "Scatter"],
+                  "ScatterElements", "ScatterND", "Scatter", "TensorScatter", "ReverseSequence"],
 }
 OP_FAMILY = {o: f for f, ops in FAMILIES.items() for o in ops}
 
@@ -83,6 +85,11 @@ def primary_op(name: str) -> Optional[str]:
 ROUNDED_PER_OP = {f"test_attention_{c}{e}" for c in ("4d_causal_bf16", "4d_padded_kv_bf16", "4d_causal_padded_kv_bf16",
                   "4d_attn_mask_causal_bf16", "3d_causal_bf16") for e in ("", "_expanded")} | {"test_attention_4d_causal_fp16_expanded"}
 
+# Cases whose expected values carry a float32 FFT's rounding noise (1.9e-7 where the exact value is 0) above the case's own
+# atol of 1e-7: tilecraft's result is as near the float64 transform as the reference (max error 1.43e-6 against 1.47e-6),
+# and onnxruntime fails them too. tests/onnx/test_conformance.py: test_noisy_dft_references_are_no_nearer_than_ours.
+REFERENCE_NOISE = {"test_dft_inverse", "test_dft_inverse_opset19"}
+
 def scope(name: str) -> tuple[str, str]:
   """(family, "") for an in-scope case, ("out", reason) otherwise."""
   c = get_case(name)
@@ -96,6 +103,7 @@ def scope(name: str) -> tuple[str, str]:
   bad = sorted(OUT_OF_DTYPES[t] for t in _elem_types(c.model) if t in OUT_OF_DTYPES)
   if bad: return "out", f"dtype {', '.join(bad)}"
   if name in ROUNDED_PER_OP: return "out", "reference rounded to bfloat16/float16 after every op: tilecraft's float32-then-round result is closer to float64"
+  if name in REFERENCE_NOISE: return "out", "reference carries float32 FFT noise above the case's atol: tilecraft's result is as near float64"
   return OP_FAMILY[op], ""
 
 def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Optional[str]:
@@ -145,6 +153,9 @@ OUT_OF_SCOPE_REASONS: dict[str, str] = {
   **{o: "random ops: no reference values to compare with" for o in ("Bernoulli", "RandomUniformLike", "RandomNormalLike", "RandomUniform",
                                                                     "RandomNormal", "Multinomial")},
   **{o: "control flow (subgraphs): left out of this slice" for o in ("If", "Loop", "Scan")},
+  **{o: "the ai.onnx.ml domain (classical ML: trees, encoders): the loader takes the default domain" for o in ("TreeEnsemble", "Binarizer",
+                                                                                                              "ArrayFeatureExtractor")},
+  "DeformConv": "not taken on yet: offsets per output pixel and tap, a one-hot bilinear gather per tap (GridSample's, 9x over)",
   **{o: "quantization" for o in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
                                  "MatMulInteger")},
 }

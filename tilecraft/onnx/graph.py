@@ -1,7 +1,8 @@
 """Loading an ONNX model and walking its graph. Contract: `load(model, device)` takes a path, bytes or
 an `onnx.ModelProto` (default domain opsets 7 to 21) and returns an `OnnxModel`; at load every node's op
-is looked up for the model's opset, and an op with no implementation, a node of another domain, a
-subgraph attribute or a tensor type tilecraft has no dtype for is a NotImplementedError naming the node,
+is looked up for the model's opset, and an op with no implementation, a node of another domain (but the
+ai.onnx.preview ops in PREVIEW_OPS), a subgraph attribute of an op that takes none (it has no
+implementation: If, Loop, Scan) or a tensor type tilecraft has no dtype for is a NotImplementedError naming the node,
 the op and the opset. `OnnxModel.run(inputs)` builds the graph lazily with the Tensor frontend, node by
 node in the file's (topological) order, realizes all graph outputs together and returns them as numpy
 arrays keyed by output name, in the dtypes the graph declares. Values an op needs at graph-build time
@@ -49,6 +50,7 @@ MIN_OPSET, MAX_OPSET = 7, 21
 # pools' newer text only spells out the ceil_mode rule implemented here (a window starting in the right
 # pad is dropped).
 NEWEST_OPSET = 28
+PREVIEW_OPS = {"FlexAttention"}  # ops of the ai.onnx.preview domain implemented here (ops/attention_v26.py), looked up as default-domain ops
 _CLARIFIED_ONLY = {"AveragePool", "MaxPool"}
 # newer versions whose changes don't reach what is implemented here: Cast/CastLike gained round_mode, which
 # only applies to float8e8m0 (refused); BitShift and Mod now define signed types, out-of-range shifts and
@@ -81,7 +83,8 @@ def _attr_value(a: Any, where: str) -> Any:
   if t == A.TENSOR:
     onnx_dtype(a.t.data_type, where)
     return numpy_helper.to_array(a.t)
-  raise NotImplementedError(f"tilecraft.onnx: {where}: attribute {a.name!r} of type {A.AttributeType.Name(t)} (subgraphs, sparse tensors, type protos) is not supported")
+  if t == A.GRAPH: return a.g  # (a subgraph, for the op to build from: FlexAttention's score_mod; ops that take none never read it)
+  raise NotImplementedError(f"tilecraft.onnx: {where}: attribute {a.name!r} of type {A.AttributeType.Name(t)} (graph lists, sparse tensors, type protos) is not supported")
 
 def _same_below(op_type: str, opset: int) -> bool:
   """Whether op_type at `opset` (< MIN_OPSET) is the same version as at MIN_OPSET (a model of an old opset
@@ -146,7 +149,8 @@ class OnnxModel:
     for i, n in enumerate(g.node):
       name = n.name or f"#{i}:{n.op_type}"
       where = f"node {name!r} (op {n.op_type}, opset {self.opset})"
-      if n.domain not in ("", "ai.onnx"): raise NotImplementedError(f"tilecraft.onnx: {where}: domain {n.domain!r} is not supported")
+      if n.domain not in ("", "ai.onnx") and not (n.domain == "ai.onnx.preview" and n.op_type in PREVIEW_OPS):
+        raise NotImplementedError(f"tilecraft.onnx: {where}: domain {n.domain!r} is not supported")
       fn = lookup(n.op_type, self.opset)
       if fn is not None and self.opset > MAX_OPSET and since_of(n.op_type, self.opset) <= MAX_OPSET and not _same_as_supported(n.op_type, self.opset):
         raise NotImplementedError(f"tilecraft.onnx: {where}: this op changed after opset {MAX_OPSET} (supported: {MIN_OPSET}..{MAX_OPSET})")

@@ -93,6 +93,8 @@ class CStyleLanguage(Renderer):
 
   def render_alu(self, op: Any, srcs: list[str], dt: DType, src_dt: DType) -> str:
     a = srcs
+    # a negative constant after a minus is parenthesized: x-(-3.75f), -(-3.75f); "x--3.75f" lexes as a decrement
+    if op in (BinaryOps.SUB, UnaryOps.NEG) and a[-1][:1] == "-": a = [*a[:-1], f"({a[-1]})"]
     if op is UnaryOps.NEG: return f"(!{a[0]})" if dt.scalar() == dtypes.bool else f"(-{a[0]})"
     if op is UnaryOps.RECIP: return f"(1/{a[0]})"
     if op in (UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, UnaryOps.SQRT): return self.render_math(op, a[0], dt)

@@ -159,8 +159,8 @@ def _affine_graph(op: str, c: float, elem: int = TensorProto.FLOAT) -> onnx.Grap
                            [numpy_helper.from_array(np.array(c, np.float32 if elem == TensorProto.FLOAT else np.float64), "c")])
 
 def _flex(Q, K, V, opset: int = 26, **attrs) -> np.ndarray:
-  """FlexAttention's registered implementation called on Tensors: tilecraft.onnx.load refuses nodes of the
-  ai.onnx.preview domain and graph attributes for now (test_flexattention_through_load runs once it takes them)."""
+  """FlexAttention's registered implementation called on Tensors (test_flexattention_through_load: the whole path)."""
+  import tilecraft.onnx.ops  # noqa: F401  (registers the ops)
   fn = lookup("FlexAttention", opset)
   node = Node("n", "FlexAttention", opset, attrs, ["Q", "K", "V"], ["Y"], lambda i: None, "")
   ts = [Tensor(x.astype(np.float32), dtype=dtypes.bfloat16) if x.dtype == BF16 else Tensor(x) for x in (Q, K, V)]

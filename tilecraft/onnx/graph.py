@@ -40,7 +40,7 @@ from tilecraft.engine.realize import BoundSchedule, run_schedule
 from tilecraft.helpers import Context, prod
 from tilecraft.onnx.fold import fold_batchnorm
 from tilecraft.onnx.registry import Node, index_error, lookup, since_of, unsupported
-from tilecraft.onnx.types import onnx_dtype
+from tilecraft.onnx.types import attr_value, onnx_dtype
 from tilecraft.tensor import Tensor
 
 MIN_OPSET, MAX_OPSET = 7, 21
@@ -68,23 +68,6 @@ def _same_as_supported(op_type: str, opset: int) -> bool:
     return (sorted((k, str(a.default_value)) for k, a in sc.attributes.items()), [(i.name, i.option) for i in sc.inputs],
             [(o.name, o.option) for o in sc.outputs])
   return sig(new) == sig(old) and (new.doc == old.doc or op_type in _CLARIFIED_ONLY)
-
-def _attr_value(a: Any, where: str) -> Any:
-  import onnx
-  from onnx import numpy_helper
-  t = a.type
-  A = onnx.AttributeProto
-  if t == A.FLOAT: return float(a.f)
-  if t == A.INT: return int(a.i)
-  if t == A.STRING: return a.s.decode("utf-8", "replace")
-  if t == A.FLOATS: return [float(x) for x in a.floats]
-  if t == A.INTS: return [int(x) for x in a.ints]
-  if t == A.STRINGS: return [s.decode("utf-8", "replace") for s in a.strings]
-  if t == A.TENSOR:
-    onnx_dtype(a.t.data_type, where)
-    return numpy_helper.to_array(a.t)
-  if t == A.GRAPH: return a.g  # (a subgraph, for the op to build from: FlexAttention's score_mod; ops that take none never read it)
-  raise NotImplementedError(f"tilecraft.onnx: {where}: attribute {a.name!r} of type {A.AttributeType.Name(t)} (graph lists, sparse tensors, type protos) is not supported")
 
 def _same_below(op_type: str, opset: int) -> bool:
   """Whether op_type at `opset` (< MIN_OPSET) is the same version as at MIN_OPSET (a model of an old opset
@@ -157,7 +140,7 @@ class OnnxModel:
       if fn is None: raise NotImplementedError(f"tilecraft.onnx: {where} is not supported")
       if self.opset < MIN_OPSET and not _same_below(n.op_type, self.opset):
         raise NotImplementedError(f"tilecraft.onnx: {where}: opset {self.opset} is below the supported {MIN_OPSET}..{MAX_OPSET} and this op changed since")
-      attrs = {a.name: _attr_value(a, where) for a in n.attribute}
+      attrs = {a.name: attr_value(a, where) for a in n.attribute}
       self.nodes.append((n, attrs, fn))
     self.bn_folded = 0
     if fold: self.nodes, self.bn_folded = fold_batchnorm(self.nodes, self.consts, {vi.name for vi in g.output}, self.opset)

@@ -109,8 +109,7 @@ def _subgraph(n: Node, g: Any, x: Tensor, what: str) -> Tensor:
   (n.static); a value computed from x can't be read so (it would bake this call's data into the built graph)."""
   import onnx
   from onnx import numpy_helper
-  from tilecraft.onnx.graph import _attr_value
-  from tilecraft.onnx.types import onnx_dtype
+  from tilecraft.onnx.types import attr_value, onnx_dtype
   if not isinstance(g, onnx.GraphProto): raise unsupported(n, f"{what} given as {type(g).__name__}, not an ONNX graph")
   if len(g.input) != 1 or len(g.output) != 1: raise unsupported(n, f"{what} with {len(g.input)} inputs and {len(g.output)} outputs (1 and 1)")
   if len(g.sparse_initializer): raise unsupported(n, f"{what} with sparse initializers")
@@ -137,7 +136,7 @@ def _subgraph(n: Node, g: Any, x: Tensor, what: str) -> Tensor:
     if sn.domain not in ("", "ai.onnx"): raise unsupported(n, f"{what} node {sn.name or idx!r}: domain {sn.domain!r}")
     fn = lookup(sn.op_type, n.opset)
     if fn is None: raise unsupported(n, f"{what} uses op {sn.op_type}, which tilecraft.onnx doesn't implement at opset {n.opset}")
-    attrs = {a.name: _attr_value(a, where) for a in sn.attribute}
+    attrs = {a.name: attr_value(a, where) for a in sn.attribute}
     ins = [value(nm) for nm in sn.input]
     def host_value(j: int, _sn: Any = sn, _ins: list = ins) -> np.ndarray:
       nm = _sn.input[j]

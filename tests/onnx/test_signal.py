@@ -272,8 +272,10 @@ def test_reverse_sequence_exact_bits_and_bfloat16_opset28():
 def test_reverse_sequence_errors_and_onnxruntime():
   x = np.arange(24, dtype=np.float32).reshape(4, 3, 2)
   m = _model("ReverseSequence", {"x": x, "l": np.zeros(3, np.int64)}, TensorProto.FLOAT, 10, batch_axis=1, time_axis=0)
-  with pytest.raises(IndexError, match=r"'nd' \(op ReverseSequence.*index 5"):
+  with pytest.raises(IndexError, match=r"'nd' \(op ReverseSequence.*length 5 is out of range for axis 0 of size 4 \(valid: 0..4\)"):
     _run(m, {"x": x, "l": np.array([1, 5, 2])})
+  with pytest.raises(IndexError, match=r"'nd' \(op ReverseSequence.*length -1 is out of range"):  # (a length is never counted from the end)
+    _run(m, {"x": x, "l": np.array([1, -1, 2])})
   lens = np.array([4, 1, 3], np.int64)
   np.testing.assert_array_equal(_run(m, {"x": x, "l": lens}), _ort(m, {"x": x, "l": lens}))
   with pytest.raises(NotImplementedError, match=r"'nd' \(op ReverseSequence"):

@@ -39,7 +39,7 @@ from tilecraft.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 from tilecraft.engine.realize import BoundSchedule, run_schedule
 from tilecraft.helpers import Context, prod
 from tilecraft.onnx.fold import fold_batchnorm
-from tilecraft.onnx.registry import Node, index_error, lookup, since_of, unsupported
+from tilecraft.onnx.registry import Node, check_host, in_range, index_error, lookup, since_of, unsupported
 from tilecraft.onnx.types import attr_value, onnx_dtype
 from tilecraft.tensor import Tensor
 
@@ -234,8 +234,8 @@ class OnnxModel:
     dyn: set[str] = set()  # values that depend on the graph inputs' data
     folded: set[str] = set()  # Tensor values computed from initializers and constants only (see fold)
     data_dependent = False  # whether building read a dyn value (the graph is then valid for these data only)
-    host_guards: list[tuple[Node, str, int, int, Optional[int]]] = []  # index checks on graph inputs, redone per call
-    tensor_guards: list[tuple[Node, Tensor, int, int, Optional[int]]] = []  # index checks on computed indices: their min and max, computed with the graph
+    host_guards: list[tuple[Node, str, int, int, Optional[int], bool]] = []  # index (or length) checks on graph inputs, redone per call
+    tensor_guards: list[tuple[Node, Tensor, int, int, Optional[int], bool]] = []  # index checks on computed indices: their min and max, computed with the graph
     host_values: list[tuple[Callable[[dict], np.ndarray], Tensor]] = []  # Node.host's values: made from each call's feed
     made_by: dict[int, int] = {}  # id(a node output's base LazyBuffer) -> the index in self.nodes of the first node that output it
     for name, arr in feed.items():
@@ -250,19 +250,19 @@ class OnnxModel:
       if name in env: return env[name]
       if name in self.consts: return self._const_tensor(name)
       raise ValueError(f"tilecraft.onnx: value {name!r} is used before it is computed")
-    def guard(node: Node, i: int, size: int, axis: int, column: Optional[int]) -> None:
+    def guard(node: Node, i: int, size: int, axis: int, column: Optional[int], lengths: bool = False) -> None:
       nm = node.inputs[i]
       if nm in known:
         a = np.asarray(known[nm])
-        _check_host(node, a[..., column] if column is not None else a, size, axis, column)
-        if nm in dyn: host_guards.append((node, nm, size, axis, column))
+        check_host(node, a[..., column] if column is not None else a, size, axis, column, lengths)
+        if nm in dyn: host_guards.append((node, nm, size, axis, column, lengths))
         return
       t = value(nm)
       if column is not None: t = t[..., column]
       if t.numel() == 0: return
       t = t.cast(dtypes.int64)
-      tensor_guards.append((node, t.min(), size, axis, column))
-      tensor_guards.append((node, t.max(), size, axis, column))
+      tensor_guards.append((node, t.min(), size, axis, column, lengths))
+      tensor_guards.append((node, t.max(), size, axis, column, lengths))
     for node_idx, (n, attrs, fn) in enumerate(self.nodes):
       ins = [value(x) for x in n.input]
       read_dyn = False
@@ -321,7 +321,7 @@ class OnnxModel:
     schedule = Tensor.schedule(*ts) if ts else []
     run_schedule(schedule)
     cap = _Capture([(operator.itemgetter(name), env[name]) for name in feed] + host_values, schedule, ts[:len(res)], host_guards,
-                   [(node, t, size, axis, col) for (node, _, size, axis, col), t in zip(tensor_guards, ts[len(res):])],
+                   [(node, t, size, axis, col, ln) for (node, _, size, axis, col, ln), t in zip(tensor_guards, ts[len(res):])],
                    attribute_nodes(schedule, made_by, _consumers([n for n, _, _ in self.nodes])))
     out = cap.read_outputs([name for name, _ in self.outputs])
     return (None if data_dependent or not cap.reusable() else cap), out
@@ -381,11 +381,6 @@ def _fold_weight_computations(outs: list[Any], inputs: set[Any]) -> None:
 
 MAX_CAPTURES = 4  # input signatures whose built graphs (and intermediate buffers) a model keeps
 
-def _check_host(node: Node, idx: np.ndarray, size: int, axis: int, column: Optional[int]) -> None:
-  if idx.size == 0: return
-  lo, hi = int(idx.min()), int(idx.max())
-  if lo < -size or hi >= size: raise index_error(node, hi if hi >= size else lo, size, axis, column)
-
 @dataclass(frozen=True)
 class NodeProfile:
   """A graph node's share of a call (OnnxModel.profile): its name (or "Op->its first output" for an unnamed node)
@@ -418,27 +413,27 @@ class _Capture:
     self.bound: Optional[BoundSchedule] = None  # made at the first rerun (a capture that isn't reusable never reruns)
     self.in_bufs: list[tuple[Callable[[dict], np.ndarray], Any]] = []  # (its data from the feed, its Buffer), with bound
     self.readers = [_reader(t) for t in outputs]
-    self.guard_readers = [_reader(t) for _, t, _, _, _ in tensor_guards]
+    self.guard_readers = [_reader(t) for _, t, _, _, _, _ in tensor_guards]
   def reusable(self) -> bool:
     """Whether every input is a realized base of its own (a buffer the next call's data can go into)."""
     bufs = [t.lazydata.base.buffer for _, t in self.inputs]
     return all(t.lazydata.realized and not t.lazydata.is_view for _, t in self.inputs) and len({id(b) for b in bufs}) == len(bufs)
   def run(self, feed: dict[str, np.ndarray], timings: Optional[list[float]] = None) -> dict[str, np.ndarray]:
     """One call on `feed` (its signature's); with `timings`, each schedule item's time is appended to it (BoundSchedule.run)."""
-    for node, nm, size, axis, col in self.host_guards:
+    for node, nm, size, axis, col, ln in self.host_guards:
       a = feed[nm]
-      _check_host(node, a[..., col] if col is not None else a, size, axis, col)
+      check_host(node, a[..., col] if col is not None else a, size, axis, col, ln)
     if self.bound is None:
       self.in_bufs = [(make, t.lazydata.buffer) for make, t in self.inputs]
-      read_after = [t.lazydata.base.buffer for t in self.outputs + [t for _, t, _, _, _ in self.tensor_guards]]
+      read_after = [t.lazydata.base.buffer for t in self.outputs + [t for _, t, _, _, _, _ in self.tensor_guards]]
       self.bound = BoundSchedule(self.schedule, keep=[b for _, b in self.in_bufs] + read_after)  # the rest: memory planned
     for make, buf in self.in_bufs: buf.copyin(np.ascontiguousarray(make(feed)).reshape(-1))
     self.bound.run(timings)
     return self.read_outputs(None)
   def read_outputs(self, names: Optional[list[str]]) -> dict[str, np.ndarray]:
-    for (node, _, size, axis, col), read in zip(self.tensor_guards, self.guard_readers):
+    for (node, _, size, axis, col, ln), read in zip(self.tensor_guards, self.guard_readers):
       v = int(read())
-      if not -size <= v < size: raise index_error(node, v, size, axis, col)
+      if not in_range(v, size, ln): raise index_error(node, v, size, axis, col, ln)
     if names is not None: self.names = names
     return {name: read() for name, read in zip(self.names, self.readers)}
 

@@ -55,15 +55,31 @@ class Node:
     outside -size..size-1 is an IndexError naming this node, the axis and the index. `column`: only
     that position of the indices' last axis (GatherND). Without a graph to guard, nothing is checked."""
     if self._guard is not None and self.has(i): self._guard(self, i, size, axis, column)
+  def check_lengths(self, i: int, most: int, axis: int) -> None:
+    """Input i holds lengths along an axis of `most` elements (sequence_lens): one outside 0..most (a negative one
+    too, which an index would allow) is an IndexError naming this node, checked where check_indices checks."""
+    if self._guard is not None and self.has(i): self._guard(self, i, most + 1, axis, None, True)
   def has(self, i: int) -> bool:
     return i < len(self.inputs) and self.inputs[i] != ""
   def describe(self) -> str:
     return f"node {self.name!r} (op {self.op}, opset {self.opset})"
 
-def index_error(node: Node, index: int, size: int, axis: int, column: Optional[int] = None) -> IndexError:
-  """The error for an index outside -size..size-1 (onnxruntime refuses these too; a one-hot gather would give 0)."""
+def index_error(node: Node, index: int, size: int, axis: int, column: Optional[int] = None, lengths: bool = False) -> IndexError:
+  """The error for an index outside -size..size-1 (onnxruntime refuses these too; a one-hot gather would give 0), or with
+  `lengths` for a length outside 0..size-1."""
+  if lengths: return IndexError(f"tilecraft.onnx: {node.describe()}: length {index} is out of range for axis {axis} of size {size - 1} (valid: 0..{size - 1})")
   col = f" (column {column} of the indices)" if column is not None else ""
   return IndexError(f"tilecraft.onnx: {node.describe()}: index {index}{col} is out of range for axis {axis} of size {size} (valid: {-size}..{size - 1})")
+
+def in_range(v: int, size: int, lengths: bool) -> bool:
+  """An index in -size..size-1, or a length in 0..size-1."""
+  return (0 if lengths else -size) <= v < size
+
+def check_host(node: Node, idx: np.ndarray, size: int, axis: int, column: Optional[int], lengths: bool = False) -> None:
+  """check_indices / check_lengths on values the host holds: the IndexError for the first bound idx passes."""
+  if idx.size == 0: return
+  lo, hi = int(idx.min()), int(idx.max())
+  if not in_range(lo, size, lengths) or not in_range(hi, size, lengths): raise index_error(node, hi if hi >= size else lo, size, axis, column, lengths)
 
 def unsupported(node: Node, why: str = "") -> NotImplementedError:
   """The error for a case this frontend doesn't implement."""

@@ -34,7 +34,7 @@ import numpy as np
 from tilecraft.dtype import DType, dtypes
 from tilecraft.onnx.ops.common import arange_along, cat_exact, norm_axis, wide
 from tilecraft.onnx.ops.scatter import scatter_along
-from tilecraft.onnx.registry import Node, index_error, lookup, op, unsupported
+from tilecraft.onnx.registry import Node, check_host, lookup, op, unsupported
 from tilecraft.tensor import Tensor
 
 def _s(v: Any) -> str: return v.decode() if isinstance(v, bytes) else str(v)
@@ -148,11 +148,9 @@ def _subgraph(n: Node, g: Any, x: Tensor, what: str) -> Tensor:
       return None if j >= len(_sn.input) or _sn.input[j] == "" else host_value(j)
     def const(j: int, _sn: Any = sn) -> Optional[np.ndarray]:
       return known.get(_sn.input[j]) if j < len(_sn.input) else None
-    def guard(node: Node, j: int, size: int, axis: int, column: Optional[int]) -> None:
+    def guard(node: Node, j: int, size: int, axis: int, column: Optional[int], lengths: bool = False) -> None:
       a = np.asarray(host_value(j))
-      a = a[..., column] if column is not None else a
-      if a.size and (int(a.min()) < -size or int(a.max()) >= size):
-        raise index_error(node, int(a.max()) if int(a.max()) >= size else int(a.min()), size, axis, column)
+      check_host(node, a[..., column] if column is not None else a, size, axis, column, lengths)
     node = Node(f"{n.name}/{what}/{sn.name or sn.op_type}", sn.op_type, n.opset, attrs, list(sn.input), list(sn.output), static, n.device, const, guard)
     outs = fn(node, ins)
     if not isinstance(outs, (list, tuple)): outs = [outs]

@@ -14,8 +14,7 @@ while the graph is built (seq_length is static from X's shape). Contract:
 - sequence_lens: masks computed from the tensor (runtime values are fine; the built graph is reused): a row's
   state is not updated past its length and Y there is 0; the reverse direction starts at each row's own last step.
   A row of length 0 keeps its initial state in Y_h/Y_c (onnxruntime gives 0 there). A length outside 0..seq_length is
-  an IndexError naming the node (at run time through registry.Node.check_indices, which lets a negative one through
-  as 0).
+  an IndexError naming the node (registry.Node.check_lengths, on every call).
 - layout 1: X, Y, Y_h, Y_c, initial_h and initial_c are batch-first. Unrequested outputs are not built.
 - float16/bfloat16 compute in float32 and round once at the end (the state is carried in float32); float64 stays.
 Anything else (integer inputs, mixed dtypes, shapes that don't match the spec, unknown activations) is
@@ -115,7 +114,7 @@ def _recurrent(n: Node, i: list) -> list:
     known = n.const(4)
     if known is not None and ((known < 0) | (known > S)).any():
       raise IndexError(f"tilecraft.onnx: {n.describe()}: sequence_lens {[int(v) for v in known]} outside 0..{S} (seq_length)")
-    n.check_indices(4, S + 1, 0)  # a runtime length above seq_length: an IndexError naming the node
+    n.check_lengths(4, S, 0)  # a runtime length outside 0..seq_length: an IndexError naming the node
     if known is None or (known < S).any():
       steps_mask = Tensor.arange(S, dtype=dtypes.int64, device=x.device).reshape(S, 1, 1) < lens.cast(dtypes.int64).reshape(1, N, 1)
 

@@ -18,8 +18,7 @@
 - BitCast (opset 26): Tensor.bitcast between dtypes of equal size; a size-changing cast (invalid per the spec) is refused.
 - ReverseSequence: the first sequence_lens[b] steps of each batch entry reversed, the rest copied: a one-hot select over the
   time axis with the lengths at runtime (graph inputs allowed), exact for every bit pattern (floats are selected as integers
-  of their size). A length above the time axis is an IndexError naming the node (checked like indices); a negative one, which
-  the spec leaves undefined, copies the entry unchanged.
+  of their size). A length outside 0..T (the time axis) is an IndexError naming the node (Node.check_lengths, on every call).
 - SwiGLU (opset 28): Y = A * sigmoid(alpha * A) * B on identical shapes, in float32 for float16/bfloat16, rounded once.
 Anything else (an axis on the real/imaginary dimension, a last dimension other than 1 or 2, shapes the spec rules out) raises
 unsupported(node, why): a NotImplementedError naming the node."""
@@ -27,7 +26,7 @@ from __future__ import annotations
 from typing import Optional
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.onnx.ops.common import const, ints, select_sum, wide
+from tilecraft.onnx.ops.common import const, select_sum, wide
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.onnx.types import onnx_dtype
 from tilecraft.tensor import Tensor
@@ -215,9 +214,7 @@ def _reverse_sequence(n: Node, i: list) -> Tensor:
     raise unsupported(n, f"batch_axis {b_ax} and time_axis {t_ax} on a rank-{x.ndim} input (0 and 1, either way)")
   B, T = x.shape[b_ax], x.shape[t_ax]
   if tuple(lens.shape) != (B,): raise unsupported(n, f"sequence_lens of shape {lens.shape} for batch size {B}")
-  n.check_indices(1, T + 1, t_ax)  # (a length up to T: an index into T + 1 positions)
-  c = n.const(1)
-  if c is not None and np.any(np.asarray(c) < 0): raise unsupported(n, f"negative sequence_lens {ints(c)}")
+  n.check_lengths(1, T, t_ax)  # (a length outside 0..T: an IndexError naming the node)
   xs = x if b_ax == 0 else x.permute(1, 0, *range(2, x.ndim))  # (B, T, ...)
   rest = xs.shape[2:]
   ln = lens.cast(dtypes.int64).reshape(B, 1)

@@ -12,7 +12,7 @@ from tilecraft.codegen.heuristic_cpu import (COLUMN_BLOCK, TILE_MAX_VECTORS, UNR
                                           cpu_third_reuse_cap, padded_lanes, cpu_transpose_tile, cpu_vecmat)
 from tilecraft.codegen.opt import KernelOptError, Opt, OptOps, try_opt
 from tilecraft.dtype import ImageDType, dtypes
-from tilecraft.helpers import GPU_FILL, TC, TC_OPT, getenv, prod, round_up
+from tilecraft.helpers import GPU_FILL, TC, TC_OPT, getenv, prod
 from tilecraft.ops import BinaryOps, BufferOps, MemBuffer, ReduceOps, UnaryOps
 from tilecraft.shape.symbolic import Node
 

@@ -32,12 +32,10 @@ import math
 from typing import Any, Optional
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.onnx.ops.common import arange_along, cat_exact, norm_axis, wide
+from tilecraft.onnx.ops.common import arange_along, at, cat_exact, norm_axis, wide
 from tilecraft.onnx.ops.scatter import scatter_along
 from tilecraft.onnx.registry import Node, check_host, lookup, op, unsupported
 from tilecraft.tensor import Tensor
-
-def _s(v: Any) -> str: return v.decode() if isinstance(v, bytes) else str(v)
 
 def _floats(n: Node, ts: list[tuple[Optional[Tensor], str]]) -> None:
   for t, what in ts:
@@ -47,15 +45,11 @@ def _floats(n: Node, ts: list[tuple[Optional[Tensor], str]]) -> None:
 
 RULES = ("linear", "gated", "delta", "gated_delta")
 
-def _at(x: Tensor, t: int) -> Tensor:
-  """Step t of a (T, ...) tensor, without the T axis."""
-  return x.shrink(((t, t + 1),) + (None,) * (x.ndim - 1)).reshape(x.shape[1:])
-
 @op("LinearAttention", since=27)
 def _linear_attention(n: Node, i: list) -> list:
   q_in, k_in, v_in = i[0], i[1], i[2]
   past, decay, beta = (i[j] if n.has(j) else None for j in (3, 4, 5))
-  rule = _s(n.attr("update_rule", "gated_delta"))
+  rule = n.attr("update_rule", "gated_delta")
   if rule not in RULES: raise unsupported(n, f"update_rule {rule!r} (one of {', '.join(RULES)})")
   Hq, Hk = int(n.attr("q_num_heads", 0)), int(n.attr("kv_num_heads", 0))
   if Hq <= 0 or Hk <= 0 or Hq % Hk: raise unsupported(n, f"q_num_heads {Hq} must be a positive multiple of kv_num_heads {Hk}")
@@ -90,11 +84,11 @@ def _linear_attention(n: Node, i: list) -> list:
   scale = float(n.attr("scale", 0.0)) or 1 / math.sqrt(dk)
   outs = []
   for t in range(T):
-    kt, vt = _at(k, t), _at(v, t)
-    if gated: S = S * _at(gate, t)
-    if delta: vt = _at(rate, t) * (vt - (kt.unsqueeze(-1) * S).sum(-2))  # beta (v - S^T k)
+    kt, vt = at(k, t), at(v, t)
+    if gated: S = S * at(gate, t)
+    if delta: vt = at(rate, t) * (vt - (kt.unsqueeze(-1) * S).sum(-2))  # beta (v - S^T k)
     S = S + kt.unsqueeze(-1) * vt.unsqueeze(-2)
-    o = (_at(q, t).unsqueeze(-1) * S.unsqueeze(2)).sum(-2) * scale  # (B, Hk, G, dv)
+    o = (at(q, t).unsqueeze(-1) * S.unsqueeze(2)).sum(-2) * scale  # (B, Hk, G, dv)
     outs.append(o.reshape(B, 1, Hq * dv))
   y = Tensor.cat(*outs, axis=1) if outs else Tensor.zeros(B, 0, Hq * dv, dtype=q.dtype, device=q_in.device)
   return [y.cast(q_in.dtype), S.cast(past.dtype if past is not None else q_in.dtype)]
@@ -201,7 +195,7 @@ def _flex_attention(n: Node, i: list) -> Tensor:
 def _causal_conv_with_state(n: Node, i: list) -> list:
   x, w = i[0], i[1]
   bias, past = (i[j] if n.has(j) else None for j in (2, 3))
-  act = _s(n.attr("activation", "none"))
+  act = n.attr("activation", "none")
   if act not in ("none", "silu", "swish"): raise unsupported(n, f"activation {act!r} (none, silu, swish)")
   _floats(n, [(x, "input"), (w, "weight"), (bias, "bias"), (past, "past_state")])
   if any(t is not None and t.dtype != x.dtype for t in (w, bias, past)): raise unsupported(n, "inputs of different dtypes")
@@ -228,7 +222,7 @@ def _causal_conv_with_state(n: Node, i: list) -> list:
 def _tensor_scatter(n: Node, i: list) -> Tensor:
   past, upd = i[0], i[1]
   widx = i[2] if n.has(2) else None
-  mode = _s(n.attr("mode", "linear"))
+  mode = n.attr("mode", "linear")
   if mode not in ("linear", "circular"): raise unsupported(n, f"mode {mode!r} (linear, circular)")
   nd = past.ndim
   try: a = norm_axis(int(n.attr("axis", -2)), nd)

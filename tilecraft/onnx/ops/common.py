@@ -29,6 +29,20 @@ def arange_along(n: int, axis: int, ndim: int, device: str, dtype: DType = dtype
   shape[axis] = n
   return Tensor.arange(n, dtype=dtype, device=device).reshape(tuple(shape))
 
+def static_scalar(n: Any, i: int, what: str, default: Any = None) -> Any:
+  """Input i of node n as a Python number read at build time (an int for integer dtypes): `default` where the input is
+  absent or empty (optional scalar inputs may be given as empty tensors); more than one value is NotImplementedError."""
+  from tilecraft.onnx.registry import unsupported
+  v = n.static(i) if n.has(i) else None
+  if v is None or np.asarray(v).size == 0: return default
+  a = np.asarray(v)
+  if a.size != 1: raise unsupported(n, f"{what} of shape {a.shape} (a scalar)")
+  return int(a.reshape(())) if a.dtype.kind in "iub" else float(a.reshape(()))
+
+def at(x: Tensor, j: int) -> Tensor:
+  """x[j] along the first axis, as a view (a step of a sequence, a direction's weights)."""
+  return x.shrink(((j, j + 1),) + (None,) * (x.ndim - 1)).reshape(x.shape[1:])
+
 def wrap_index(idx: Tensor, n: int) -> Tensor:
   """Negative indices count from the end (int64)."""
   idx = idx.cast(dtypes.int64)

@@ -15,9 +15,8 @@ condition is read, and the kept slices are views of the data (common.take_static
   max_output_boxes_per_class; boxes as corners in any order (center_point_box=0) or centre and size (1).
   Output (selected, 3) int64 rows of (batch, class, box)."""
 from __future__ import annotations
-from typing import Optional
 import numpy as np
-from tilecraft.onnx.ops.common import norm_axis, take_static
+from tilecraft.onnx.ops.common import norm_axis, static_scalar, take_static
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -53,9 +52,6 @@ def _unique(n: Node, i: list) -> list:
     y, first, counts, inverse = np.take(y, order, axis=a), first[order], counts[order], rank[inverse]
   return [np.ascontiguousarray(y), first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)]
 
-def _scalar(v: Optional[np.ndarray], default: float) -> float:
-  return default if v is None or np.asarray(v).size == 0 else float(np.asarray(v).reshape(-1)[0])
-
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
   """Intersection over union of two (y1, x1, y2, x2) boxes with ordered corners; 0 where either has no area."""
   ih, iw = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
@@ -70,8 +66,8 @@ def _nms(n: Node, i: list) -> np.ndarray:
   boxes, scores = np.asarray(n.static(0), np.float64), np.asarray(n.static(1), np.float64)
   if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
     raise unsupported(n, f"boxes of shape {boxes.shape} with scores of shape {scores.shape} (batch, boxes, 4) and (batch, classes, boxes)")
-  max_out = int(_scalar(n.static(2), 0))
-  iou_t, score_t = _scalar(n.static(3), 0.0), (None if not n.has(4) else _scalar(n.static(4), -np.inf))
+  max_out = int(static_scalar(n, 2, "max_output_boxes_per_class", 0))
+  iou_t, score_t = float(static_scalar(n, 3, "iou_threshold", 0.0)), static_scalar(n, 4, "score_threshold", None)
   center = int(n.attr("center_point_box", 0))
   if center not in (0, 1): raise unsupported(n, f"center_point_box {center} (0 or 1)")
   if center:  # (x centre, y centre, width, height) -> corners

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 from tilecraft.dtype import dtypes
-from tilecraft.onnx.ops.common import wide
+from tilecraft.onnx.ops.common import at, wide
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
@@ -73,10 +73,6 @@ def _cols(t: Tensor, lo: int, hi: int) -> Tensor:
   """t[..., lo:hi]."""
   return t.shrink(tuple([None] * (t.ndim - 1) + [(lo, hi)]))
 
-def _row(t: Tensor, j: int) -> Tensor:
-  """t[j] (a view)."""
-  return t.shrink(((j, j + 1),) + (None,) * (t.ndim - 1)).reshape(t.shape[1:])
-
 def _check_shape(n: Node, t: Optional[Tensor], want: tuple, what: str) -> None:
   if t is not None and tuple(t.shape) != want: raise unsupported(n, f"{what} of shape {tuple(t.shape)} (expected {want})")
 
@@ -125,21 +121,21 @@ def _recurrent(n: Node, i: list) -> list:
   def init(s: Optional[Tensor], d: int) -> Tensor:
     if s is None: return Tensor.zeros(N, Hs, dtype=wide(x).dtype, device=x.device)
     s = wide(s)
-    return _row(s.permute(1, 0, 2) if layout else s, d)
+    return at(s.permute(1, 0, 2) if layout else s, d)
 
   ys, hs, cs = [], [], []
   for d in range(nd):
     f, g, hact = (acts[d] + [None, None])[:3]
-    rt = _row(wide(r), d).permute(1, 0)  # (hidden, k * hidden)
+    rt = at(wide(r), d).permute(1, 0)  # (hidden, k * hidden)
     bx, rbh = None, None  # bias added to X @ W^T; GRU linear_before_reset's Rb_h, added inside the reset
     if b is not None:
-      bd = _row(wide(b), d)
+      bd = at(wide(b), d)
       wb, rb = _cols(bd, 0, k * Hs), _cols(bd, k * Hs, 2 * k * Hs)
       if lbr:
         rbh = _cols(rb, 2 * Hs, 3 * Hs)
         bx = wb + _cols(rb, 0, 2 * Hs).pad(((0, Hs),))
       else: bx = wb + rb
-    pd = _row(wide(p), d) if p is not None else None
+    pd = at(wide(p), d) if p is not None else None
     def peep(j: int, s: Tensor, pd: Optional[Tensor] = pd) -> Tensor | int: return s * _cols(pd, j * Hs, (j + 1) * Hs) if pd is not None else 0
     xw = _cols(xw_all, d * k * Hs, (d + 1) * k * Hs) if xw_all is not None else None
     if xw is not None and bx is not None: xw = xw + bx
@@ -147,7 +143,7 @@ def _recurrent(n: Node, i: list) -> list:
     y_steps: list[Optional[Tensor]] = [None] * S
     reverse = direction == "reverse" or d == 1
     for t in (reversed(range(S)) if reverse else range(S)):
-      gx = _row(xw, t)  # (batch, k * hidden)
+      gx = at(xw, t)  # (batch, k * hidden)
       if kind == "RNN": hn, cn = f(pre(gx + h @ rt)), None
       elif kind == "LSTM":
         gs = gx + h @ rt
@@ -170,7 +166,7 @@ def _recurrent(n: Node, i: list) -> list:
         z = f(pre(_cols(zr, 0, Hs)))
         hn, cn = (1 - z) * hh + z * h, None
       if steps_mask is not None:
-        m = _row(steps_mask, t)  # (batch, 1)
+        m = at(steps_mask, t)  # (batch, 1)
         hn, cn = m.where(hn, h), (m.where(cn, c) if cn is not None else None)
         if want_y: y_steps[t] = m.where(hn, 0.0)
       elif want_y: y_steps[t] = hn

@@ -17,7 +17,6 @@ REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 def _reduction(n: Node) -> str:
   r = n.attr("reduction", "none")
-  r = r.decode() if isinstance(r, bytes) else str(r)
   if r not in REDUCTIONS: raise unsupported(n, f"reduction {r!r} (one of {', '.join(REDUCTIONS)})")
   return r
 

@@ -26,21 +26,13 @@ from __future__ import annotations
 from typing import Optional
 import numpy as np
 from tilecraft.dtype import DType, dtypes
-from tilecraft.onnx.ops.common import const, select_sum, wide
+from tilecraft.onnx.ops.common import const, select_sum, static_scalar, wide
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.onnx.types import onnx_dtype
 from tilecraft.tensor import Tensor
 
 MAX_DFT_MATRIX = 1 << 26  # elements of a DFT matrix (256 MiB in float32)
 MAX_DET_SIZE = 64
-
-def _scalar(n: Node, idx: int, what: str) -> Optional[int]:
-  """A build-time integer scalar input (None when absent)."""
-  v = n.static(idx)
-  if v is None: return None
-  a = np.asarray(v)
-  if a.size != 1: raise unsupported(n, f"{what} of shape {a.shape} (a scalar)")
-  return int(a.reshape(()))
 
 def _cis(m: np.ndarray, N: int) -> tuple[np.ndarray, np.ndarray]:
   """cos and sin of 2 pi m / N (integer m) in float64, from an angle reduced to [0, pi/2): exact at quarter turns."""
@@ -81,13 +73,13 @@ def _dft(n: Node, i: list) -> Tensor:
   _float_input(n, x)
   r = x.ndim
   if r < 2 or x.shape[-1] not in (1, 2): raise unsupported(n, f"input of shape {x.shape} (the last dimension 1 for real, 2 for complex)")
-  a = n.attr("axis", 1) if n.opset < 20 else (_scalar(n, 2, "axis") if n.has(2) else -2)
+  a = n.attr("axis", 1) if n.opset < 20 else int(static_scalar(n, 2, "axis", -2))
   if not (-r <= a <= -2 or 0 <= a <= r - 2): raise unsupported(n, f"axis {a} for a rank-{r} input (valid: {-r}..-2 and 0..{r - 2})")
   a %= r
   inverse, onesided = bool(n.attr("inverse", 0)), bool(n.attr("onesided", 0))
   irfft = inverse and onesided
   L, cin = x.shape[a], x.shape[-1]
-  N = _scalar(n, 1, "dft_length") if n.has(1) else (2 * (L - 1) if irfft else L)
+  N = int(static_scalar(n, 1, "dft_length", 2 * (L - 1) if irfft else L))
   if N is None or N < 1: raise unsupported(n, f"dft_length {N} (at least 1)")
   rows = min(L, N // 2 + 1 if irfft else N)  # padding adds nothing to the sums; truncation drops rows
   cols = N if irfft or not onesided else N // 2 + 1
@@ -117,10 +109,10 @@ def _stft(n: Node, i: list) -> Tensor:
   _float_input(n, x)
   if x.ndim != 3 or x.shape[-1] not in (1, 2): raise unsupported(n, f"signal of shape {x.shape} ([batch, length, 1 or 2])")
   B, L, C = x.shape
-  step = _scalar(n, 1, "frame_step")
+  step = static_scalar(n, 1, "frame_step")
   win = i[2] if n.has(2) else None
   if win is not None and win.ndim != 1: raise unsupported(n, f"a window of shape {win.shape} (1-D)")
-  F = _scalar(n, 3, "frame_length") if n.has(3) else (win.shape[0] if win is not None else L)
+  F = int(static_scalar(n, 3, "frame_length", win.shape[0] if win is not None else L))
   if win is not None and win.shape[0] != F: raise unsupported(n, f"a window of length {win.shape[0]} for frame_length {F}")
   if step is None or step < 1 or F is None or not 1 <= F <= L:
     raise unsupported(n, f"frame_step {step} and frame_length {F} for a signal of length {L}")
@@ -135,7 +127,7 @@ def _stft(n: Node, i: list) -> Tensor:
 def _mel_weight_matrix(n: Node, i: list) -> np.ndarray:
   """Triangles of peak 1 on num_mel_bins + 2 points equally spaced in mel (step (high - low) / (num_mel_bins + 2), as the
   reference and onnxruntime space them) mapped to spectrogram bins floor((dft_length + 1) f / sample_rate)."""
-  bins, dft_len, rate = (_scalar(n, k, w) for k, w in ((0, "num_mel_bins"), (1, "dft_length"), (2, "sample_rate")))
+  bins, dft_len, rate = (static_scalar(n, k, w) for k, w in ((0, "num_mel_bins"), (1, "dft_length"), (2, "sample_rate")))
   lo, hi = (np.asarray(n.static(k)).reshape(()) for k in (3, 4))
   if bins is None or dft_len is None or rate is None or bins < 1 or dft_len < 1 or rate < 1:
     raise unsupported(n, f"num_mel_bins {bins}, dft_length {dft_len}, sample_rate {rate} (positive)")

@@ -36,10 +36,6 @@ from tilecraft.onnx.ops.common import gather_axis, ints, select_sum, wide, wrap_
 from tilecraft.onnx.registry import Node, op, unsupported
 from tilecraft.tensor import Tensor
 
-def _s(n: Node, key: str, default: str) -> str:
-  v = n.attr(key, default)
-  return v.decode() if isinstance(v, bytes) else str(v)
-
 def _cdt(*ts: Tensor) -> DType:
   """The float dtype sampling math runs in: float64 if any operand is, else float32."""
   return dtypes.float64 if any(t.dtype == dtypes.float64 for t in ts) else dtypes.float32
@@ -79,7 +75,7 @@ def _tap(f: Tensor, L: int, pm: str, lo: float, hi: float) -> tuple[Tensor, Tens
 @op("GridSample", since=16)
 def _grid_sample(n: Node, i: list) -> Tensor:
   x, grid = i[0], i[1]
-  mode, pm, ac = _s(n, "mode", "linear" if n.opset >= 20 else "bilinear"), _s(n, "padding_mode", "zeros"), bool(n.attr("align_corners", 0))
+  mode, pm, ac = n.attr("mode", "linear" if n.opset >= 20 else "bilinear"), n.attr("padding_mode", "zeros"), bool(n.attr("align_corners", 0))
   kind = {"linear": "linear", "bilinear": "linear", "nearest": "nearest", "cubic": "cubic", "bicubic": "cubic"}.get(mode)
   if kind is None: raise unsupported(n, f"mode {mode!r}")
   if pm not in ("zeros", "border", "reflection"): raise unsupported(n, f"padding_mode {pm!r}")
@@ -191,8 +187,8 @@ def _roi_axis(start: Tensor, bins: Tensor, grid: Tensor, out: int, G: int, L: in
 @op("RoiAlign", since=10)
 def _roi_align(n: Node, i: list) -> Tensor:
   x, rois, bidx = i[0], i[1], i[2]
-  mode = _s(n, "mode", "avg")
-  ctm = _s(n, "coordinate_transformation_mode", "half_pixel") if n.opset >= 16 else "output_half_pixel"
+  mode = n.attr("mode", "avg")
+  ctm = n.attr("coordinate_transformation_mode", "half_pixel") if n.opset >= 16 else "output_half_pixel"
   if mode not in ("avg", "max"): raise unsupported(n, f"mode {mode!r}")
   if ctm not in ("half_pixel", "output_half_pixel"): raise unsupported(n, f"coordinate_transformation_mode {ctm!r}")
   oh, ow = int(n.attr("output_height", 1)), int(n.attr("output_width", 1))
